@@ -1,0 +1,460 @@
+//! The chain model of `MODEL.md`: stages 1..=L, the loss as stage L+1, and the
+//! JSON form they are read from and written to.
+//!
+//! A [`Chain`] can only be built through [`Chain::new`] or [`Chain::from_json`],
+//! both of which validate every field, so every solver may assume: at least one
+//! stage, finite non-negative times, `saved_size >= output_size`, and sizes whose
+//! grand total fits in a `u64` (so no memory figure a solver or the simulator adds
+//! up can overflow).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// One stage (a layer or block of layers) of a chain, or the loss.
+///
+/// Field names are those of the JSON chain format (see `MODEL.md`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stage {
+    /// Optional human-readable name (e.g. `layer3.2`); not used by solvers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// u_f: time of one forward of this stage.
+    pub forward_time: f64,
+    /// u_b: time of the backward of this stage.
+    pub backward_time: f64,
+    /// w_a: bytes of the output activation a^l.
+    pub output_size: u64,
+    /// w_abar: bytes a recorded forward keeps for the backward, a^l included.
+    pub saved_size: u64,
+    /// w_d: bytes of the gradient delta^l.
+    pub gradient_size: u64,
+    /// o_f: transient bytes while the forward runs.
+    pub forward_overhead: u64,
+    /// o_b: transient bytes while the backward runs.
+    pub backward_overhead: u64,
+}
+
+impl Stage {
+    /// A stage whose gradient has the size of its output and which has no
+    /// transient overheads: the common case, convenient in tests and generators.
+    pub fn simple(forward_time: f64, backward_time: f64, output_size: u64, saved_size: u64) -> Stage {
+        Stage {
+            name: None,
+            forward_time,
+            backward_time,
+            output_size,
+            saved_size,
+            gradient_size: output_size,
+            forward_overhead: 0,
+            backward_overhead: 0,
+        }
+    }
+
+    /// The loss stage with every field zero (the default when a file has no `loss`).
+    pub fn zero_loss() -> Stage {
+        Stage::simple(0.0, 0.0, 0, 0)
+    }
+}
+
+/// A validated heterogeneous chain.
+///
+/// Index conventions follow the paper: `forward_time(l)` etc. take `l` in
+/// `1..=L+1` (L+1 is the loss); `output_size(l)` and `gradient_size(l)` also take
+/// `l = 0`, the network input.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Chain {
+    name: String,
+    input_size: u64,
+    stages: Vec<Stage>,
+    loss: Stage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<serde_json::Value>,
+    #[serde(skip)]
+    warnings: Vec<String>,
+}
+
+/// Why a chain was rejected. Every variant names the stage and field at fault.
+#[derive(Debug, Error, PartialEq)]
+pub enum ChainError {
+    /// The text is not JSON of the chain format (syntax, unknown or missing
+    /// field, wrong type, a number that does not fit).
+    #[error("{path}: {message}")]
+    Format {
+        /// Where in the file (`stages[2].output_size (stage 3)`).
+        path: String,
+        /// What is wrong there.
+        message: String,
+    },
+    /// A time is negative, NaN or infinite.
+    #[error("{stage}: {field} is {value}; times must be finite and non-negative")]
+    BadTime {
+        /// The stage (`stage 3 (conv2)` or `loss`).
+        stage: String,
+        /// `forward_time` or `backward_time`.
+        field: &'static str,
+        /// The value found.
+        value: f64,
+    },
+    /// The chain has no stage.
+    #[error("`stages` is empty: a chain needs at least one stage")]
+    Empty,
+    /// The sizes add up to more than `u64::MAX` bytes.
+    #[error("the sizes of the chain add up to more than {} bytes (u64); at {stage}", u64::MAX)]
+    Overflow {
+        /// The stage at which the running total overflows.
+        stage: String,
+    },
+}
+
+/// The JSON shape of a stage, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StageJson {
+    #[serde(default)]
+    name: Option<String>,
+    forward_time: f64,
+    backward_time: f64,
+    output_size: u64,
+    saved_size: u64,
+    #[serde(default)]
+    gradient_size: Option<u64>,
+    #[serde(default)]
+    forward_overhead: u64,
+    #[serde(default)]
+    backward_overhead: u64,
+}
+
+/// The JSON shape of the loss: every field optional, defaulting to 0.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LossJson {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    forward_time: f64,
+    #[serde(default)]
+    backward_time: f64,
+    #[serde(default)]
+    output_size: u64,
+    #[serde(default)]
+    saved_size: u64,
+    #[serde(default)]
+    gradient_size: Option<u64>,
+    #[serde(default)]
+    forward_overhead: u64,
+    #[serde(default)]
+    backward_overhead: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChainJson {
+    name: String,
+    input_size: u64,
+    stages: Vec<StageJson>,
+    #[serde(default)]
+    loss: Option<LossJson>,
+    /// Free-form provenance (how the file was made, units, device...).
+    #[serde(default)]
+    metadata: Option<serde_json::Value>,
+}
+
+impl From<StageJson> for Stage {
+    fn from(s: StageJson) -> Stage {
+        Stage {
+            name: s.name,
+            forward_time: s.forward_time,
+            backward_time: s.backward_time,
+            output_size: s.output_size,
+            saved_size: s.saved_size,
+            gradient_size: s.gradient_size.unwrap_or(s.output_size),
+            forward_overhead: s.forward_overhead,
+            backward_overhead: s.backward_overhead,
+        }
+    }
+}
+
+impl From<LossJson> for Stage {
+    fn from(s: LossJson) -> Stage {
+        Stage {
+            name: s.name,
+            forward_time: s.forward_time,
+            backward_time: s.backward_time,
+            output_size: s.output_size,
+            saved_size: s.saved_size,
+            gradient_size: s.gradient_size.unwrap_or(s.output_size),
+            forward_overhead: s.forward_overhead,
+            backward_overhead: s.backward_overhead,
+        }
+    }
+}
+
+/// Turns serde's path (`stages[2].output_size`) into one that also names the
+/// stage in the paper's 1-based numbering (`stages[2].output_size (stage 3)`).
+fn describe_path(path: &str) -> String {
+    if path == "." || path.is_empty() {
+        return "chain".to_string();
+    }
+    if let Some(rest) = path.strip_prefix("stages[")
+        && let Some(end) = rest.find(']')
+        && let Ok(i) = rest[..end].parse::<usize>()
+    {
+        return format!("{path} (stage {})", i + 1);
+    }
+    path.to_string()
+}
+
+impl Chain {
+    /// Builds and validates a chain. `loss` is stage L+1.
+    ///
+    /// A `saved_size` below `output_size` (it happens in real measurements:
+    /// abar^l contains a^l by definition) is raised to `output_size` with a
+    /// warning, available from [`Chain::warnings`].
+    pub fn new(name: impl Into<String>, input_size: u64, stages: Vec<Stage>, loss: Stage) -> Result<Chain, ChainError> {
+        let mut chain = Chain { name: name.into(), input_size, stages, loss, metadata: None, warnings: Vec::new() };
+        chain.validate()?;
+        Ok(chain)
+    }
+
+    /// Parses and validates a chain from the JSON format of `MODEL.md`.
+    ///
+    /// Errors name the offending field by its path, e.g.
+    /// `stages[2].output_size (stage 3): invalid value: integer -5, expected u64`.
+    pub fn from_json(text: &str) -> Result<Chain, ChainError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let parsed: ChainJson = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = describe_path(&e.path().to_string());
+            let inner = e.into_inner();
+            let mut message = inner.to_string();
+            if inner.is_data() && message.contains("expected u64") {
+                message.push_str(" (sizes are whole bytes from 0 to 18446744073709551615)");
+            }
+            ChainError::Format { path, message }
+        })?;
+        let mut chain = Chain::new(
+            parsed.name,
+            parsed.input_size,
+            parsed.stages.into_iter().map(Stage::from).collect(),
+            parsed.loss.unwrap_or_default().into(),
+        )?;
+        chain.metadata = parsed.metadata;
+        Ok(chain)
+    }
+
+    /// The JSON form, readable again by [`Chain::from_json`].
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a chain always serializes")
+    }
+
+    fn validate(&mut self) -> Result<(), ChainError> {
+        if self.stages.is_empty() {
+            return Err(ChainError::Empty);
+        }
+        let n = self.stages.len();
+        let mut total: u64 = self.input_size;
+        for (i, stage) in self.stages.iter_mut().chain(std::iter::once(&mut self.loss)).enumerate() {
+            let label = if i == n {
+                "loss".to_string()
+            } else {
+                match &stage.name {
+                    Some(name) => format!("stage {} ({name})", i + 1),
+                    None => format!("stage {}", i + 1),
+                }
+            };
+            for (field, value) in [("forward_time", stage.forward_time), ("backward_time", stage.backward_time)] {
+                if !value.is_finite() || value < 0.0 {
+                    return Err(ChainError::BadTime { stage: label, field, value });
+                }
+            }
+            if stage.saved_size < stage.output_size {
+                self.warnings.push(format!(
+                    "{label}: saved_size {} is below output_size {}; using output_size \
+                     (what a recorded forward keeps includes its output)",
+                    stage.saved_size, stage.output_size
+                ));
+                stage.saved_size = stage.output_size;
+            }
+            // Every figure the simulator adds up is at most this total, so
+            // checking it once here rules out overflow everywhere else.
+            for size in [
+                stage.output_size,
+                stage.saved_size,
+                stage.gradient_size,
+                stage.forward_overhead.max(stage.backward_overhead),
+            ] {
+                total = total.checked_add(size).ok_or_else(|| ChainError::Overflow { stage: label.clone() })?;
+            }
+        }
+        // a^0 and delta^0 may both be alive.
+        total.checked_add(self.input_size).ok_or_else(|| ChainError::Overflow { stage: "input_size".into() })?;
+        Ok(())
+    }
+
+    /// The chain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Free-form metadata of the file, if any.
+    pub fn metadata(&self) -> Option<&serde_json::Value> {
+        self.metadata.as_ref()
+    }
+
+    /// Replaces the free-form metadata (generators record their provenance here).
+    pub fn set_metadata(&mut self, metadata: serde_json::Value) {
+        self.metadata = Some(metadata);
+    }
+
+    /// Warnings raised while validating (e.g. a raised `saved_size`).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// L, the number of stages without the loss.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Always false: validation rejects empty chains. Present for API symmetry.
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// w_a^0 = w_d^0: bytes of the network input.
+    pub fn input_size(&self) -> u64 {
+        self.input_size
+    }
+
+    /// The stages 1..=L (index 0 is stage 1), without the loss.
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    /// The loss, stage L+1.
+    pub fn loss(&self) -> &Stage {
+        &self.loss
+    }
+
+    /// Stage `l` for `l` in `1..=L+1` (L+1 is the loss).
+    ///
+    /// # Panics
+    /// If `l` is 0 or above L+1.
+    pub fn stage(&self, l: usize) -> &Stage {
+        assert!(l >= 1 && l <= self.stages.len() + 1, "stage {l} is outside 1..={}", self.stages.len() + 1);
+        if l == self.stages.len() + 1 { &self.loss } else { &self.stages[l - 1] }
+    }
+
+    /// u_f^l for `l` in `1..=L+1`.
+    pub fn forward_time(&self, l: usize) -> f64 {
+        self.stage(l).forward_time
+    }
+
+    /// u_b^l for `l` in `1..=L+1`.
+    pub fn backward_time(&self, l: usize) -> f64 {
+        self.stage(l).backward_time
+    }
+
+    /// w_a^l for `l` in `0..=L+1` (0 is the input).
+    pub fn output_size(&self, l: usize) -> u64 {
+        if l == 0 { self.input_size } else { self.stage(l).output_size }
+    }
+
+    /// w_abar^l for `l` in `1..=L+1` (always `>= output_size(l)`).
+    pub fn saved_size(&self, l: usize) -> u64 {
+        self.stage(l).saved_size
+    }
+
+    /// w_d^l for `l` in `0..=L+1` (0 is the input's gradient, of the input's size).
+    pub fn gradient_size(&self, l: usize) -> u64 {
+        if l == 0 { self.input_size } else { self.stage(l).gradient_size }
+    }
+
+    /// o_f^l for `l` in `1..=L+1`.
+    pub fn forward_overhead(&self, l: usize) -> u64 {
+        self.stage(l).forward_overhead
+    }
+
+    /// o_b^l for `l` in `1..=L+1`.
+    pub fn backward_overhead(&self, l: usize) -> u64 {
+        self.stage(l).backward_overhead
+    }
+
+    /// Sum of every forward and backward time: the makespan without recomputation.
+    pub fn store_all_time(&self) -> f64 {
+        (1..=self.len() + 1).map(|l| self.forward_time(l) + self.backward_time(l)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_stage_json(stage2: &str) -> String {
+        format!(
+            r#"{{"name": "t", "input_size": 4, "stages": [
+                {{"forward_time": 1, "backward_time": 2, "output_size": 8, "saved_size": 10}},
+                {stage2}
+            ]}}"#
+        )
+    }
+
+    #[test]
+    fn parses_defaults() {
+        let c = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1.5, "backward_time": 2, "output_size": 6, "saved_size": 6, "gradient_size": 3}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.gradient_size(1), 8);
+        assert_eq!(c.gradient_size(2), 3);
+        assert_eq!(c.gradient_size(0), 4);
+        assert_eq!(c.output_size(3), 0);
+        assert_eq!(c.forward_overhead(1), 0);
+        assert_eq!(c.store_all_time(), 6.5);
+    }
+
+    #[test]
+    fn names_the_field_at_fault() {
+        let e = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1, "backward_time": 2, "output_size": -6, "saved_size": 6}"#,
+        ))
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("stages[1].output_size (stage 2)"), "{msg}");
+        assert!(msg.contains("-6"), "{msg}");
+    }
+
+    #[test]
+    fn raises_small_saved_size_with_warning() {
+        let c = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1, "backward_time": 2, "output_size": 6, "saved_size": 5}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.saved_size(2), 6);
+        assert_eq!(c.warnings().len(), 1);
+        assert!(c.warnings()[0].contains("stage 2"));
+    }
+
+    #[test]
+    fn rejects_bad_times_and_overflow() {
+        let mut s = Stage::simple(f64::NAN, 1.0, 1, 1);
+        let e = Chain::new("x", 1, vec![s.clone()], Stage::zero_loss()).unwrap_err();
+        assert!(matches!(e, ChainError::BadTime { field: "forward_time", .. }));
+        s.forward_time = 1.0;
+        s.output_size = u64::MAX / 2;
+        s.saved_size = u64::MAX / 2;
+        let e = Chain::new("x", 1, vec![s], Stage::zero_loss()).unwrap_err();
+        assert!(matches!(e, ChainError::Overflow { .. }), "{e}");
+        assert_eq!(Chain::new("x", 1, vec![], Stage::zero_loss()).unwrap_err(), ChainError::Empty);
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let c = Chain::from_json(&two_stage_json(
+            r#"{"name": "fc2", "forward_time": 1, "backward_time": 2, "output_size": 6, "saved_size": 7, "backward_overhead": 9}"#,
+        ))
+        .unwrap();
+        let again = Chain::from_json(&c.to_json()).unwrap();
+        assert_eq!(c, again);
+    }
+}

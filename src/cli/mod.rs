@@ -1,0 +1,167 @@
+//! Command-line front end. Each subcommand lives in its own module; this one
+//! holds the argument types, exit codes and the helpers they share.
+
+mod min_memory;
+mod simulate;
+mod solve;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use remat::Chain;
+
+/// Exit code when the budget cannot be met.
+const EXIT_INFEASIBLE: u8 = 1;
+/// Exit code for bad input or usage (also what clap uses).
+const EXIT_BAD_INPUT: u8 = 2;
+
+/// A failure with the exit code it maps to.
+pub struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl Failure {
+    /// Bad input or usage: exit 2.
+    pub fn input(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: EXIT_BAD_INPUT, error: error.into() }
+    }
+
+    /// The budget cannot be met: exit 1.
+    pub fn infeasible(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: EXIT_INFEASIBLE, error: error.into() }
+    }
+}
+
+impl From<remat::SolveError> for Failure {
+    fn from(e: remat::SolveError) -> Failure {
+        match e {
+            remat::SolveError::Infeasible { .. } => Failure::infeasible(e),
+            remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => {
+                Failure { code: 70, error: e.into() }
+            }
+            _ => Failure::input(e),
+        }
+    }
+}
+
+pub type CliResult = Result<(), Failure>;
+
+const AFTER_HELP: &str = "\
+Examples:
+  remat solve chains/rotor-fc6.json --memory 90MiB
+  remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
+  remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
+  remat min-memory chains/rotor-fc6.json
+
+Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
+of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
+gradients and transient workspace; subtract parameters and optimizer state first.
+
+Exit codes: 0 success, 1 budget infeasible (the message gives the smallest
+budget that works), 2 bad input or usage.";
+
+/// Optimal activation rematerialization (gradient checkpointing) schedules.
+///
+/// remat reads a network as a chain of stages (times and sizes of each stage's
+/// forward and backward) and computes the fastest training-step schedule that
+/// fits a memory budget: which activations to keep, which to drop and recompute.
+/// Every schedule is replayed by an exact simulator before it is shown.
+#[derive(Parser)]
+#[command(name = "remat", version, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Solve(solve::Args),
+    Simulate(simulate::Args),
+    MinMemory(min_memory::Args),
+}
+
+/// Runs the CLI and maps failures to exit codes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Solve(args) => solve::run(args),
+        Command::Simulate(args) => simulate::run(args),
+        Command::MinMemory(args) => min_memory::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure { code, error }) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Reads and validates a chain file, printing its warnings on stderr.
+pub fn load_chain(path: &Path) -> Result<Chain, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read chain file `{}`: {e}", path.display())))?;
+    let chain =
+        Chain::from_json(&text).map_err(|e| Failure::input(anyhow::anyhow!("chain file `{}`: {e}", path.display())))?;
+    for w in chain.warnings() {
+        eprintln!("warning: {}: {w}", path.display());
+    }
+    Ok(chain)
+}
+
+/// Parses a SIZE argument for clap.
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    remat::size::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// Writes `text` to `path`, or fails with exit code 2 naming the file.
+pub fn write_file(path: &PathBuf, text: &str) -> CliResult {
+    std::fs::write(path, text).map_err(|e| Failure::input(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))
+}
+
+/// A progress bar on stderr when it is a terminal, for long solves.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    start: std::time::Instant,
+}
+
+impl Progress {
+    /// A bar labelled `what`, shown only when stderr is a terminal.
+    pub fn new(what: &str) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::hidden();
+            bar.set_style(
+                ProgressStyle::with_template("{msg} [{bar:40}] {percent}% ({elapsed} elapsed, ~{eta} left)")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            bar.set_message(what.to_string());
+            bar
+        });
+        Progress { bar, start: std::time::Instant::now() }
+    }
+
+    /// Records progress; the bar appears only if the work lasts over 300 ms,
+    /// so quick solves print nothing.
+    pub fn update(&self, done: u64, total: u64) {
+        if let Some(bar) = &self.bar {
+            if bar.is_hidden() && self.start.elapsed() > std::time::Duration::from_millis(300) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

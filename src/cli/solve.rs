@@ -1,0 +1,82 @@
+//! `remat solve`: the fastest schedule of a chain under a budget.
+
+use std::path::PathBuf;
+
+use remat::size::format_size;
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, solve};
+
+use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
+
+/// Compute the fastest schedule of a chain that fits a memory budget.
+///
+/// Prints the schedule in the paper's notation (F_ck^1 F_none^2 F_all^3 ... B^1)
+/// with its makespan and peak memory as replayed by the exact simulator.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Chain file (JSON: name, input_size, stages[], optional loss).
+    chain: PathBuf,
+    /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
+    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
+    memory: u64,
+    /// Solver: persistent (Rotor's DP over memory slots) or exhaustive (exact,
+    /// chains of at most 14 stages).
+    #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
+    algorithm: Algorithm,
+    /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
+    /// closer to exact and slower (time and table memory grow linearly).
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
+    slots: usize,
+    /// Print the schedule as JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also write the schedule as JSON to this file.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse()
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.slots == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
+    }
+    let chain = load_chain(&args.chain)?;
+    let progress = Progress::new(&format!("{} DP", args.algorithm));
+    let update = |done, total| progress.update(done, total);
+    let opts = SolveOptions { slots: args.slots, progress: Some(&update) };
+    let solution = solve(&chain, args.memory, args.algorithm, &opts)?;
+    drop(progress);
+    let json = serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize");
+    if let Some(path) = &args.output {
+        write_file(path, &(json.clone() + "\n"))?;
+    }
+    if args.json {
+        println!("{json}");
+        return Ok(());
+    }
+    let s = &solution.schedule;
+    let base = chain.store_all_time();
+    let recomputed = s.operations.iter().filter(|op| op.is_forward()).count() - (chain.len() + 1);
+    println!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
+    let slots = if solution.slot_size == 1 {
+        "exact bytes".to_string()
+    } else {
+        format!("{} slots of {} bytes", args.slots, solution.slot_size)
+    };
+    println!("algorithm:   {} ({slots})", s.algorithm);
+    println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
+    let overhead = if base > 0.0 { format!(", +{:.1}%", 100.0 * (s.makespan / base - 1.0)) } else { String::new() };
+    println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
+    let peak_op = solution.replay.steps[solution.replay.peak_index].op;
+    println!(
+        "peak memory: {} ({} bytes) during operation {} ({peak_op})",
+        format_size(s.peak_memory),
+        s.peak_memory,
+        solution.replay.peak_index + 1
+    );
+    println!("schedule:    {} operations, {recomputed} recomputed forwards", s.operations.len());
+    println!("{}", remat::schedule::notation(&s.operations));
+    Ok(())
+}

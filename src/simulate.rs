@@ -1,0 +1,316 @@
+//! The exact simulator: replays an operation sequence on a chain in bytes.
+//!
+//! This is the judge of every schedule remat shows. It follows `MODEL.md`'s
+//! operation table to the letter and is deliberately strict where the table is
+//! silent:
+//! - a forward may not create a value that is already in memory (that would hold
+//!   two copies of a^l, which no solver needs);
+//! - a forward whose output could never be used is rejected at once: a plain a^l
+//!   after B^{l+1} has run, or any F^l after B^l has run (its memory would stay
+//!   allocated to the end);
+//! - the sequence must end with B^1, leaving only delta^0.
+//!
+//! Memory while an operation runs is everything stored before it, plus what it
+//! creates, plus its transient overhead. That is also the figure a budget is
+//! checked against.
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::chain::Chain;
+use crate::schedule::Op;
+
+/// How activation a^l is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Held {
+    /// Not in memory.
+    Absent,
+    /// The output a^l alone (from F_ck or F_none, or the input a^0).
+    Plain,
+    /// abar^l: everything the backward of stage l needs, a^l included (F_all).
+    Saved,
+}
+
+/// Memory in use, split by kind of value, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Memory {
+    /// Plain activations a^l (the input included).
+    pub activations: u64,
+    /// Recorded activations abar^l.
+    pub saved: u64,
+    /// Gradients delta^l.
+    pub gradients: u64,
+    /// Transient workspace of the running operation.
+    pub transient: u64,
+}
+
+impl Memory {
+    /// Sum of every kind.
+    pub fn total(&self) -> u64 {
+        self.activations + self.saved + self.gradients + self.transient
+    }
+}
+
+/// Memory around one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Step {
+    /// The operation.
+    pub op: Op,
+    /// Memory while it runs (its peak).
+    pub during: Memory,
+    /// Memory once it has finished (no transient).
+    pub after: Memory,
+}
+
+/// The result of replaying a valid sequence.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Replay {
+    /// Sum of the operation times.
+    pub makespan: f64,
+    /// Largest memory in use while an operation runs.
+    pub peak_memory: u64,
+    /// Index in the sequence of the (first) operation reaching the peak.
+    pub peak_index: usize,
+    /// Memory before the first operation (a^0 and delta^{L+1}).
+    pub initial: Memory,
+    /// One entry per operation.
+    pub steps: Vec<Step>,
+}
+
+/// Why a sequence is not a valid schedule.
+#[derive(Debug, Error, PartialEq)]
+pub enum SimulateError {
+    /// An operation whose inputs are not in memory, out of order, or useless.
+    #[error("operation {} ({op}) is invalid: {reason}", index + 1)]
+    Invalid {
+        /// 0-based index of the operation in the sequence.
+        index: usize,
+        /// The operation.
+        op: Op,
+        /// Why it cannot run.
+        reason: String,
+    },
+    /// The sequence stops before delta^0 is computed.
+    #[error("the sequence ends before B^1: {reason}")]
+    Incomplete {
+        /// What is missing.
+        reason: String,
+    },
+    /// Valid, but needs more than the budget.
+    #[error(
+        "operation {} ({op}) needs {needed} bytes, over the budget of {budget} bytes",
+        index + 1
+    )]
+    OverBudget {
+        /// 0-based index of the first operation over budget.
+        index: usize,
+        /// The operation.
+        op: Op,
+        /// Bytes in use while it runs.
+        needed: u64,
+        /// The budget in bytes.
+        budget: u64,
+    },
+}
+
+/// Replays `ops` on `chain` and returns its makespan, peak and memory timeline,
+/// or the first invalid operation and why.
+///
+/// Runs in O(L + number of operations).
+pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
+    let n = chain.len() + 1; // the loss is stage n
+    let mut held = vec![Held::Absent; n + 1];
+    held[0] = Held::Plain;
+    // The next backward to run is B^grad; delta^grad is in memory.
+    let mut grad = n;
+    let mut mem = Memory { activations: chain.output_size(0), gradients: chain.gradient_size(n), ..Memory::default() };
+    let initial = mem;
+    let mut makespan = 0.0;
+    let mut peak = mem.total();
+    let mut peak_index = 0;
+    let mut steps = Vec::with_capacity(ops.len());
+
+    for (index, &op) in ops.iter().enumerate() {
+        let invalid = |reason: String| SimulateError::Invalid { index, op, reason };
+        let l = op.stage();
+        if l == 0 || l > n {
+            return Err(invalid(format!("stage {l} does not exist: stages are 1..={n} ({n} is the loss)")));
+        }
+        let mut during = mem;
+        match op {
+            Op::FAll(_) | Op::FCk(_) | Op::FNone(_) => {
+                if l > grad {
+                    return Err(invalid(format!("B^{l} has already run, so a^{l} can no longer be used")));
+                }
+                if l == grad && !matches!(op, Op::FAll(_)) {
+                    return Err(invalid(format!(
+                        "B^{} has already run, so a plain a^{l} can no longer be used (only F_all^{l} is useful now)",
+                        l + 1
+                    )));
+                }
+                match (held[l - 1], op) {
+                    (Held::Absent, _) => return Err(invalid(format!("its input a^{} is not in memory", l - 1))),
+                    (Held::Saved, Op::FNone(_)) => {
+                        return Err(invalid(format!(
+                            "F_none needs a plain input, but a^{} is held as abar^{} (use F_ck or F_all)",
+                            l - 1,
+                            l - 1
+                        )));
+                    }
+                    _ => {}
+                }
+                if held[l] != Held::Absent {
+                    return Err(invalid(format!("a^{l} is already in memory")));
+                }
+                let out = if matches!(op, Op::FAll(_)) { chain.saved_size(l) } else { chain.output_size(l) };
+                if matches!(op, Op::FAll(_)) {
+                    during.saved += out;
+                } else {
+                    during.activations += out;
+                }
+                during.transient = chain.forward_overhead(l);
+                makespan += chain.forward_time(l);
+                mem = Memory { transient: 0, ..during };
+                if matches!(op, Op::FNone(_)) {
+                    held[l - 1] = Held::Absent;
+                    mem.activations -= chain.output_size(l - 1);
+                }
+                held[l] = if matches!(op, Op::FAll(_)) { Held::Saved } else { Held::Plain };
+            }
+            Op::B(_) => {
+                if l != grad {
+                    return Err(invalid(if grad == 0 {
+                        "B^1 has already run; the sequence is complete".to_string()
+                    } else {
+                        format!("backwards run from B^{n} down to B^1; the next one is B^{grad}")
+                    }));
+                }
+                if held[l] != Held::Saved {
+                    return Err(invalid(format!("abar^{l} is not in memory (run F_all^{l} first)")));
+                }
+                if held[l - 1] == Held::Absent {
+                    return Err(invalid(format!("its input a^{} is not in memory", l - 1)));
+                }
+                during.gradients += chain.gradient_size(l - 1);
+                during.transient = chain.backward_overhead(l);
+                makespan += chain.backward_time(l);
+                mem = Memory { transient: 0, ..during };
+                mem.gradients -= chain.gradient_size(l);
+                mem.saved -= chain.saved_size(l);
+                held[l] = Held::Absent;
+                if held[l - 1] == Held::Plain {
+                    mem.activations -= chain.output_size(l - 1);
+                    held[l - 1] = Held::Absent;
+                }
+                grad = l - 1;
+            }
+        }
+        if during.total() > peak {
+            peak = during.total();
+            peak_index = index;
+        }
+        steps.push(Step { op, during, after: mem });
+    }
+    if grad != 0 {
+        return Err(SimulateError::Incomplete {
+            reason: format!("the next backward would be B^{grad}, and delta^0 is not computed"),
+        });
+    }
+    Ok(Replay { makespan, peak_memory: peak, peak_index, initial, steps })
+}
+
+/// Like [`simulate`], and also rejects a sequence whose peak exceeds `budget`,
+/// naming the first operation that goes over.
+pub fn simulate_within(chain: &Chain, ops: &[Op], budget: u64) -> Result<Replay, SimulateError> {
+    let replay = simulate(chain, ops)?;
+    if replay.peak_memory > budget {
+        let (index, step) = replay
+            .steps
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.during.total() > budget)
+            .expect("some step reaches the peak");
+        return Err(SimulateError::OverBudget { index, op: step.op, needed: step.during.total(), budget });
+    }
+    Ok(replay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::Stage;
+    use crate::schedule::parse_operations;
+
+    fn chain3() -> Chain {
+        // input 1; stage l: output 10*l, saved 10*l+1, gradient = output.
+        let stages = (1..=3)
+            .map(|l| {
+                let mut s = Stage::simple(l as f64, 2.0 * l as f64, 10 * l as u64, 10 * l as u64 + 1);
+                s.forward_overhead = 100;
+                s.backward_overhead = 1000;
+                s
+            })
+            .collect();
+        Chain::new("c", 1, stages, Stage::zero_loss()).unwrap()
+    }
+
+    fn ops(text: &str) -> Vec<Op> {
+        parse_operations(text).unwrap()
+    }
+
+    #[test]
+    fn store_all_by_hand() {
+        let c = chain3();
+        let r = simulate(&c, &ops("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2 B^1")).unwrap();
+        assert_eq!(r.makespan, 18.0);
+        // B^3: a0(1) + abar1(11) + abar2(21) + abar3(31) + delta3(30) + delta2(20) + o_b(1000)
+        assert_eq!(r.steps[5].during.total(), 1 + 11 + 21 + 31 + 30 + 20 + 1000);
+        assert_eq!(r.peak_memory, 1114);
+        assert_eq!(r.peak_index, 5);
+        // B^4 (loss, all zero): deletes nothing but abar^4 (0) and keeps abar^3.
+        assert_eq!(r.steps[4].after.total(), 1 + 11 + 21 + 31 + 30);
+        assert_eq!(r.steps.last().unwrap().after, Memory { gradients: 1, ..Memory::default() });
+    }
+
+    #[test]
+    fn recomputation_by_hand() {
+        let c = chain3();
+        let seq = "F_ck^1 F_none^2 F_all^3 F_all^4 B^4 B^3 F_all^1 F_all^2 B^2 B^1";
+        let r = simulate(&c, &ops(seq)).unwrap();
+        assert_eq!(r.makespan, 1.0 + 2.0 + 3.0 + 6.0 + 4.0 + 1.0 + 2.0 + 4.0 + 2.0);
+        // F_none^2 deletes a^1: after it, a0 + a2.
+        assert_eq!(r.steps[1].after.activations, 1 + 20);
+        // B^3 deletes the plain a^2 it used.
+        assert_eq!(r.steps[5].after.total(), 1 + 20);
+    }
+
+    #[test]
+    fn invalid_operations_are_named() {
+        let c = chain3();
+        let cases = [
+            ("F_all^2", "operation 1 (F_all^2) is invalid: its input a^1 is not in memory"),
+            ("F_all^1 F_none^2", "a^1 is held as abar^1"),
+            ("F_all^1 F_ck^1", "a^1 is already in memory"),
+            ("F_all^1 B^1", "the next one is B^4"),
+            ("F_ck^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2", "abar^1 is not in memory"),
+            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 F_all^4", "B^4 has already run"),
+            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 F_ck^3", "a plain a^3 can no longer be used"),
+            ("F_all^5", "stage 5 does not exist"),
+            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3", "ends before B^1"),
+            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2 B^1 B^1", "B^1 has already run"),
+        ];
+        for (seq, expected) in cases {
+            let e = simulate(&c, &ops(seq)).unwrap_err().to_string();
+            assert!(e.contains(expected), "{seq}: got `{e}`, expected `{expected}`");
+        }
+    }
+
+    #[test]
+    fn budget_names_first_operation_over() {
+        let c = chain3();
+        let seq = ops("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2 B^1");
+        assert!(simulate_within(&c, &seq, 1114).is_ok());
+        let e = simulate_within(&c, &seq, 1113).unwrap_err();
+        assert_eq!(e, SimulateError::OverBudget { index: 5, op: Op::B(3), needed: 1114, budget: 1113 });
+    }
+}

@@ -1,0 +1,132 @@
+//! Memory discretization: a budget of M bytes becomes S slots of
+//! `floor(M / S)` bytes (at least 1), and every size is rounded up to whole
+//! slots, so a schedule that fits in slots fits in bytes.
+
+/// A budget cut into slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slots {
+    /// Bytes per slot (at least 1).
+    pub slot: u64,
+    /// The budget in whole slots: `floor(budget / slot)`. Between `slots` and
+    /// `2 * slots - 1` when the budget is at least `slots` bytes.
+    pub budget: usize,
+}
+
+impl Slots {
+    /// Cuts `budget` bytes into `slots` slots (`slots` >= 1).
+    ///
+    /// With `slots >= budget` the slot is one byte and every figure is exact.
+    pub fn new(budget: u64, slots: usize) -> Slots {
+        let slot = (budget / slots.max(1) as u64).max(1);
+        Slots::with_slot(budget, slot)
+    }
+
+    /// A discretization with a given slot size.
+    pub fn with_slot(budget: u64, slot: u64) -> Slots {
+        let slot = slot.max(1);
+        Slots { slot, budget: usize::try_from(budget / slot).unwrap_or(usize::MAX) }
+    }
+
+    /// `bytes` rounded up to whole slots (saturating at `usize::MAX`).
+    pub fn of(&self, bytes: u64) -> usize {
+        usize::try_from(bytes.div_ceil(self.slot)).unwrap_or(usize::MAX)
+    }
+
+    /// Slots back to bytes (an upper bound of what they stand for).
+    pub fn bytes(&self, slots: usize) -> u64 {
+        (slots as u64).saturating_mul(self.slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding() {
+        let s = Slots::new(1000, 500);
+        assert_eq!((s.slot, s.budget), (2, 500));
+        assert_eq!(s.of(3), 2);
+        assert_eq!(s.of(4), 2);
+        assert_eq!(s.of(0), 0);
+        let s = Slots::new(1999, 500);
+        assert_eq!((s.slot, s.budget), (3, 666));
+        let exact = Slots::new(90, 500);
+        assert_eq!((exact.slot, exact.budget), (1, 90));
+    }
+}
+
+/// A chain's figures in slots, indexed like the model: `output[l]` and
+/// `gradient[l]` for `l` in `0..=n`, the others for `l` in `1..=n` (index 0
+/// unused), where `n = L + 1` is the loss. Shared by the slot-based solvers.
+#[derive(Clone, Debug)]
+pub struct SlotChain {
+    /// n = L + 1, the loss stage.
+    pub n: usize,
+    /// The discretization in use.
+    pub slots: Slots,
+    /// w_a in slots.
+    pub output: Vec<usize>,
+    /// w_abar in slots.
+    pub saved: Vec<usize>,
+    /// w_d in slots.
+    pub gradient: Vec<usize>,
+    /// o_f in slots.
+    pub forward_overhead: Vec<usize>,
+    /// o_b in slots.
+    pub backward_overhead: Vec<usize>,
+    /// u_f.
+    pub forward_time: Vec<f64>,
+    /// u_b.
+    pub backward_time: Vec<f64>,
+}
+
+impl SlotChain {
+    /// Rounds every size of `chain` up to whole slots of `slots`.
+    pub fn new(chain: &crate::Chain, slots: Slots) -> SlotChain {
+        let n = chain.len() + 1;
+        let per_stage = |f: &dyn Fn(usize) -> u64| -> Vec<usize> {
+            std::iter::once(0).chain((1..=n).map(|l| slots.of(f(l)))).collect()
+        };
+        let times = |f: &dyn Fn(usize) -> f64| -> Vec<f64> { std::iter::once(0.0).chain((1..=n).map(f)).collect() };
+        SlotChain {
+            n,
+            slots,
+            output: (0..=n).map(|l| slots.of(chain.output_size(l))).collect(),
+            saved: per_stage(&|l| chain.saved_size(l)),
+            gradient: (0..=n).map(|l| slots.of(chain.gradient_size(l))).collect(),
+            forward_overhead: per_stage(&|l| chain.forward_overhead(l)),
+            backward_overhead: per_stage(&|l| chain.backward_overhead(l)),
+            forward_time: times(&|l| chain.forward_time(l)),
+            backward_time: times(&|l| chain.backward_time(l)),
+        }
+    }
+
+    /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:
+    /// w_d^t + w_abar^s + o_f^s (`MODEL.md`: the gradient is delta^t, not delta^s).
+    pub fn forward_all_need(&self, s: usize, t: usize) -> usize {
+        self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.forward_overhead[s])
+    }
+
+    /// Memory (without a^{s-1}) while B^s runs: w_d^s + w_abar^s + w_d^{s-1} + o_b^s.
+    pub fn backward_need(&self, s: usize) -> usize {
+        self.gradient[s]
+            .saturating_add(self.saved[s])
+            .saturating_add(self.gradient[s - 1])
+            .saturating_add(self.backward_overhead[s])
+    }
+
+    /// Memory (without a^{s-1}) while F_ck^s runs with delta^t held: w_d^t + w_a^s + o_f^s.
+    pub fn forward_ck_need(&self, s: usize, t: usize) -> usize {
+        self.gradient[t].saturating_add(self.output[s]).saturating_add(self.forward_overhead[s])
+    }
+
+    /// Memory while F_none^j runs with delta^t held and only a^{j-1} (plus
+    /// whatever the caller excludes) stored: w_d^t + w_a^{j-1} + w_a^j + o_f^j.
+    pub fn forward_none_need(&self, j: usize, t: usize) -> usize {
+        self.gradient[t]
+            .saturating_add(self.output[j - 1])
+            .saturating_add(self.output[j])
+            .saturating_add(self.forward_overhead[j])
+    }
+}

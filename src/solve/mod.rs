@@ -1,0 +1,259 @@
+//! Every algorithm behind one entry point, [`solve`].
+//!
+//! Whatever an algorithm returns is replayed by the exact simulator before it
+//! is handed out: the [`Solution`]'s makespan and peak are the simulator's, and
+//! a schedule that is invalid or over budget is reported as a bug, never shown.
+
+pub mod exhaustive;
+pub mod persistent;
+
+use std::fmt;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+use crate::chain::Chain;
+use crate::schedule::{Op, Schedule};
+use crate::simulate::{Replay, SimulateError, simulate_within};
+use crate::size::format_size;
+use crate::slots::{SlotChain, Slots};
+
+/// The solvers remat offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Rotor's persistent dynamic program (Alg. 3/4, corrected), O(S L^3).
+    Persistent,
+    /// Shortest path over all memory states: exact in bytes, small chains only.
+    Exhaustive,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order tables list them.
+    pub const ALL: &'static [Algorithm] = &[Algorithm::Persistent, Algorithm::Exhaustive];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Persistent => "persistent",
+            Algorithm::Exhaustive => "exhaustive",
+        }
+    }
+
+    /// One line on what the algorithm does.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
+            Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Algorithm, String> {
+        Algorithm::ALL.iter().copied().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// Progress callback: `(work done, total work)`, called from the solving thread.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Options shared by the solvers.
+#[derive(Clone, Copy)]
+pub struct SolveOptions<'a> {
+    /// Number of memory slots S for the slot-based solvers (default 500).
+    pub slots: usize,
+    /// Called as work progresses, for long solves.
+    pub progress: Option<Progress<'a>>,
+}
+
+impl Default for SolveOptions<'_> {
+    fn default() -> Self {
+        SolveOptions { slots: DEFAULT_SLOTS, progress: None }
+    }
+}
+
+/// The number of memory slots used unless told otherwise (as in the paper).
+pub const DEFAULT_SLOTS: usize = 500;
+
+/// A schedule that the simulator has replayed within the budget.
+#[derive(Clone, Debug)]
+pub struct Solution {
+    /// The schedule, with the simulator's makespan and peak.
+    pub schedule: Schedule,
+    /// The replay it was checked with (memory timeline included).
+    pub replay: Replay,
+    /// Bytes per memory slot the solver worked with (1 = exact).
+    pub slot_size: u64,
+    /// The makespan the solver itself predicted (checked equal to the replay's).
+    pub solver_makespan: f64,
+}
+
+/// Why no schedule came back.
+#[derive(Debug, Error)]
+pub enum SolveError {
+    /// No schedule of this algorithm fits the budget.
+    #[error("{}", infeasible_message(*algorithm, *budget, *min_budget))]
+    Infeasible {
+        /// The algorithm asked.
+        algorithm: Algorithm,
+        /// The budget asked, in bytes.
+        budget: u64,
+        /// The smallest budget at which this algorithm finds a schedule, if known.
+        min_budget: Option<u64>,
+    },
+    /// The instance is too large for the algorithm or for memory.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Bad options (zero slots...).
+    #[error("{0}")]
+    Options(String),
+    /// The solver produced a schedule the simulator rejected: a bug in remat.
+    #[error("internal error: the {algorithm} schedule failed its replay ({source}); please report this")]
+    Rejected {
+        /// The algorithm at fault.
+        algorithm: Algorithm,
+        /// What the simulator said.
+        source: SimulateError,
+    },
+    /// The solver's makespan differs from its schedule's replay: a bug in remat.
+    #[error(
+        "internal error: {algorithm} predicted makespan {predicted} but its schedule replays at {replayed}; please report this"
+    )]
+    Mispredicted {
+        /// The algorithm at fault.
+        algorithm: Algorithm,
+        /// What the solver claimed.
+        predicted: f64,
+        /// What the simulator measured.
+        replayed: f64,
+    },
+}
+
+fn infeasible_message(algorithm: Algorithm, budget: u64, min_budget: Option<u64>) -> String {
+    let mut msg = format!("no {algorithm} schedule fits in {} ({budget} bytes)", format_size(budget));
+    match min_budget {
+        Some(m) => msg += &format!("; the smallest budget it can meet is {} ({m} bytes)", format_size(m)),
+        None => msg += "; no budget works with these options",
+    }
+    msg
+}
+
+/// Solves `chain` under `budget` bytes with `algorithm`, replays the result
+/// with the exact simulator and returns it.
+///
+/// Deterministic: the same input gives the same schedule. Complexity is the
+/// algorithm's (see each module).
+pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    if opts.slots == 0 {
+        return Err(SolveError::Options("--slots must be at least 1".into()));
+    }
+    let (ops, slot_size, predicted) = match algorithm {
+        Algorithm::Persistent => {
+            if chain.len() > persistent::MAX_STAGES {
+                return Err(SolveError::TooLarge(format!(
+                    "the persistent DP handles at most {} stages; this chain has {}",
+                    persistent::MAX_STAGES,
+                    chain.len()
+                )));
+            }
+            let slots = Slots::new(budget, opts.slots);
+            let sc = SlotChain::new(chain, slots);
+            if persistent::min_peak_slots(&sc) > slots.budget {
+                return Err(SolveError::Infeasible {
+                    algorithm,
+                    budget,
+                    min_budget: persistent::min_budget(chain, opts.slots),
+                });
+            }
+            let table = persistent::Table::build(sc, opts.progress);
+            let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
+            (ops, slots.slot, table.makespan(slots.budget))
+        }
+        Algorithm::Exhaustive => {
+            check_exhaustive_size(chain)?;
+            match exhaustive::fastest(chain, budget) {
+                Some((time, ops)) => (ops, 1, time),
+                None => {
+                    return Err(SolveError::Infeasible {
+                        algorithm,
+                        budget,
+                        min_budget: Some(exhaustive::min_peak(chain).0),
+                    });
+                }
+            }
+        }
+    };
+    checked(chain, budget, algorithm, ops, slot_size, predicted)
+}
+
+fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
+    if chain.len() > exhaustive::MAX_STAGES {
+        return Err(SolveError::TooLarge(format!(
+            "exhaustive search is limited to chains of at most {} stages (its state space grows as 3^L); \
+             this chain has {}. Use --algorithm persistent",
+            exhaustive::MAX_STAGES,
+            chain.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Replays `ops` within `budget`, checks the solver's `predicted` makespan
+/// against the replay (to rounding of float sums) and wraps them as a
+/// [`Solution`].
+fn checked(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    ops: Vec<Op>,
+    slot_size: u64,
+    predicted: f64,
+) -> Result<Solution, SolveError> {
+    let replay = simulate_within(chain, &ops, budget).map_err(|source| SolveError::Rejected { algorithm, source })?;
+    let tolerance = 1e-9 * replay.makespan.abs().max(1.0);
+    if (predicted - replay.makespan).abs() > tolerance {
+        return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
+    }
+    let schedule = Schedule {
+        algorithm: algorithm.name().to_string(),
+        budget,
+        makespan: replay.makespan,
+        peak_memory: replay.peak_memory,
+        operations: ops,
+    };
+    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted })
+}
+
+/// The smallest budget, in bytes, at which `algorithm` finds a schedule with
+/// these options. For `exhaustive` it is exact (and the smallest budget any
+/// schedule can meet).
+pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
+    if opts.slots == 0 {
+        return Err(SolveError::Options("--slots must be at least 1".into()));
+    }
+    match algorithm {
+        Algorithm::Persistent => Ok(persistent::min_budget(chain, opts.slots)),
+        Algorithm::Exhaustive => {
+            check_exhaustive_size(chain)?;
+            Ok(Some(exhaustive::min_peak(chain).0))
+        }
+    }
+}
+
+/// The smallest budget any valid schedule can meet, when it can be computed
+/// exactly: `Some((bytes, how))`. Exact for chains small enough for
+/// exhaustive search; otherwise `None`.
+pub fn min_budget_any(chain: &Chain) -> Option<(u64, &'static str)> {
+    (chain.len() <= exhaustive::MAX_STAGES).then(|| (exhaustive::min_peak(chain).0, "exhaustive search"))
+}
