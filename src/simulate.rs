@@ -295,7 +295,7 @@ mod tests {
             ("F_all^1 B^1", "the next one is B^4"),
             ("F_ck^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2 B^1", "abar^1 is not in memory"),
             ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 F_all^4", "B^4 has already run"),
-            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 F_ck^3", "a plain a^3 can no longer be used"),
+            ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 F_ck^3", "a plain a^3 can no longer be used"),
             ("F_all^5", "stage 5 does not exist"),
             ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3", "ends before B^1"),
             ("F_all^1 F_all^2 F_all^3 F_all^4 B^4 B^3 B^2 B^1 B^1", "B^1 has already run"),
