@@ -14,10 +14,40 @@
 //! - the F_none steps are checked only up to the split s' actually chosen (the
 //!   paper's bound over every j < t rejects feasible splits).
 //!
-//! Complexity: O(S L^3) time and O(S L^2) memory for S slots, the (s, t) cells
-//! of one anti-diagonal t - s = d filled in parallel (they only read shorter
-//! diagonals). Cells are independent of the order of m, so zero sizes (m - 0 = m)
-//! are harmless.
+//! # How the table is computed (issue 8)
+//! The recurrence is O(S L^3): for each (s, t) and split s' the candidate over
+//! the whole memory axis is `fwd + C(s', t, m - w) + C(s, s'-1, m)`, two shifted
+//! rows added. The loop over m is the inner loop, over contiguous `f64` slices
+//! zipped together (no bounds checks, vectorised by the compiler). Its results
+//! equal those of the straightforward triple loop bit for bit (the test
+//! `tests/persistent_reference.rs` holds that loop and checks it), because:
+//! - every candidate is computed with the same operations in the same order,
+//!   `(fwd + right) + left`, and the minimum of a set of floats does not depend
+//!   on the order it is taken in;
+//! - no choice table is stored: [`Table::sequence`] recomputes, for the few
+//!   cells on the path, the first candidate (F_all, then the splits in
+//!   increasing order) whose value equals the cell, which is exactly the one
+//!   the triple loop's strict `<` kept.
+//!
+//! Costs stay `f64`: in `f32` the sums of real-valued times round differently,
+//! the makespan would no longer equal the simulator's, and near-ties would pick
+//! other splits (the reference test shows such a case).
+//!
+//! Structure that cuts the work and the memory:
+//! - each row C(s, t, .) is non-increasing in m, infinite below a threshold and
+//!   constant from some point on (once every sub-chain fits, more memory does
+//!   not help). A row is stored from its threshold to the start of its constant
+//!   tail only; the short rows of short sub-chains take little room.
+//! - every candidate is at least `fwd + min right + min left` (float addition is
+//!   monotone), so a split only runs over the prefix of memory values where the
+//!   row so far is above that bound (a binary search, the row being
+//!   non-increasing), and not at all below the split's own threshold.
+//! - the cells of one anti-diagonal t - s = d only read shorter diagonals and
+//!   are filled in parallel with rayon.
+//!
+//! Complexity: O(S L^3) time in the worst case, much less in practice, and at
+//! most (L+1)(L+2)/2 rows of at most S' + 1 `f64` (S' = the budget in slots,
+//! between S and 2S - 1), O(S L^2) memory; see [`table_bytes_estimate`].
 
 use rayon::prelude::*;
 
@@ -25,47 +55,208 @@ use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
 
-/// Choice codes: `NONE` infeasible, `ALL` starts with F_all^s, any other value
-/// is the split s' of an F_ck^s start.
-const NONE: u16 = 0;
-const ALL: u16 = 1;
-
-/// Longest chain the u16 choice codes can describe.
+/// Longest chain the persistent DP accepts (its table has L^2 / 2 rows).
 pub const MAX_STAGES: usize = u16::MAX as usize - 2;
 
+const INF: f64 = f64::INFINITY;
+
+/// One row C(s, t, .) of the table, for m in `0..=budget`.
+#[derive(Clone, Debug)]
+struct Row {
+    /// The smallest feasible m; the row is infinite below (and everywhere when
+    /// it is `usize::MAX`).
+    lo: usize,
+    /// C(s, t, lo), C(s, t, lo + 1), ...: from the last entry on, the row is
+    /// constant. Empty only for an infeasible row.
+    vals: Box<[f64]>,
+}
+
+impl Row {
+    /// The row left in `acc` (`budget + 1` values) by the candidates.
+    fn from_acc(acc: &[f64]) -> Row {
+        let lo = acc.partition_point(|&c| c == INF);
+        let Some(&tail) = acc[lo..].last() else {
+            return Row::infeasible();
+        };
+        let flat = lo + acc[lo..].partition_point(|&c| c > tail);
+        Row { lo, vals: acc[lo..=flat].into() }
+    }
+
+    fn infeasible() -> Row {
+        Row { lo: usize::MAX, vals: Box::new([]) }
+    }
+
+    /// C(s, t, m).
+    fn get(&self, m: usize) -> f64 {
+        if m < self.lo {
+            return INF;
+        }
+        self.vals[(m - self.lo).min(self.vals.len() - 1)]
+    }
+
+    /// The row's value on its constant tail: its minimum.
+    fn tail(&self) -> f64 {
+        self.vals[self.vals.len() - 1]
+    }
+
+    /// The stored values from `x` (>= `lo`) up to the start of the tail,
+    /// at most `len` of them: the row at `x`, `x + 1`, ... while explicit.
+    fn explicit_from(&self, x: usize, len: usize) -> &[f64] {
+        let from = (x - self.lo).min(self.vals.len() - 1);
+        let to = (self.vals.len() - 1).min(from + len);
+        &self.vals[from..to]
+    }
+}
+
+/// `acc[i] = min(acc[i], (base + right[i]) + left[i])`: the hot loop. Written
+/// as a select over zipped slices so that it vectorises and has no bounds
+/// checks; the association of the sum is the triple loop's.
+fn relax_both(acc: &mut [f64], base: f64, right: &[f64], left: &[f64]) {
+    for ((a, &r), &l) in acc.iter_mut().zip(right).zip(left) {
+        let c = base + r + l;
+        *a = if c < *a { c } else { *a };
+    }
+}
+
+/// `acc[i] = min(acc[i], (base + right[i]) + left)`.
+fn relax_right(acc: &mut [f64], base: f64, right: &[f64], left: f64) {
+    for (a, &r) in acc.iter_mut().zip(right) {
+        let c = base + r + left;
+        *a = if c < *a { c } else { *a };
+    }
+}
+
+/// `acc[i] = min(acc[i], base + left[i])` (the base already holds the right
+/// term when it is constant).
+fn relax_left(acc: &mut [f64], base: f64, left: &[f64]) {
+    for (a, &l) in acc.iter_mut().zip(left) {
+        let c = base + l;
+        *a = if c < *a { c } else { *a };
+    }
+}
+
+/// `acc[i] = min(acc[i], c)`.
+fn relax_const(acc: &mut [f64], c: f64) {
+    for a in acc.iter_mut() {
+        *a = if c < *a { c } else { *a };
+    }
+}
+
+/// `acc[i] = min(acc[i], base + row(x + i))` for a row feasible at `x`.
+fn relax_row(acc: &mut [f64], base: f64, row: &Row, x: usize) {
+    let head = row.explicit_from(x, acc.len());
+    let (a_head, a_tail) = acc.split_at_mut(head.len());
+    relax_left(a_head, base, head);
+    relax_const(a_tail, base + row.tail());
+}
+
+/// `acc[i] = min(acc[i], (base + right(xr + i)) + left(xl + i))` for rows
+/// feasible at `xr` and `xl`, cut where each row turns constant.
+fn relax_split(acc: &mut [f64], base: f64, right: &Row, xr: usize, left: &Row, xl: usize) {
+    let r = right.explicit_from(xr, acc.len());
+    let l = left.explicit_from(xl, acc.len());
+    let (both, rest) = acc.split_at_mut(r.len().min(l.len()));
+    relax_both(both, base, r, l);
+    let k = both.len();
+    let (one, rest) = rest.split_at_mut(r.len().max(l.len()) - k);
+    if r.len() > k {
+        relax_right(one, base, &r[k..], left.tail());
+    } else {
+        relax_left(one, base + right.tail(), &l[k..]);
+    }
+    relax_const(rest, base + right.tail() + left.tail());
+}
+
+/// Side of the square tiles of (s, t) cells filled together: the rows a tile
+/// reads for one split are shared by `TILE` cells each, and its accumulators
+/// (`TILE`^2 rows) stay in the L2 cache.
+const TILE: usize = 8;
+
 /// The filled DP table for one chain and one discretization. Answers every
-/// budget up to the one it was built for.
+/// budget up to the one it was built for, with the same slot size.
 pub struct Table {
     sc: SlotChain,
-    /// Row (s, t) at `(s - 1) * n + (t - 1)`; rows with s > t are empty.
-    cost: Vec<Vec<f64>>,
-    choice: Vec<Vec<u16>>,
+    /// Row (s, t), s <= t, at `index(s, t)` (by s, then t).
+    rows: Vec<Row>,
+    /// `fwd[index(s, j)]` = u_f^s + u_f^{s+1} + ... + u_f^j, summed in that
+    /// order (as the triple loop does): the forwards before split s' = j + 1.
+    fwd: Vec<f64>,
+    /// `need[index(s, j)]`: memory of F_ck^s F_none^{s+1} .. F_none^j besides
+    /// a^{s-1} and the gradient: max(w_a^s + o_f^s, max_{s<i<=j} w_a^{i-1} +
+    /// w_a^i + o_f^i).
+    need: Vec<usize>,
+}
+
+/// The (s, t) cells of one tile: s in `rows`, t in `cols`, s <= t.
+#[derive(Clone, Copy)]
+struct Tile {
+    rows: (usize, usize),
+    cols: (usize, usize),
+}
+
+impl Tile {
+    fn contains(&self, s: usize, t: usize) -> bool {
+        (self.rows.0..=self.rows.1).contains(&s) && (self.cols.0..=self.cols.1).contains(&t)
+    }
+
+    /// Position of cell (s, t) in the tile's buffers.
+    fn slot(&self, s: usize, t: usize) -> usize {
+        (s - self.rows.0) * TILE + (t - self.cols.0)
+    }
 }
 
 impl Table {
-    fn idx(&self, s: usize, t: usize) -> usize {
-        (s - 1) * self.sc.n + (t - 1)
+    fn index(&self, s: usize, t: usize) -> usize {
+        let n = self.sc.n;
+        (s - 1) * n - (s - 1) * s.saturating_sub(2) / 2 + (t - s)
     }
 
-    fn cost(&self, s: usize, t: usize) -> &[f64] {
-        &self.cost[self.idx(s, t)]
+    fn row(&self, s: usize, t: usize) -> &Row {
+        &self.rows[self.index(s, t)]
     }
 
     /// Fills the table for budgets up to `sc.slots.budget` slots.
-    /// `progress(done, total)` is called after each anti-diagonal.
+    /// `progress(done, total)` is called as tiles complete.
+    ///
+    /// The cells are filled by square tiles, the tiles of one anti-diagonal
+    /// of tiles in parallel (rayon), each tile reading only finished tiles and
+    /// itself. Time O(S L^3) at worst (see the module documentation for what
+    /// it skips); memory at most [`table_bytes_estimate`] up to rounding ties.
     pub fn build(sc: SlotChain, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Table {
         let n = sc.n;
-        let mut table = Table { cost: vec![Vec::new(); n * n], choice: vec![Vec::new(); n * n], sc };
+        let cells = n * (n + 1) / 2;
+        let mut table = Table { rows: Vec::new(), fwd: vec![0.0; cells], need: vec![0; cells], sc };
+        table.rows.resize_with(cells, Row::infeasible);
+        for s in 1..=n {
+            let sc = &table.sc;
+            let mut fwd = sc.forward_time[s];
+            let mut need = sc.output[s].saturating_add(sc.forward_overhead[s]);
+            for j in s..=n {
+                if j > s {
+                    fwd += sc.forward_time[j];
+                    need =
+                        need.max(sc.output[j - 1].saturating_add(sc.output[j]).saturating_add(sc.forward_overhead[j]));
+                }
+                let k = table.index(s, j);
+                table.fwd[k] = fwd;
+                table.need[k] = need;
+            }
+        }
+        let blocks = n.div_ceil(TILE);
+        let block = |b: usize| (b * TILE + 1, ((b + 1) * TILE).min(n));
         let total: u64 = (0..n as u64).map(|d| (n as u64 - d) * (d + 1)).sum();
         let mut done = 0;
-        for d in 0..n {
-            let rows: Vec<(Vec<f64>, Vec<u16>)> = (1..=n - d).into_par_iter().map(|s| table.row(s, s + d)).collect();
-            for (i, (cost, choice)) in rows.into_iter().enumerate() {
-                let k = table.idx(i + 1, i + 1 + d);
-                table.cost[k] = cost;
-                table.choice[k] = choice;
+        let width = table.sc.slots.budget.saturating_add(1);
+        for d in 0..blocks {
+            let tiles: Vec<Tile> = (0..blocks - d).map(|b| Tile { rows: block(b), cols: block(b + d) }).collect();
+            let filled: Vec<Vec<(usize, usize, Row)>> = tiles
+                .par_iter()
+                .map_init(|| vec![vec![INF; width]; TILE * TILE], |accs, &tile| table.fill_tile(tile, accs))
+                .collect();
+            for (index, d, row) in filled.into_iter().flatten() {
+                done += d as u64 + 1;
+                table.rows[index] = row;
             }
-            done += (n - d) as u64 * (d as u64 + 1);
             if let Some(p) = progress {
                 p(done, total);
             }
@@ -73,56 +264,85 @@ impl Table {
         table
     }
 
-    /// Computes row (s, t) from the rows of shorter sub-chains.
-    fn row(&self, s: usize, t: usize) -> (Vec<f64>, Vec<u16>) {
-        let sc = &self.sc;
-        let budget = sc.slots.budget;
-        let mut cost = vec![f64::INFINITY; budget + 1];
-        let mut choice = vec![NONE; budget + 1];
-        let back = sc.backward_need(s);
-        if s == t {
-            let need = sc.forward_all_need(s, s).max(back);
-            let c = sc.forward_time[s] + sc.backward_time[s];
-            for m in need..=budget {
-                cost[m] = c;
-                choice[m] = ALL;
-            }
-            return (cost, choice);
+    /// Fills the cells of `tile`, whose rows of shorter sub-chains outside the
+    /// tile are final. Returns each cell's row index, t - s and row.
+    fn fill_tile(&self, tile: Tile, accs: &mut [Vec<f64>]) -> Vec<(usize, usize, Row)> {
+        let budget = self.sc.slots.budget;
+        let cells = || {
+            (tile.cols.0..=tile.cols.1).flat_map(move |t| (tile.rows.0..=tile.rows.1.min(t)).rev().map(move |s| (s, t)))
+        };
+        for (s, t) in cells() {
+            accs[tile.slot(s, t)].fill(INF);
         }
-        // F_all^s, then (s+1, t) beside abar^s, then B^s.
-        let need = sc.forward_all_need(s, t).max(back).max(sc.saved[s]);
-        let fixed = sc.forward_time[s] + sc.backward_time[s];
-        let sub = self.cost(s + 1, t);
-        let w = sc.saved[s];
-        for m in need..=budget {
-            let c = fixed + sub[m - w];
-            if c < cost[m] {
-                cost[m] = c;
-                choice[m] = ALL;
-            }
-        }
-        // F_ck^s F_none^{s+1..s'-1}, then (s', t) beside a^{s'-1}, then (s, s'-1).
-        let mut need_fwd = sc.forward_ck_need(s, t);
-        let mut fwd_time = sc.forward_time[s];
-        for split in s + 1..=t {
-            let j = split - 1; // a^j = a^{s'-1} is the stored activation
-            if j > s {
-                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-                fwd_time += sc.forward_time[j];
-            }
-            let w = sc.output[j];
-            let need = need_fwd.max(w);
-            let right = self.cost(split, t);
-            let left = self.cost(s, j);
-            for m in need..=budget {
-                let c = fwd_time + right[m - w] + left[m];
-                if c < cost[m] {
-                    cost[m] = c;
-                    choice[m] = split as u16;
+        // Splits s' = j + 1 whose two sub-chains (s, j) and (j + 1, t) lie in
+        // finished tiles for every cell of the tile: loop over them outermost
+        // so that the rows of one split serve every cell.
+        let diagonal = tile.rows == tile.cols;
+        if !diagonal {
+            for j in tile.rows.1..tile.cols.0 {
+                for s in tile.rows.0..=tile.rows.1 {
+                    for t in tile.cols.0..=tile.cols.1 {
+                        self.relax_split(s, t, j, self.row(j + 1, t), self.row(s, j), &mut accs[tile.slot(s, t)]);
+                    }
                 }
             }
         }
-        (cost, choice)
+        // The remaining splits read cells of this tile: fill the cells in an
+        // order where those are done (t up, s down).
+        let mut local: Vec<Row> = std::iter::repeat_with(Row::infeasible).take(TILE * TILE).collect();
+        let mut out = Vec::with_capacity(TILE * TILE);
+        for (s, t) in cells() {
+            let get = |a: usize, b: usize| if tile.contains(a, b) { &local[tile.slot(a, b)] } else { self.row(a, b) };
+            let acc = &mut accs[tile.slot(s, t)];
+            let row = if s == t {
+                let need = self.sc.forward_all_need(s, s).max(self.sc.backward_need(s));
+                if need > budget {
+                    Row::infeasible()
+                } else {
+                    Row { lo: need, vals: Box::new([self.sc.forward_time[s] + self.sc.backward_time[s]]) }
+                }
+            } else {
+                self.relax_all(s, t, get(s + 1, t), acc);
+                let inner = if diagonal { s..t } else { s..tile.rows.1 };
+                for j in inner.chain(if diagonal { 0..0 } else { tile.cols.0..t }) {
+                    self.relax_split(s, t, j, get(j + 1, t), get(s, j), acc);
+                }
+                Row::from_acc(acc)
+            };
+            local[tile.slot(s, t)] = row.clone();
+            out.push((self.index(s, t), t - s, row));
+        }
+        out
+    }
+
+    /// The F_all^s candidate of (s, t): F_all^s, (s+1, t) beside abar^s, B^s.
+    fn relax_all(&self, s: usize, t: usize, sub: &Row, acc: &mut [f64]) {
+        let sc = &self.sc;
+        let w = sc.saved[s];
+        let from = sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w).max(sub.lo.saturating_add(w));
+        if from <= sc.slots.budget {
+            relax_row(&mut acc[from..], sc.forward_time[s] + sc.backward_time[s], sub, from - w);
+        }
+    }
+
+    /// The candidate of (s, t) with split s' = j + 1: F_ck^s F_none^{s+1..j},
+    /// then (j + 1, t) = `right` beside a^j, then (s, j) = `left`.
+    fn relax_split(&self, s: usize, t: usize, j: usize, right: &Row, left: &Row, acc: &mut [f64]) {
+        let sc = &self.sc;
+        let budget = sc.slots.budget;
+        let k = self.index(s, j);
+        let w = sc.output[j];
+        let from = sc.gradient[t].saturating_add(self.need[k]).max(w).max(right.lo.saturating_add(w)).max(left.lo);
+        if from > budget {
+            return;
+        }
+        let fwd = self.fwd[k];
+        // Every candidate of this split is at least `bound`; where the row is
+        // already there (a suffix: the row is non-increasing) it cannot
+        // improve it.
+        let bound = fwd + right.get(budget - w) + left.get(budget);
+        let to = from + acc[from..].partition_point(|&c| c > bound);
+        relax_split(&mut acc[from..to], fwd, right, from - w, left, from);
     }
 
     /// The discretization the table was built with.
@@ -130,18 +350,58 @@ impl Table {
         self.sc.slots
     }
 
+    /// Bytes the table's rows take.
+    pub fn bytes(&self) -> u64 {
+        let rows = self.rows.len() * std::mem::size_of::<Row>();
+        let vals: usize = self.rows.iter().map(|r| r.vals.len() * std::mem::size_of::<f64>()).sum();
+        (rows + vals) as u64
+    }
+
     /// Best makespan for a budget of `budget` slots (at most the table's), or
-    /// infinity when infeasible.
+    /// infinity when infeasible. O(1).
     pub fn makespan(&self, budget: usize) -> f64 {
         let a0 = self.sc.output[0];
         if budget < a0 || budget > self.sc.slots.budget {
-            return f64::INFINITY;
+            return INF;
         }
-        self.cost(1, self.sc.n)[budget - a0]
+        self.row(1, self.sc.n).get(budget - a0)
+    }
+
+    /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,
+    /// `Some(s')` for F_ck^s .. F_none^{s'-1}. The first candidate, in the
+    /// order F_all then s' = s+1..=t, whose value is the cell's (the tie-break
+    /// of the triple loop), recomputed with the same float operations. O(t - s).
+    fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
+        let sc = &self.sc;
+        let target = self.row(s, t).get(m);
+        debug_assert!(target.is_finite());
+        if s == t {
+            return None;
+        }
+        let w = sc.saved[s];
+        if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
+            && sc.forward_time[s] + sc.backward_time[s] + self.row(s + 1, t).get(m - w) == target
+        {
+            return None;
+        }
+        let mut need_fwd = sc.forward_ck_need(s, t);
+        let mut fwd_time = sc.forward_time[s];
+        for split in s + 1..=t {
+            let j = split - 1;
+            if j > s {
+                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
+                fwd_time += sc.forward_time[j];
+            }
+            let w = sc.output[j];
+            if m >= need_fwd.max(w) && fwd_time + self.row(split, t).get(m - w) + self.row(s, j).get(m) == target {
+                return Some(split);
+            }
+        }
+        unreachable!("a finite cell is one of its candidates")
     }
 
     /// The operation sequence reaching [`Table::makespan`] for `budget` slots,
-    /// or `None` when infeasible. O(length of the sequence).
+    /// or `None` when infeasible. O(L) per F_all or F_ck of the sequence.
     pub fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
         if !self.makespan(budget).is_finite() {
             return None;
@@ -161,17 +421,15 @@ impl Table {
                 }
                 Task::Solve(s, t, m) => (s, t, m),
             };
-            match self.choice[self.idx(s, t)][m] {
-                NONE => unreachable!("a finite cell always has a choice"),
-                ALL => {
+            match self.choice(s, t, m) {
+                None => {
                     ops.push(Op::FAll(s));
                     stack.push(Task::Emit(Op::B(s)));
                     if s < t {
                         stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
                     }
                 }
-                split => {
-                    let split = split as usize;
+                Some(split) => {
                     ops.push(Op::FCk(s));
                     ops.extend((s + 1..split).map(Op::FNone));
                     // Stack order: (split, t) runs first, then (s, split - 1).
@@ -182,6 +440,34 @@ impl Table {
         }
         Some(ops)
     }
+}
+
+/// The memory the table of [`Table::build`] for `sc` is expected to take, in
+/// bytes, before building it. O(L^2).
+///
+/// A row C(s, t, .) is stored up to the point where the sub-chain fits with
+/// every activation saved (past it the row is constant), and at most to the
+/// budget; the estimate counts each row from m = 0 (so it is high by the
+/// thresholds) and assumes no row keeps falling past that point, which only a
+/// rounding tie between equal real costs (zero forward times) can break.
+pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
+    let n = sc.n;
+    let budget = sc.slots.budget as u64;
+    let row_bytes = (std::mem::size_of::<Row>() + std::mem::size_of::<f64>()) as u64;
+    let mut total = 0u64;
+    // store_all[s] = the smallest m at which F_all^s .. F_all^t B^t .. B^s fits
+    // in (s, t), for the current t.
+    let mut store_all = vec![0usize; n + 2];
+    for t in 1..=n {
+        for s in (1..=t).rev() {
+            let need = sc.forward_all_need(s, t).max(sc.backward_need(s));
+            store_all[s] =
+                if s == t { need } else { need.max(sc.saved[s]).max(sc.saved[s].saturating_add(store_all[s + 1])) };
+            let len = (store_all[s] as u64).min(budget);
+            total = total.saturating_add(row_bytes.saturating_add(len.saturating_mul(8)));
+        }
+    }
+    total
 }
 
 /// The smallest peak, in slots and a^0 included, of any persistent sequence
