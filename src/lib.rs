@@ -19,3 +19,8 @@ pub use chain::{Chain, ChainError, Stage};
 pub use schedule::{Op, Schedule};
 pub use simulate::{Replay, SimulateError, simulate, simulate_within};
 pub use solve::{Algorithm, Solution, SolveError, SolveOptions, solve};
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
