@@ -57,12 +57,6 @@ pub fn build(b: &mut Builder, cfg: &Config) {
     }
     b.block("norm5");
     x = b.bn_relu("", x);
-    b.block("avgpool");
-    x = b.adaptive_avg_pool("", x, 1, 1);
-    b.block("flatten");
-    x = b.flatten("", x);
-    b.block("classifier");
-    x = b.linear("", x, 1000, true);
-    b.loss();
-    b.cross_entropy("loss", x, 1, false);
+    x = b.pool_and_flatten(x, 1, 1);
+    b.logits_and_loss("classifier", x, 1000);
 }

@@ -1,9 +1,6 @@
 //! Element types and devices: what a zoo network's tensors weigh and how long
 //! its kernels take on a roofline model of a GPU.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde_json::json;
 
 /// The type of the activations (and of the compute) of a network.
@@ -36,23 +33,8 @@ impl Dtype {
     }
 }
 
-impl fmt::Display for Dtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Dtype {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Dtype, String> {
-        Dtype::ALL
-            .iter()
-            .copied()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dtype `{s}`; expected one of: {}", names(Dtype::ALL, |d| d.name())))
-    }
-}
+named!(Dtype, "dtype");
+named!(Device, "device");
 
 /// Which hardware unit a kernel runs on, for the roofline's compute ceiling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,28 +169,6 @@ impl Device {
             "bandwidth_gb_per_s": self.bandwidth_gbs(),
         })
     }
-}
-
-impl fmt::Display for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Device {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Device, String> {
-        Device::ALL
-            .iter()
-            .copied()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown device `{s}`; expected one of: {}", names(Device::ALL, |d| d.name())))
-    }
-}
-
-fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> String {
-    all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

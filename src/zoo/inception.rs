@@ -120,8 +120,5 @@ pub fn build(b: &mut Builder) {
     x = b.dropout("", x);
     b.block("flatten");
     x = b.flatten("", x);
-    b.block("fc");
-    x = b.linear("", x, 1000, true);
-    b.loss();
-    b.cross_entropy("loss", x, 1, false);
+    b.logits_and_loss("fc", x, 1000);
 }

@@ -17,6 +17,29 @@
 //! assert_eq!(chain.len(), 22);
 //! ```
 
+/// `Display` as the name and `FromStr` from it (an error listing the names)
+/// for a closed set of values with `ALL` and `name()`.
+macro_rules! named {
+    ($t:ty, $what:literal) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<$t, String> {
+                <$t>::ALL.iter().copied().find(|x| x.name() == s).ok_or_else(|| {
+                    let names: Vec<&str> = <$t>::ALL.iter().map(|x| x.name()).collect();
+                    format!("unknown {} `{s}`; expected one of: {}", $what, names.join(", "))
+                })
+            }
+        }
+    };
+}
+
 pub mod densenet;
 pub mod device;
 pub mod gpt2;
@@ -29,7 +52,6 @@ pub mod unet;
 pub mod vgg;
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde_json::json;
 use thiserror::Error;
@@ -277,6 +299,9 @@ pub enum Granularity {
 }
 
 impl Granularity {
+    /// Both granularities.
+    pub const ALL: &'static [Granularity] = &[Granularity::Blocks, Granularity::Layers];
+
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -286,17 +311,7 @@ impl Granularity {
     }
 }
 
-impl FromStr for Granularity {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Granularity, String> {
-        match s {
-            "blocks" => Ok(Granularity::Blocks),
-            "layers" => Ok(Granularity::Layers),
-            _ => Err(format!("unknown granularity `{s}`; expected blocks or layers")),
-        }
-    }
-}
+named!(Granularity, "granularity");
 
 /// What to generate: a network, its input, the device, and the form.
 #[derive(Clone, Debug, PartialEq, Eq)]

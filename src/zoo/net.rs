@@ -572,6 +572,23 @@ impl Builder {
         self.push(n)
     }
 
+    /// The `avgpool` (adaptive, to `oh` x `ow`) and `flatten` stages of a classifier head.
+    pub fn pool_and_flatten(&mut self, x: Src, oh: usize, ow: usize) -> Src {
+        self.block("avgpool");
+        let x = self.adaptive_avg_pool("", x, oh, ow);
+        self.block("flatten");
+        self.flatten("", x)
+    }
+
+    /// The last linear layer as stage `name` (1000-way for ImageNet networks)
+    /// and the cross-entropy loss on its logits.
+    pub fn logits_and_loss(&mut self, name: &str, x: Src, classes: usize) -> Src {
+        self.block(name);
+        let logits = self.linear("", x, classes, true);
+        self.loss();
+        self.cross_entropy("loss", logits, 1, false)
+    }
+
     /// `x.view(x.size(0), -1)`.
     pub fn flatten(&mut self, name: &str, x: Src) -> Src {
         let shape = self.shape(x);

@@ -99,14 +99,8 @@ pub fn build(b: &mut Builder, cfg: &Config) {
         b.block("bn_final");
         x = b.bn_relu("", x);
     }
-    b.block("avgpool");
-    x = b.adaptive_avg_pool("", x, 1, 1);
-    b.block("flatten");
-    x = b.flatten("", x);
-    b.block("fc");
-    x = b.linear("", x, cfg.classes, true);
-    b.loss();
-    b.cross_entropy("loss", x, 1, false);
+    x = b.pool_and_flatten(x, 1, 1);
+    b.logits_and_loss("fc", x, cfg.classes);
 }
 
 /// torchvision's downsample: a strided 1x1 convolution and a BatchNorm.

@@ -42,10 +42,7 @@ pub fn build(b: &mut Builder, cfg: &[Layer]) {
             None => b.max_pool("", x, 2, 2, 0),
         };
     }
-    b.block("avgpool");
-    x = b.adaptive_avg_pool("", x, 7, 7);
-    b.block("flatten");
-    x = b.flatten("", x);
+    x = b.pool_and_flatten(x, 7, 7);
     b.block("classifier.0");
     x = b.linear_relu("", x, 4096);
     b.block("classifier.1");
@@ -54,8 +51,5 @@ pub fn build(b: &mut Builder, cfg: &[Layer]) {
     x = b.linear_relu("", x, 4096);
     b.block("classifier.3");
     x = b.dropout("", x);
-    b.block("classifier.4");
-    x = b.linear("", x, 1000, true);
-    b.loss();
-    b.cross_entropy("loss", x, 1, false);
+    b.logits_and_loss("classifier.4", x, 1000);
 }
