@@ -14,6 +14,7 @@ pub mod size;
 pub mod slots;
 pub mod solve;
 pub mod synthetic;
+pub mod zoo;
 
 pub use chain::{Chain, ChainError, Stage};
 pub use schedule::{Op, Schedule};
