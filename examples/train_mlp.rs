@@ -50,6 +50,9 @@ struct Args {
     /// Seed of the parameters and the data.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write the profiled chain to this JSON file (readable by `remat solve`).
+    #[arg(long, value_name = "PATH")]
+    chain_out: Option<std::path::PathBuf>,
 }
 
 const OUTPUTS: usize = 16;
@@ -106,6 +109,11 @@ fn run(args: &Args) -> Result<(), ExecError> {
     let budget = args.memory.map_or(Budget::StoreAllFraction(0.5), Budget::Bytes);
     let start = Instant::now();
     let mut ck = Checkpointed::new(net, MeanSquaredError, &x, &t, budget, args.algorithm)?;
+    if let Some(path) = &args.chain_out {
+        std::fs::write(path, ck.chain().to_json())
+            .map_err(|e| ExecError::Options(format!("cannot write `{}`: {e}", path.display())))?;
+        println!("profiled chain written to {}", path.display());
+    }
     let solution = ck.solution();
     let ops = &solution.schedule.operations;
     let recomputed = ops.iter().filter(|op| op.is_forward()).count() - (ck.chain().len() + 1);
