@@ -2,12 +2,13 @@
 //! schedules for training deep networks under a memory budget.
 //!
 //! The data flows one way: a file becomes a validated [`Chain`], a solver turns
-//! the chain and a budget into a [`Schedule`], and the exact [`simulate`]
+//! the chain and a budget into a [`Schedule`], and the exact [`simulate()`]
 //! replays the schedule in bytes before anything is shown.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod chain;
+pub mod exec;
 pub mod schedule;
 pub mod simulate;
 pub mod size;
