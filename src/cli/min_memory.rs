@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, min_budget, min_budget_any};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, min_budget, min_budget_any, min_budget_for_makespan};
 
 use super::solve::parse_algorithm;
 use super::{CliResult, Failure, load_chain};
@@ -20,9 +20,24 @@ pub struct Args {
     /// Memory slots S the algorithm would use.
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
     slots: usize,
+    /// Also find the smallest budget at which the makespan is at most PCT
+    /// percent above store-all's (no recomputation): `--max-overhead 10` or
+    /// `10%`. One persistent table over budgets up to store-all's peak answers
+    /// it, to within one slot (store-all's peak / --slots bytes).
+    #[arg(long, value_name = "PCT", value_parser = percent_arg)]
+    max_overhead: Option<f64>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Parses a percentage, `10` or `10%`: finite and not negative.
+fn percent_arg(s: &str) -> Result<f64, String> {
+    let p: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !p.is_finite() || p < 0.0 {
+        return Err(format!("`{s}` is not a percentage of at least 0"));
+    }
+    Ok(p)
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -33,6 +48,15 @@ pub fn run(args: Args) -> CliResult {
     let any = min_budget_any(&chain);
     let with_slots = min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, progress: None })?;
     let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, progress: None })?;
+    let within = match args.max_overhead {
+        Some(pct) => {
+            let limit = chain.store_all_time() * (1.0 + pct / 100.0);
+            let opts = SolveOptions { slots: args.slots, progress: None };
+            Some((pct, min_budget_for_makespan(&chain, limit, args.algorithm, &opts)?))
+        }
+        None => None,
+    };
+    let base = chain.store_all_time();
     if args.json {
         let out = serde_json::json!({
             "chain": chain.name(),
@@ -42,6 +66,12 @@ pub fn run(args: Args) -> CliResult {
             "slots": args.slots,
             "algorithm_min": with_slots,
             "algorithm_min_exact": exact,
+            "max_overhead": within.as_ref().map(|(pct, sol)| serde_json::json!({
+                "percent": pct,
+                "budget": sol.as_ref().map(|s| s.schedule.budget),
+                "makespan": sol.as_ref().map(|s| s.schedule.makespan),
+                "peak_memory": sol.as_ref().map(|s| s.schedule.peak_memory),
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return Ok(());
@@ -61,5 +91,16 @@ pub fn run(args: Args) -> CliResult {
     }
     println!("{:<24} {}", format!("{}, {} slots:", args.algorithm, args.slots), show(with_slots));
     println!("{:<24} {}", format!("{}, exact:", args.algorithm), show(exact));
+    if let Some((pct, sol)) = within {
+        let label = format!("{}, within +{pct}%:", args.algorithm);
+        match sol {
+            Some(sol) => {
+                let s = &sol.schedule;
+                let over = if base > 0.0 { 100.0 * (s.makespan / base - 1.0) } else { 0.0 };
+                println!("{label:<24} {} (makespan {:.2}, +{over:.1}%)", show(Some(s.budget)), s.makespan);
+            }
+            None => println!("{label:<24} none (no schedule is that fast)"),
+        }
+    }
     Ok(())
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, solve};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, memory_estimate, solve};
 
 use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 
@@ -35,6 +35,9 @@ pub struct Args {
     output: Option<PathBuf>,
 }
 
+/// Tables from this size on are announced on stderr before solving.
+const LARGE_TABLE: u64 = 256 << 20;
+
 pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse()
 }
@@ -47,6 +50,11 @@ pub fn run(args: Args) -> CliResult {
     let progress = Progress::new(&format!("{} DP", args.algorithm));
     let update = |done, total| progress.update(done, total);
     let opts = SolveOptions { slots: args.slots, progress: Some(&update) };
+    if let Some(bytes) = memory_estimate(&chain, args.memory, args.algorithm, &opts)
+        && bytes >= LARGE_TABLE
+    {
+        eprintln!("note: the {} solver's table will take about {}", args.algorithm, format_size(bytes));
+    }
     let result = solve(&chain, args.memory, args.algorithm, &opts);
     drop(progress);
     if let (true, Err(remat::SolveError::Infeasible { algorithm, budget, min_budget })) = (args.json, &result) {

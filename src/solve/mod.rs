@@ -10,6 +10,7 @@ pub mod persistent;
 use std::fmt;
 use std::str::FromStr;
 
+use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::chain::Chain;
@@ -160,23 +161,16 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
     }
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Persistent => {
-            if chain.len() > persistent::MAX_STAGES {
-                return Err(SolveError::TooLarge(format!(
-                    "the persistent DP handles at most {} stages; this chain has {}",
-                    persistent::MAX_STAGES,
-                    chain.len()
-                )));
-            }
+            check_persistent_size(chain)?;
             let slots = Slots::new(budget, opts.slots);
-            let sc = SlotChain::new(chain, slots);
-            if persistent::min_peak_slots(&sc) > slots.budget {
+            if persistent::min_peak_slots(&SlotChain::new(chain, slots)) > slots.budget {
                 return Err(SolveError::Infeasible {
                     algorithm,
                     budget,
                     min_budget: persistent::min_budget(chain, opts.slots),
                 });
             }
-            let table = persistent::Table::build(sc, opts.progress);
+            let table = persistent_table(chain, budget, opts)?;
             let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
             (ops, slots.slot, table.makespan(slots.budget))
         }
@@ -195,6 +189,17 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
+}
+
+fn check_persistent_size(chain: &Chain) -> Result<(), SolveError> {
+    if chain.len() > persistent::MAX_STAGES {
+        return Err(SolveError::TooLarge(format!(
+            "the persistent DP handles at most {} stages; this chain has {}",
+            persistent::MAX_STAGES,
+            chain.len()
+        )));
+    }
+    Ok(())
 }
 
 fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
@@ -256,4 +261,136 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
 /// exhaustive search; otherwise `None`.
 pub fn min_budget_any(chain: &Chain) -> Option<(u64, &'static str)> {
     (chain.len() <= exhaustive::MAX_STAGES).then(|| (exhaustive::min_peak(chain).0, "exhaustive search"))
+}
+
+/// Memory, in bytes, that solving `chain` at `budget` with `algorithm` is
+/// expected to take (its tables), computed before solving in O(L^2); `None`
+/// for algorithms without a table worth estimating. [`solve`] refuses, with
+/// [`SolveError::TooLarge`], a solve whose estimate exceeds the memory
+/// available.
+pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<u64> {
+    match algorithm {
+        Algorithm::Persistent => {
+            Some(persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, opts.slots.max(1)))))
+        }
+        Algorithm::Exhaustive => None,
+    }
+}
+
+/// The memory the operating system says is available now (`MemAvailable` of
+/// Linux's `/proc/meminfo`), or `None` where it cannot tell.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses a solve whose tables (`needed` bytes) would not fit in the
+/// available memory, rather than letting the system kill it midway.
+fn check_memory(algorithm: Algorithm, needed: u64) -> Result<(), SolveError> {
+    match available_memory() {
+        Some(available) if needed > available => Err(SolveError::TooLarge(format!(
+            "the {algorithm} solver's table would take about {} but only {} of memory is available; \
+             use fewer --slots (its time and memory grow linearly with them)",
+            format_size(needed),
+            format_size(available)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Solves `chain` at each budget of `budgets` (in bytes), in the same order.
+///
+/// For `persistent` one table, built for the largest budget, answers every
+/// budget: its slot is `max(budgets) / opts.slots` bytes, so a budget b is
+/// solved with `b / slot` slots, the discretization a solve at the largest
+/// budget uses (coarser than a separate solve at b, which would cut b itself
+/// into `opts.slots` slots; ask for more slots for finer answers at small
+/// budgets). The cost is one table, O(S L^3), plus O(L) per schedule. Other
+/// algorithms solve each budget separately, in parallel. Either way every
+/// schedule is replayed by the simulator, and an infeasible budget gives
+/// [`SolveError::Infeasible`] with the smallest budget that works.
+///
+/// Fails as a whole only for bad options or a table too large for memory.
+pub fn solve_many(
+    chain: &Chain,
+    budgets: &[u64],
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Vec<Result<Solution, SolveError>>, SolveError> {
+    if opts.slots == 0 {
+        return Err(SolveError::Options("--slots must be at least 1".into()));
+    }
+    let Some(&max) = budgets.iter().max() else {
+        return Ok(Vec::new());
+    };
+    if algorithm != Algorithm::Persistent {
+        let opts = SolveOptions { progress: None, ..*opts };
+        return Ok(budgets.par_iter().map(|&b| solve(chain, b, algorithm, &opts)).collect());
+    }
+    let table = persistent_table(chain, max, opts)?;
+    let slot = table.slots().slot;
+    let min_budget = match table.min_budget_slots() {
+        Some(m) => Some(table.slots().bytes(m)),
+        None => persistent::min_budget(chain, opts.slots),
+    };
+    Ok(budgets
+        .par_iter()
+        .map(|&budget| {
+            let m = (budget / slot) as usize;
+            match table.sequence(m) {
+                Some(ops) => checked(chain, budget, algorithm, ops, slot, table.makespan(m)),
+                None => Err(SolveError::Infeasible { algorithm, budget, min_budget }),
+            }
+        })
+        .collect())
+}
+
+/// The smallest budget at which `algorithm` has a makespan of at most
+/// `max_makespan`, with its schedule; `Ok(None)` when no budget does (below
+/// the store-all time no schedule can).
+///
+/// For `persistent` one table over budgets up to store-all's peak P (slots of
+/// P / `opts.slots` bytes) answers it by a binary search on its makespan
+/// curve, so the budget is the smallest to within one slot of that size.
+/// Only `persistent` is supported.
+pub fn min_budget_for_makespan(
+    chain: &Chain,
+    max_makespan: f64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Option<Solution>, SolveError> {
+    if algorithm != Algorithm::Persistent {
+        return Err(SolveError::Options(format!(
+            "the smallest budget for a makespan is computed for persistent only, not {algorithm}"
+        )));
+    }
+    if opts.slots == 0 {
+        return Err(SolveError::Options("--slots must be at least 1".into()));
+    }
+    let n = chain.len() + 1;
+    let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let peak =
+        crate::simulate::simulate(chain, &store_all).map_err(|source| SolveError::Rejected { algorithm, source })?;
+    let table = persistent_table(chain, peak.peak_memory, opts)?;
+    if let Some(m) = table.min_budget_for_makespan(max_makespan) {
+        let ops = table.sequence(m).expect("a budget with a finite makespan is feasible");
+        let budget = table.slots().bytes(m);
+        return checked(chain, budget, algorithm, ops, table.slots().slot, table.makespan(m)).map(Some);
+    }
+    // Slot rounding can keep store-all itself out of the table.
+    if peak.makespan <= max_makespan {
+        return checked(chain, peak.peak_memory, algorithm, store_all, 1, peak.makespan).map(Some);
+    }
+    Ok(None)
+}
+
+/// The persistent table for budgets up to `budget` bytes, after the checks
+/// [`solve`] makes (chain length, memory).
+fn persistent_table(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<persistent::Table, SolveError> {
+    check_persistent_size(chain)?;
+    let sc = SlotChain::new(chain, Slots::new(budget, opts.slots));
+    check_memory(Algorithm::Persistent, persistent::table_bytes_estimate(&sc))?;
+    Ok(persistent::Table::build(sc, opts.progress))
 }

@@ -382,11 +382,35 @@ impl Table {
         self.sc.slots
     }
 
-    /// Bytes the table's rows take.
+    /// Bytes the table takes (rows and per-cell sums).
     pub fn bytes(&self) -> u64 {
-        let rows = self.rows.len() * std::mem::size_of::<Row>();
+        let cells =
+            self.rows.len() * (std::mem::size_of::<Row>() + std::mem::size_of::<f64>() + std::mem::size_of::<usize>());
         let vals: usize = self.rows.iter().map(|r| r.vals.len() * std::mem::size_of::<f64>()).sum();
-        (rows + vals) as u64
+        (cells + vals) as u64
+    }
+
+    /// The smallest budget, in slots, at which the table finds a schedule
+    /// (`None` if none up to its budget). Every larger budget up to the
+    /// table's is feasible too. O(1).
+    pub fn min_budget_slots(&self) -> Option<usize> {
+        let row = self.row(1, self.sc.n);
+        (row.lo <= self.sc.slots.budget).then(|| row.lo + self.sc.output[0])
+    }
+
+    /// The smallest budget, in slots, whose makespan is at most
+    /// `max_makespan` (`None` if even the table's budget is slower): the
+    /// makespan is non-increasing in the budget, so this is a binary search.
+    /// O(log S).
+    pub fn min_budget_for_makespan(&self, max_makespan: f64) -> Option<usize> {
+        let first = self.min_budget_slots()?;
+        let budget = self.sc.slots.budget;
+        let (mut lo, mut hi) = (first, budget + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.makespan(mid) <= max_makespan { hi = mid } else { lo = mid + 1 }
+        }
+        (lo <= budget).then_some(lo)
     }
 
     /// Best makespan for a budget of `budget` slots (at most the table's), or
@@ -474,19 +498,21 @@ impl Table {
     }
 }
 
-/// The memory the table of [`Table::build`] for `sc` is expected to take, in
-/// bytes, before building it. O(L^2).
+/// The memory [`Table::build`] for `sc` is expected to take, in bytes, before
+/// building it: its rows, its per-cell sums and the accumulators of each rayon
+/// thread. O(L^2).
 ///
 /// A row C(s, t, .) is stored up to the point where the sub-chain fits with
 /// every activation saved (past it the row is constant), and at most to the
-/// budget; the estimate counts each row from m = 0 (so it is high by the
+/// budget. The estimate counts each row from m = 0 (so it is high by the rows'
 /// thresholds) and assumes no row keeps falling past that point, which only a
 /// rounding tie between equal real costs (zero forward times) can break.
 pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let n = sc.n;
     let budget = sc.slots.budget as u64;
-    let row_bytes = (std::mem::size_of::<Row>() + std::mem::size_of::<f64>()) as u64;
-    let mut total = 0u64;
+    let per_cell = (std::mem::size_of::<Row>() + 2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>()) as u64;
+    let threads = rayon::current_num_threads() as u64;
+    let mut total = (TILE * TILE) as u64 * threads * budget.saturating_add(1).saturating_mul(8);
     // store_all[s] = the smallest m at which F_all^s .. F_all^t B^t .. B^s fits
     // in (s, t), for the current t.
     let mut store_all = vec![0usize; n + 2];
@@ -496,7 +522,7 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
             store_all[s] =
                 if s == t { need } else { need.max(sc.saved[s]).max(sc.saved[s].saturating_add(store_all[s + 1])) };
             let len = (store_all[s] as u64).min(budget);
-            total = total.saturating_add(row_bytes.saturating_add(len.saturating_mul(8)));
+            total = total.saturating_add(per_cell.saturating_add(len.saturating_mul(8)));
         }
     }
     total
