@@ -1,27 +1,81 @@
-//! The persistent DP on network-like chains of 100 and 300 stages at 500 slots,
-//! with the budget halfway between the smallest feasible one and store-all's peak.
+//! The persistent DP at 500 slots, with the budget halfway between the
+//! smallest feasible one and store-all's peak:
+//! - `persistent-500-slots`: whole solves (table, sequence, replay) of
+//!   network-like chains of 100, 339 and 1000 stages and of ResNet-1001
+//!   (chains/resnet1001-224-b8.json, 339 stages), each on 1 and 2 threads;
+//! - `persistent-vs-triple-loop`: the table alone against the straightforward
+//!   triple loop it replaced (`tests/reference/mod.rs`), on one thread, for
+//!   the speed ratio.
+//!
+//! `cargo bench --bench persistent` runs everything (about 10 minutes, most of
+//! it L = 1000 and the triple loop at L = 339); a filter such as
+//! `cargo bench --bench persistent -- L=339` runs a part.
+
+#[path = "../tests/reference/mod.rs"]
+mod reference;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rayon::ThreadPoolBuilder;
+use remat::slots::{SlotChain, Slots};
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
 use remat::synthetic::network_like;
+use remat::{Chain, Op};
 
-fn bench(c: &mut Criterion) {
-    let mut group = c.benchmark_group("persistent");
+const SLOTS: usize = 500;
+
+/// Halfway between the smallest budget the DP meets and store-all's peak.
+fn budget(chain: &Chain) -> u64 {
+    let n = chain.len() + 1;
+    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let peak = remat::simulate(chain, &ops).expect("store-all is valid").peak_memory;
+    let min = persistent::min_budget(chain, SLOTS).expect("feasible");
+    min + (peak - min) / 2
+}
+
+fn resnet1001() -> Chain {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/chains/resnet1001-224-b8.json");
+    Chain::from_json(&std::fs::read_to_string(path).expect("chain file")).expect("valid chain")
+}
+
+fn solves(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persistent-500-slots");
     group.sample_size(10);
-    for len in [100, 300] {
+    let chains = [
+        ("L=100", network_like(42, 100)),
+        ("L=339", network_like(42, 339)),
+        ("resnet1001", resnet1001()),
+        ("L=1000", network_like(42, 1000)),
+    ];
+    for (name, chain) in &chains {
+        let budget = budget(chain);
+        let opts = SolveOptions { slots: SLOTS, progress: None };
+        for threads in [1, 2] {
+            let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+            let id = BenchmarkId::new(*name, format!("{threads}-thread"));
+            group.bench_function(id, |b| {
+                b.iter(|| pool.install(|| solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible")))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn against_triple_loop(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persistent-vs-triple-loop");
+    group.sample_size(10);
+    let pool = ThreadPoolBuilder::new().num_threads(1).build().expect("thread pool");
+    for len in [100, 339] {
         let chain = network_like(42, len);
-        let store_all = solve(&chain, u64::MAX / 4, Algorithm::Persistent, &SolveOptions::default())
-            .expect("ample memory")
-            .schedule
-            .peak_memory;
-        let min = persistent::min_peak_exact(&chain);
-        let budget = min + (store_all - min) / 2;
-        group.bench_with_input(BenchmarkId::new("500-slots", len), &budget, |b, &budget| {
-            b.iter(|| solve(&chain, budget, Algorithm::Persistent, &SolveOptions::default()).expect("feasible"))
+        let sc = SlotChain::new(&chain, Slots::new(budget(&chain), SLOTS));
+        group.bench_with_input(BenchmarkId::new("table", format!("L={len}")), &sc, |b, sc| {
+            b.iter(|| pool.install(|| persistent::Table::build(sc.clone(), None)))
+        });
+        group.bench_with_input(BenchmarkId::new("triple-loop", format!("L={len}")), &sc, |b, sc| {
+            b.iter(|| reference::Reference::<f64>::build(sc.clone()))
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, solves, against_triple_loop);
 criterion_main!(benches);

@@ -264,12 +264,11 @@ impl Table {
         let block = |b: usize| (b * TILE + 1, ((b + 1) * TILE).min(n));
         let total: u64 = (0..n as u64).map(|d| (n as u64 - d) * (d + 1)).sum();
         let mut done = 0;
-        let width = table.sc.slots.budget.saturating_add(1);
         for d in 0..blocks {
             let tiles: Vec<Tile> = (0..blocks - d).map(|b| Tile { rows: block(b), cols: block(b + d) }).collect();
             let filled: Vec<Vec<(usize, usize, Row)>> = tiles
                 .par_iter()
-                .map_init(|| vec![vec![INF; width]; TILE * TILE], |accs, &tile| table.fill_tile(tile, accs))
+                .map_init(|| vec![Vec::new(); TILE * TILE], |accs, &tile| table.fill_tile(tile, accs))
                 .collect();
             for (index, d, row) in filled.into_iter().flatten() {
                 done += d as u64 + 1;
@@ -290,7 +289,10 @@ impl Table {
             (tile.cols.0..=tile.cols.1).flat_map(move |t| (tile.rows.0..=tile.rows.1.min(t)).rev().map(move |s| (s, t)))
         };
         for (s, t) in cells() {
-            accs[tile.slot(s, t)].fill(INF);
+            // Allocated on first use: a tile of a short chain has few cells.
+            let acc = &mut accs[tile.slot(s, t)];
+            acc.clear();
+            acc.resize(budget + 1, INF);
         }
         // Splits s' = j + 1 whose two sub-chains (s, j) and (j + 1, t) lie in
         // finished tiles for every cell of the tile: loop over them outermost
@@ -512,7 +514,8 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let budget = sc.slots.budget as u64;
     let per_cell = (std::mem::size_of::<Row>() + 2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>()) as u64;
     let threads = rayon::current_num_threads() as u64;
-    let mut total = (TILE * TILE) as u64 * threads * budget.saturating_add(1).saturating_mul(8);
+    let tile = TILE.min(n) as u64;
+    let mut total = tile * tile * threads * budget.saturating_add(1).saturating_mul(8);
     // store_all[s] = the smallest m at which F_all^s .. F_all^t B^t .. B^s fits
     // in (s, t), for the current t.
     let mut store_all = vec![0usize; n + 2];
