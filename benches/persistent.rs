@@ -16,18 +16,16 @@ mod reference;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rayon::ThreadPoolBuilder;
+use remat::Chain;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
 use remat::synthetic::network_like;
-use remat::{Chain, Op};
 
 const SLOTS: usize = 500;
 
 /// Halfway between the smallest budget the DP meets and store-all's peak.
 fn budget(chain: &Chain) -> u64 {
-    let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
-    let peak = remat::simulate(chain, &ops).expect("store-all is valid").peak_memory;
+    let peak = reference::store_all_peak(chain);
     let min = persistent::min_budget(chain, SLOTS).expect("feasible");
     min + (peak - min) / 2
 }

@@ -13,10 +13,10 @@
 mod reference;
 
 use rayon::prelude::*;
-use reference::Reference;
+use reference::{Reference, store_all_peak};
+use remat::Chain;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::persistent::{self, Table};
-use remat::{Chain, Op};
 
 const SLOTS: usize = 500;
 
@@ -93,9 +93,7 @@ fn chain_files() -> Vec<String> {
 /// The pinned budgets of a chain: a tenth and half of the way from the
 /// smallest budget the DP meets with 500 slots to store-all's peak.
 fn budgets(chain: &Chain) -> [u64; 2] {
-    let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
-    let peak = remat::simulate(chain, &ops).unwrap().peak_memory;
+    let peak = store_all_peak(chain);
     let min = persistent::min_budget(chain, SLOTS).unwrap();
     [min + (peak - min) / 10, min + (peak - min) / 2]
 }

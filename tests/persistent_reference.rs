@@ -4,18 +4,11 @@
 
 mod reference;
 
-use reference::Reference;
+use reference::{Reference, store_all_peak};
 use remat::slots::{SlotChain, Slots};
 use remat::solve::persistent::{Table, min_peak_slots};
 use remat::synthetic::{Rng, network_like, small_chain};
-use remat::{Chain, Op, simulate_within};
-
-/// Peak memory of storing everything (F_all everywhere), in bytes.
-fn store_all_peak(chain: &Chain) -> u64 {
-    let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
-    remat::simulate(chain, &ops).unwrap().peak_memory
-}
+use remat::{Chain, simulate_within};
 
 /// Builds both tables for `chain` at `budget` bytes and `slots` slots and
 /// compares them at every budget the table answers. Returns the number of

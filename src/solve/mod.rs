@@ -302,17 +302,23 @@ fn check_memory(algorithm: Algorithm, needed: u64) -> Result<(), SolveError> {
 
 /// Solves `chain` at each budget of `budgets` (in bytes), in the same order.
 ///
-/// For `persistent` one table, built for the largest budget, answers every
-/// budget: its slot is `max(budgets) / opts.slots` bytes, so a budget b is
-/// solved with `b / slot` slots, the discretization a solve at the largest
-/// budget uses (coarser than a separate solve at b, which would cut b itself
-/// into `opts.slots` slots; ask for more slots for finer answers at small
-/// budgets). The cost is one table, O(S L^3), plus O(L) per schedule. Other
-/// algorithms solve each budget separately, in parallel. Either way every
-/// schedule is replayed by the simulator, and an infeasible budget gives
-/// [`SolveError::Infeasible`] with the smallest budget that works.
+/// For `persistent`, one table answers every budget of a band: the budgets
+/// are cut into bands from the largest down, each holding the budgets down to
+/// half of its largest, and a band's table is built for its largest budget B
+/// (a slot of B / `opts.slots` bytes) and answers every budget b of the band
+/// at b / slot slots, at least `opts.slots / 2`. So k budgets spanning a
+/// ratio r cost about log2(r) + 1 tables instead of k, for answers at a slot
+/// size at most twice that of a separate solve at b (a separate solve can
+/// differ by that rounding, either way; with one-byte slots, `opts.slots` >=
+/// the largest budget, the answers are exactly the separate solves'). Other
+/// algorithms solve each budget separately, in parallel. Every schedule is
+/// replayed by the simulator; an infeasible budget gives
+/// [`SolveError::Infeasible`] with the smallest budget its band's table meets
+/// (or, if none, [`persistent::min_budget`]).
 ///
-/// Fails as a whole only for bad options or a table too large for memory.
+/// `opts.progress` sees the tables' work as one. Fails as a whole only for bad
+/// options or a table too large for memory. Time O(S L^3) per table plus O(L)
+/// per schedule.
 pub fn solve_many(
     chain: &Chain,
     budgets: &[u64],
@@ -322,29 +328,49 @@ pub fn solve_many(
     if opts.slots == 0 {
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
-    let Some(&max) = budgets.iter().max() else {
-        return Ok(Vec::new());
-    };
     if algorithm != Algorithm::Persistent {
         let opts = SolveOptions { progress: None, ..*opts };
         return Ok(budgets.par_iter().map(|&b| solve(chain, b, algorithm, &opts)).collect());
     }
-    let table = persistent_table(chain, max, opts)?;
-    let slot = table.slots().slot;
-    let min_budget = match table.min_budget_slots() {
-        Some(m) => Some(table.slots().bytes(m)),
-        None => persistent::min_budget(chain, opts.slots),
-    };
-    Ok(budgets
-        .par_iter()
-        .map(|&budget| {
-            let m = (budget / slot) as usize;
-            match table.sequence(m) {
-                Some(ops) => checked(chain, budget, algorithm, ops, slot, table.makespan(m)),
-                None => Err(SolveError::Infeasible { algorithm, budget, min_budget }),
+    let mut order: Vec<usize> = (0..budgets.len()).collect();
+    order.sort_by(|&i, &j| budgets[j].cmp(&budgets[i]));
+    let mut bands: Vec<&[usize]> = Vec::new();
+    let mut rest = &order[..];
+    while let Some(&top) = rest.first() {
+        let len = rest.iter().take_while(|&&i| budgets[i] >= budgets[top].div_ceil(2)).count();
+        bands.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    let mut results: Vec<Option<Result<Solution, SolveError>>> = budgets.iter().map(|_| None).collect();
+    for (k, band) in bands.iter().enumerate() {
+        let offset = |done: u64, total: u64| {
+            if let Some(p) = opts.progress {
+                p(k as u64 * total + done, bands.len() as u64 * total);
             }
-        })
-        .collect())
+        };
+        let band_opts = SolveOptions { progress: Some(&offset), ..*opts };
+        let table = persistent_table(chain, budgets[band[0]], &band_opts)?;
+        let slot = table.slots().slot;
+        let min_budget = match table.min_budget_slots() {
+            Some(m) => Some(table.slots().bytes(m)),
+            None => persistent::min_budget(chain, opts.slots),
+        };
+        let solved: Vec<(usize, Result<Solution, SolveError>)> = band
+            .par_iter()
+            .map(|&i| {
+                let (budget, m) = (budgets[i], (budgets[i] / slot) as usize);
+                let result = match table.sequence(m) {
+                    Some(ops) => checked(chain, budget, algorithm, ops, slot, table.makespan(m)),
+                    None => Err(SolveError::Infeasible { algorithm, budget, min_budget }),
+                };
+                (i, result)
+            })
+            .collect();
+        for (i, result) in solved {
+            results[i] = Some(result);
+        }
+    }
+    Ok(results.into_iter().map(|r| r.expect("every budget is in a band")).collect())
 }
 
 /// The smallest budget at which `algorithm` has a makespan of at most

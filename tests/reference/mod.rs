@@ -12,8 +12,15 @@
 
 use std::ops::Add;
 
-use remat::Op;
 use remat::slots::SlotChain;
+use remat::{Chain, Op};
+
+/// Peak memory of storing everything (F_all everywhere), in bytes.
+pub fn store_all_peak(chain: &Chain) -> u64 {
+    let n = chain.len() + 1;
+    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
+}
 
 /// The arithmetic the table needs.
 pub trait Cost: Copy + PartialOrd + PartialEq + Add<Output = Self> + Send + Sync {
