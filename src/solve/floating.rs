@@ -112,7 +112,7 @@ const INF: f64 = f64::INFINITY;
 const NEVER: usize = usize::MAX;
 
 /// Longest chain the program accepts: its thresholds alone take O(L^3) memory
-/// and O(L^4) time (at 500 stages, about 700 MB and a few seconds).
+/// and O(L^4) time (at 500 stages, about 170 MB and 5 s of one core).
 pub const MAX_STAGES: usize = 500;
 
 /// A cell of the program.
@@ -124,40 +124,45 @@ enum Cell {
     F(usize, usize, usize),
 }
 
-/// Where each cell lives in the flat tables.
+/// Where each cell lives in the flat tables: D cells first, then F cells,
+/// each run of cells that differ only in l contiguous (the threshold pass reads
+/// F(s, t, t'-1) for consecutive t').
 #[derive(Clone, Debug)]
 struct Layout {
     n: usize,
-    /// Index of the first F(., ., l) cell.
-    f_base: Vec<usize>,
+    /// Index of D(s, s), by s.
+    d_start: Vec<usize>,
+    /// Index of F(s, t, t), at `s * (n + 1) + t`.
+    f_start: Vec<usize>,
+    cells: usize,
 }
 
 impl Layout {
     fn new(n: usize) -> Layout {
-        let mut f_base = vec![0; n + 2];
-        for l in 1..=n {
-            f_base[l + 1] = f_base[l] + l.saturating_sub(1) * l.saturating_sub(2) / 2;
+        let mut next = 0;
+        let mut d_start = vec![0; n + 1];
+        for (s, start) in d_start.iter_mut().enumerate().skip(1) {
+            *start = next;
+            next += n + 1 - s;
         }
-        Layout { n, f_base }
-    }
-
-    fn d_cells(&self) -> usize {
-        self.n * (self.n + 1) / 2
-    }
-
-    fn f_cells(&self) -> usize {
-        self.f_base[self.n + 1]
+        let mut f_start = vec![0; (n + 1) * (n + 1)];
+        for s in 2..=n {
+            for t in s + 1..=n {
+                f_start[s * (n + 1) + t] = next;
+                next += n + 1 - t;
+            }
+        }
+        Layout { n, d_start, f_start, cells: next }
     }
 
     fn cells(&self) -> usize {
-        self.d_cells() + self.f_cells()
+        self.cells
     }
 
-    /// One index for both kinds: D cells first, then F cells.
     fn index(&self, cell: Cell) -> usize {
         match cell {
-            Cell::D(s, l) => l * (l - 1) / 2 + (s - 1),
-            Cell::F(s, t, l) => self.d_cells() + self.f_base[l] + (t - 2) * (t - 3) / 2 + (s - 2),
+            Cell::D(s, l) => self.d_start[s] + (l - s),
+            Cell::F(s, t, l) => self.f_start[s * (self.n + 1) + t] + (l - t),
         }
     }
 
@@ -204,11 +209,19 @@ struct Choice {
 
 /// The options of `cell`, in tie-breaking order (see the module doc).
 fn options(sc: &SlotChain, cell: Cell) -> Vec<Choice> {
-    let (uf, ub) = (&sc.forward_time, &sc.backward_time);
     let mut out = Vec::new();
+    for_each_option(sc, cell, |o| out.push(o));
+    out
+}
+
+/// Calls `f` on every option of `cell`, in tie-breaking order, without
+/// allocating (the threshold pass visits about L^4 / 24 of them).
+fn for_each_option(sc: &SlotChain, cell: Cell, mut f: impl FnMut(Choice)) {
+    let (uf, ub) = (&sc.forward_time, &sc.backward_time);
+    let out = &mut f;
     match cell {
         Cell::D(s, l) => {
-            out.push(Choice {
+            out(Choice {
                 kind: Move::All,
                 base: uf[s] + ub[s],
                 from: sc.forward_all_need(s, l).max(sc.backward_need(s)),
@@ -220,7 +233,7 @@ fn options(sc: &SlotChain, cell: Cell) -> Vec<Choice> {
                 for t2 in s + 1..=l {
                     let first =
                         if t2 == s + 1 { (Cell::D(s + 1, l), sc.output[s]) } else { (Cell::F(s + 1, t2, l), 0) };
-                    out.push(Choice {
+                    out(Choice {
                         kind: Move::Ck,
                         base: uf[s],
                         from,
@@ -233,9 +246,9 @@ fn options(sc: &SlotChain, cell: Cell) -> Vec<Choice> {
         Cell::F(s, t, l) => {
             let from = sc.forward_none_need(s, l);
             let next = if s + 1 == t { (Cell::D(t, l), sc.output[s]) } else { (Cell::F(s + 1, t, l), 0) };
-            out.push(Choice { kind: Move::None, base: uf[s], from, first: Some(next), second: None });
+            out(Choice { kind: Move::None, base: uf[s], from, first: Some(next), second: None });
             for t2 in t + 1..=l {
-                out.push(Choice {
+                out(Choice {
                     kind: Move::Ck,
                     base: uf[s],
                     from,
@@ -245,7 +258,6 @@ fn options(sc: &SlotChain, cell: Cell) -> Vec<Choice> {
             }
         }
     }
-    out
 }
 
 /// Table size and work of a fill, known before it starts.
@@ -296,6 +308,49 @@ fn physical_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// A cell's smallest feasible m from those of earlier diagonals: the (max,
+/// min) form of its options.
+fn threshold_of(sc: &SlotChain, lay: &Layout, threshold: &[usize], cell: Cell) -> usize {
+    let mut best = NEVER;
+    for_each_option(sc, cell, |o| {
+        let first = o.first.map_or(0, |(c, shift)| threshold[lay.index(c)].saturating_add(shift));
+        let second = o.second.map_or(0, |c| threshold[lay.index(c)]);
+        best = best.min(o.from.max(first).max(second));
+    });
+    best
+}
+
+/// The thresholds of D(s, l) and of every F(s, t, l): [`threshold_of`], with
+/// the F_ck options of the F cells (nearly all of the L^4 / 24) read as two
+/// contiguous runs, F(s+1, t', l) gathered once for the group and
+/// F(s, t, t'-1) laid out consecutively (see [`Layout`]). Debug builds check
+/// each against the generic form.
+fn group_thresholds(sc: &SlotChain, lay: &Layout, threshold: &[usize], s: usize, l: usize) -> Vec<(Cell, usize)> {
+    let mut out = vec![(Cell::D(s, l), threshold_of(sc, lay, threshold, Cell::D(s, l)))];
+    if s < 2 {
+        return out;
+    }
+    let shift = sc.output[s - 1];
+    // first[k]: the child F(s+1, t', l) for t' = s + 2 + k, with a^{s-1} held below it.
+    let first: Vec<usize> =
+        (s + 2..=l).map(|t2| threshold[lay.index(Cell::F(s + 1, t2, l))].saturating_add(shift)).collect();
+    for t in s + 1..=l {
+        let next = if s + 1 == t {
+            threshold[lay.index(Cell::D(t, l))].saturating_add(sc.output[s])
+        } else {
+            threshold[lay.index(Cell::F(s + 1, t, l))]
+        };
+        let rest = lay.index(Cell::F(s, t, t));
+        let rest = &threshold[rest..rest + (l - t)];
+        let best = first[t - 1 - s..].iter().zip(rest).fold(next, |best, (&a, &b)| best.min(a.max(b)));
+        let cell = Cell::F(s, t, l);
+        let found = sc.forward_none_need(s, l).max(best);
+        debug_assert_eq!(found, threshold_of(sc, lay, threshold, cell), "{cell:?}");
+        out.push((cell, found));
+    }
+    out
+}
+
 /// A chain in slots with every cell's smallest feasible m: enough to answer
 /// feasibility and the minimum peak, and to size the table before filling it.
 pub struct Plan {
@@ -314,22 +369,9 @@ impl Plan {
         let lay = Layout::new(sc.n);
         let mut threshold = vec![NEVER; lay.cells()];
         for d in 0..lay.n {
-            let cells = lay.diagonal(d);
-            let found: Vec<usize> = cells
-                .par_iter()
-                .map(|&cell| {
-                    options(&sc, cell)
-                        .iter()
-                        .map(|o| {
-                            let first = o.first.map_or(0, |(c, shift)| threshold[lay.index(c)].saturating_add(shift));
-                            let second = o.second.map_or(0, |c| threshold[lay.index(c)]);
-                            o.from.max(first).max(second)
-                        })
-                        .min()
-                        .expect("every cell has an option")
-                })
-                .collect();
-            for (cell, t) in cells.into_iter().zip(found) {
+            let groups: Vec<Vec<(Cell, usize)>> =
+                (1..=lay.n - d).into_par_iter().map(|s| group_thresholds(&sc, &lay, &threshold, s, s + d)).collect();
+            for (cell, t) in groups.into_iter().flatten() {
                 threshold[lay.index(cell)] = t;
             }
         }
