@@ -4,6 +4,7 @@
 mod min_memory;
 mod simulate;
 mod solve;
+mod zoo;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,7 @@ Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
   remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
   remat min-memory chains/rotor-fc6.json
+  remat zoo resnet101 --batch 32 -o resnet101.json
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
@@ -82,6 +84,7 @@ enum Command {
     Solve(solve::Args),
     Simulate(simulate::Args),
     MinMemory(min_memory::Args),
+    Zoo(zoo::Args),
 }
 
 /// Runs the CLI and maps failures to exit codes.
@@ -91,6 +94,7 @@ pub fn main() -> ExitCode {
         Command::Solve(args) => solve::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::MinMemory(args) => min_memory::run(args),
+        Command::Zoo(args) => zoo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

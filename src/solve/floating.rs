@@ -28,12 +28,13 @@
 //! B^1` (F_all^1 runs below a^2), while every nested sequence needs 20; and a
 //! 4-stage chain where recomputing a^2 below a kept a^3 saves a forward. A
 //! state (s, t, l, m) stands for "everything below a^{s-1} is frozen and
-//! weighs so much", so no recurrence over such states can describe a sequence
-//! that works below a held activation: matching exhaustive search there needs
-//! the layout of everything held, which is exhaustive search. Such chains are
-//! rare in random testing (none in the 5,000-chain acceptance run; about one
-//! chain in 25,000 with sizes below 4), and `auto` uses exhaustive search
-//! itself on chains small enough for it.
+//! weighs so much", so a recurrence over such states cannot describe a
+//! sequence that works below a held activation; describing it needs which
+//! activations are held below and when they change, and no state of
+//! polynomial size that does so is known to us (exhaustive search keeps the
+//! whole layout). Such chains are rare in random testing (none in the
+//! 5,000-chain acceptance run; about one in 25,000 chains with sizes below 4),
+//! and `auto` uses exhaustive search itself on chains small enough for it.
 //!
 //! # The recurrence
 //!
@@ -66,8 +67,10 @@
 //! - **D, F_ck^s** (s < l): a^s is pushed and a^{s-1} is not read until a^s,
 //!   after any F_none moves, is deleted, which only B^{t'} does (as a^{t'-1},
 //!   s < t' <= l). That part is F(s+1, t', l, m) (a^s inside m), or
-//!   D(s+1, l, m - w_a^s) when a^s never moves (t' = s + 1). Then a^{s-1} and
-//!   delta^{t'-1} remain: D(s, t'-1, m). F_ck^s needs w_d^l + w_a^s + o_f^s.
+//!   D(s+1, l, m - w_a^s) when a^s never moves (t' = s + 1). Everything it
+//!   pushed is gone by then (phase t' holds nothing above t', and abar^{t'}
+//!   goes with the same B), so a^{s-1} and delta^{t'-1} remain: D(s, t'-1, m).
+//!   F_ck^s needs w_d^l + w_a^s + o_f^s.
 //! - **F, F_none^s**: the floating activation moves to a^s: F(s+1, t, l, m),
 //!   or D(t, l, m - w_a^{t-1}) when s + 1 = t (then it stays until B^t).
 //! - **F, F_ck^s**: as for D, the new a^s lives in F(s+1, t', l, m - w_a^{s-1})
