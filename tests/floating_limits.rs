@@ -5,12 +5,11 @@
 //! better schedule with the simulator, checks exhaustive search finds it, and
 //! checks the floating DP equals the nested optimum instead.
 
-use remat::solve::{Algorithm, SolveError, SolveOptions, any_min_budget, exhaustive, floating, min_budget_any, solve};
+use remat::solve::{Algorithm, SolveError, any_min_budget, exhaustive, floating, min_budget_any, solve};
 use remat::{Chain, Op, schedule::parse_operations, simulate, simulate_within};
 
-fn exact(budget: u64) -> SolveOptions<'static> {
-    SolveOptions { slots: budget as usize, progress: None }
-}
+mod common;
+use common::exact;
 
 /// Index of the first forward whose input is not the highest activation held.
 fn first_non_nested(chain: &Chain, ops: &[Op]) -> Option<usize> {

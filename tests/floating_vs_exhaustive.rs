@@ -8,38 +8,13 @@
 
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, floating, solve};
 use remat::synthetic::{Rng, small_chain};
-use remat::{Chain, Op, simulate_within};
+
+mod common;
+use common::{exact, profile};
 
 /// Number of random chains (the issue asks for 5,000+), lengths 1 to 6.
 const CHAINS: usize = 5000;
 const MAX_LEN: usize = 6;
-
-/// Exact solve: as many slots as bytes in the budget.
-fn exact(budget: u64) -> SolveOptions<'static> {
-    SolveOptions { slots: budget.max(1) as usize, progress: None }
-}
-
-/// A search over sequences: the fastest within a budget, with its operations.
-type Search = fn(&Chain, u64) -> Option<(f64, Vec<Op>)>;
-
-/// The optimum of `search` at every budget in `lo..=hi`, using that it is a
-/// step function of the budget: a schedule found at budget M with peak p is
-/// optimal for every budget in p..=M.
-fn profile(chain: &Chain, lo: u64, hi: u64, search: Search) -> Vec<Option<f64>> {
-    let mut best = vec![None; (hi - lo + 1) as usize];
-    let mut m = hi;
-    while let Some((time, ops)) = search(chain, m) {
-        let peak = simulate_within(chain, &ops, m).unwrap().peak_memory;
-        for b in peak.max(lo)..=m {
-            best[(b - lo) as usize] = Some(time);
-        }
-        if peak <= lo {
-            break;
-        }
-        m = peak - 1;
-    }
-    best
-}
 
 fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(1.0)
