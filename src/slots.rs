@@ -130,3 +130,30 @@ impl SlotChain {
             .saturating_add(self.forward_overhead[j])
     }
 }
+
+/// The smallest budget in bytes at which a slot-based solver with `slots`
+/// slots is feasible, given `exact`, its smallest budget without rounding (a
+/// lower bound, since rounding only adds), and `feasible(budget)`. Rounding
+/// makes feasibility nearly but not exactly monotone in the budget, so this is
+/// the smallest found by doubling steps from `exact` and bisecting the last
+/// step. `None` if no budget works (fewer slots than values a schedule must
+/// hold). O(log M) calls of `feasible`.
+pub fn smallest_feasible_budget(exact: u64, slots: usize, feasible: impl Fn(u64) -> bool) -> Option<u64> {
+    if feasible(exact) {
+        return Some(exact);
+    }
+    let (mut lo, mut step) = (exact, (exact / slots.max(1) as u64).max(1));
+    let mut hi = loop {
+        let cand = lo.checked_add(step)?;
+        if feasible(cand) {
+            break cand;
+        }
+        lo = cand;
+        step = step.checked_mul(2)?;
+    };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if feasible(mid) { hi = mid } else { lo = mid }
+    }
+    Some(hi)
+}

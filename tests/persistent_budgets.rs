@@ -169,9 +169,9 @@ fn min_memory_reports_the_budget_for_an_overhead() {
 #[test]
 fn solve_refuses_a_table_larger_than_memory() {
     remat()
-        .args(["solve", &fc6(), "--memory", "1GiB", "--slots", "1000000000000"])
+        .args(["solve", &fc6(), "--memory", "1GiB", "--algorithm", "persistent", "--slots", "1000000000000"])
         .assert()
         .code(2)
         .stderr(contains("note: the persistent solver's table will take about"))
-        .stderr(contains("of memory is available; use fewer --slots"));
+        .stderr(contains("(half of this machine's memory); use fewer --slots"));
 }

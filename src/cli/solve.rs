@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, memory_estimate, solve};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, auto_choice, memory_estimate, solve};
 
 use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 
@@ -18,9 +18,13 @@ pub struct Args {
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
-    /// Solver: persistent (Rotor's DP over memory slots) or exhaustive (exact,
-    /// chains of at most 14 stages).
-    #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
+    /// Solver. auto (the default) runs exhaustive search on chains of at most 10
+    /// stages, else the floating DP when its tables are modest (a few GiB and
+    /// seconds at most), else persistent, and says which it ran. floating: the
+    /// fastest nested schedule, never slower than persistent, O(S L^4) time
+    /// and O(S L^3) memory. persistent: Rotor's persistent DP, O(S L^3).
+    /// exhaustive: exact in bytes over every schedule, at most 14 stages.
+    #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
@@ -47,15 +51,22 @@ pub fn run(args: Args) -> CliResult {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
     }
     let chain = load_chain(&args.chain)?;
-    let progress = Progress::new(&format!("{} DP", args.algorithm));
+    let (algorithm, why) = match args.algorithm {
+        Algorithm::Auto => {
+            let choice = auto_choice(&chain, args.memory, &SolveOptions { slots: args.slots, progress: None });
+            (choice.algorithm, Some(choice.reason))
+        }
+        chosen => (chosen, None),
+    };
+    let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
     let opts = SolveOptions { slots: args.slots, progress: Some(&update) };
-    if let Some(bytes) = memory_estimate(&chain, args.memory, args.algorithm, &opts)
+    if let Some(bytes) = memory_estimate(&chain, args.memory, algorithm, &opts)
         && bytes >= LARGE_TABLE
     {
-        eprintln!("note: the {} solver's table will take about {}", args.algorithm, format_size(bytes));
+        eprintln!("note: the {algorithm} solver's table will take about {}", format_size(bytes));
     }
-    let result = solve(&chain, args.memory, args.algorithm, &opts);
+    let result = solve(&chain, args.memory, algorithm, &opts);
     drop(progress);
     if let (true, Err(remat::SolveError::Infeasible { algorithm, budget, min_budget })) = (args.json, &result) {
         // Scripts sweeping budgets get the answer on stdout too.
@@ -82,7 +93,10 @@ pub fn run(args: Args) -> CliResult {
     } else {
         format!("{} slots of {} bytes", args.slots, solution.slot_size)
     };
-    println!("algorithm:   {} ({slots})", s.algorithm);
+    match why {
+        Some(why) => println!("algorithm:   {} ({slots}); chosen by auto: {why}", s.algorithm),
+        None => println!("algorithm:   {} ({slots})", s.algorithm),
+    }
     println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = if base > 0.0 { format!(", +{:.1}%", 100.0 * (s.makespan / base - 1.0)) } else { String::new() };
     println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);

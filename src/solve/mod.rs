@@ -5,6 +5,7 @@
 //! a schedule that is invalid or over budget is reported as a bug, never shown.
 
 pub mod exhaustive;
+pub mod floating;
 pub mod persistent;
 
 use std::fmt;
@@ -26,17 +27,24 @@ pub enum Algorithm {
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
+    /// The floating-activation DP: fastest nested schedule, O(S L^4).
+    Floating,
+    /// Picks exhaustive, floating or persistent by cost (see [`auto_choice`]).
+    Auto,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order tables list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Persistent, Algorithm::Exhaustive];
+    pub const ALL: &'static [Algorithm] =
+        &[Algorithm::Persistent, Algorithm::Exhaustive, Algorithm::Floating, Algorithm::Auto];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Persistent => "persistent",
             Algorithm::Exhaustive => "exhaustive",
+            Algorithm::Floating => "floating",
+            Algorithm::Auto => "auto",
         }
     }
 
@@ -45,6 +53,10 @@ impl Algorithm {
         match self {
             Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
             Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
+            Algorithm::Floating => {
+                "fastest nested schedule (floating-activation DP; never slower than persistent), over memory slots"
+            }
+            Algorithm::Auto => "exhaustive on small chains, else floating when its table is modest, else persistent",
         }
     }
 }
@@ -174,6 +186,26 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
             let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
             (ops, slots.slot, table.makespan(slots.budget))
         }
+        Algorithm::Floating => {
+            check_floating_size(chain, opts.slots)?;
+            let slots = Slots::new(budget, opts.slots);
+            let plan = floating::Plan::new(SlotChain::new(chain, slots));
+            if !plan.feasible() {
+                return Err(SolveError::Infeasible {
+                    algorithm,
+                    budget,
+                    min_budget: floating::min_budget(chain, opts.slots),
+                });
+            }
+            let needed = plan.estimate().table_bytes;
+            if needed > floating::memory_limit() {
+                return Err(floating_too_large(chain, opts.slots, needed));
+            }
+            let table = plan.fill(opts.progress);
+            let ops = table.sequence(slots.budget).expect("feasible by the plan");
+            (ops, slots.slot, table.makespan(slots.budget))
+        }
+        Algorithm::Auto => return solve(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
             match exhaustive::fastest(chain, budget) {
@@ -212,6 +244,95 @@ fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
         )));
     }
     Ok(())
+}
+
+fn check_floating_size(chain: &Chain, slots: usize) -> Result<(), SolveError> {
+    if chain.len() > floating::MAX_STAGES {
+        return Err(SolveError::TooLarge(format!(
+            "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); \
+             this chain has {}. Use --algorithm persistent",
+            floating::MAX_STAGES,
+            chain.len()
+        )));
+    }
+    let fixed = floating::upper_estimate(chain.len(), 0).table_bytes;
+    if fixed > floating::memory_limit() {
+        return Err(floating_too_large(chain, slots, fixed));
+    }
+    Ok(())
+}
+
+fn floating_too_large(chain: &Chain, slots: usize, bytes: u64) -> SolveError {
+    let limit = floating::memory_limit();
+    SolveError::TooLarge(format!(
+        "the floating DP would need about {} ({bytes} bytes) of tables for {} stages at {slots} slots, over the \
+         {} ({limit} bytes) it may use (half of this machine's memory). Use fewer --slots (the tables grow \
+         linearly with them) or --algorithm persistent",
+        format_size(bytes),
+        chain.len(),
+        format_size(limit)
+    ))
+}
+
+/// Chains of at most this many stages are solved by exhaustive search under
+/// `auto`: exact in bytes over every schedule, and about 0.2 s at worst on
+/// random and network-like chains of 10 stages (it grows about 2.3x a stage).
+pub const AUTO_EXHAUSTIVE_STAGES: usize = 10;
+/// `auto` runs the floating DP when its tables need at most this many bytes...
+pub const AUTO_FLOATING_BYTES: u64 = 2 << 30;
+/// ...and at most this many slot-option steps (about 1 ns each per core).
+pub const AUTO_FLOATING_WORK: u64 = 10_000_000_000;
+
+/// The algorithm `auto` runs for a solve, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoChoice {
+    /// Exhaustive, Floating or Persistent.
+    pub algorithm: Algorithm,
+    /// One line for the user.
+    pub reason: String,
+}
+
+/// What `--algorithm auto` runs: exhaustive search for chains of at most
+/// [`AUTO_EXHAUSTIVE_STAGES`] stages (exact in bytes, over every schedule),
+/// the floating DP when an upper bound of its cost is modest
+/// ([`AUTO_FLOATING_BYTES`], [`AUTO_FLOATING_WORK`], and the machine's
+/// [`floating::memory_limit`]), otherwise the persistent DP. Depends only on
+/// the chain's length, the budget and the slot count (and the machine's
+/// memory), so the same input gets the same algorithm. O(L^2).
+pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoice {
+    let len = chain.len();
+    if len <= AUTO_EXHAUSTIVE_STAGES {
+        return AutoChoice {
+            algorithm: Algorithm::Exhaustive,
+            reason: format!("{len} stages: exact search over every memory state is cheap"),
+        };
+    }
+    let m = Slots::new(budget, opts.slots.max(1)).budget;
+    let est = floating::upper_estimate(len, m);
+    let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
+    if len <= floating::MAX_STAGES && est.table_bytes <= limit && est.work <= AUTO_FLOATING_WORK {
+        return AutoChoice {
+            algorithm: Algorithm::Floating,
+            reason: format!(
+                "{len} stages at {} slots: floating DP tables of at most {} and {:.1e} steps",
+                opts.slots,
+                format_size(est.table_bytes),
+                est.work as f64
+            ),
+        };
+    }
+    AutoChoice {
+        algorithm: Algorithm::Persistent,
+        reason: format!(
+            "{len} stages at {} slots: the floating DP could need {} of tables and {:.1e} steps \
+             (auto allows {} and {:.0e}); force it with --algorithm floating or use fewer --slots",
+            opts.slots,
+            format_size(est.table_bytes),
+            est.work as f64,
+            format_size(limit),
+            AUTO_FLOATING_WORK as f64
+        ),
+    }
 }
 
 /// Replays `ops` within `budget`, checks the solver's `predicted` makespan
@@ -253,51 +374,98 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             check_exhaustive_size(chain)?;
             Ok(Some(exhaustive::min_peak(chain).0))
         }
+        Algorithm::Floating => {
+            check_floating_size(chain, opts.slots)?;
+            Ok(floating::min_budget(chain, opts.slots))
+        }
+        Algorithm::Auto => {
+            // The choice depends on the budget only through the slot count's
+            // range of budgets; judge it at the smallest budget persistent meets.
+            let probe = persistent::min_peak_exact(chain);
+            min_budget(chain, auto_choice(chain, probe, opts).algorithm, opts)
+        }
     }
 }
 
 /// The smallest budget any valid schedule can meet, when it can be computed
-/// exactly: `Some((bytes, how))`. Exact for chains small enough for
-/// exhaustive search; otherwise `None`.
+/// exactly: `Some((bytes, how))`. See [`any_min_budget`]; `None` when only
+/// bounds are known.
 pub fn min_budget_any(chain: &Chain) -> Option<(u64, &'static str)> {
-    (chain.len() <= exhaustive::MAX_STAGES).then(|| (exhaustive::min_peak(chain).0, "exhaustive search"))
+    let any = any_min_budget(chain);
+    (any.lower == any.upper).then_some((any.upper, any.method))
+}
+
+/// What is known of the smallest budget, in bytes, of any valid schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnyMinimum {
+    /// No valid schedule fits below this.
+    pub lower: u64,
+    /// A schedule fits at this budget; equal to `lower` when exact.
+    pub upper: u64,
+    /// How it was established.
+    pub method: &'static str,
+}
+
+/// The smallest budget of any valid schedule: exact when the nested minimum of
+/// the floating DP meets [`floating::any_peak_lower_bound`] (any length up to
+/// [`floating::MAX_STAGES`]; O(L^4)) or when the chain is small enough for
+/// exhaustive search (up to [`exhaustive::MAX_STAGES`] stages); otherwise a
+/// lower bound and the nested (or, over [`floating::MAX_STAGES`], persistent)
+/// minimum. Not every optimum is nested (see `floating`), so the nested
+/// minimum alone is only an upper bound.
+pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
+    let lower = floating::any_peak_lower_bound(chain);
+    let (upper, method) = if chain.len() <= floating::MAX_STAGES {
+        (floating::min_peak_exact(chain), "floating DP, meeting a lower bound")
+    } else {
+        (persistent::min_peak_exact(chain), "persistent DP, meeting a lower bound")
+    };
+    if upper == lower {
+        return AnyMinimum { lower, upper, method };
+    }
+    if chain.len() <= exhaustive::MAX_STAGES {
+        let exact = exhaustive::min_peak(chain).0;
+        return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
+    }
+    let method = if chain.len() <= floating::MAX_STAGES {
+        "lower bound to the floating DP's nested minimum"
+    } else {
+        "lower bound to the persistent DP's minimum"
+    };
+    AnyMinimum { lower, upper, method }
 }
 
 /// Memory, in bytes, that solving `chain` at `budget` with `algorithm` is
 /// expected to take (its tables), computed before solving in O(L^2); `None`
-/// for algorithms without a table worth estimating. [`solve`] refuses, with
-/// [`SolveError::TooLarge`], a solve whose estimate exceeds the memory
-/// available.
+/// for algorithms without such an estimate (floating checks its own tables,
+/// see [`floating::memory_limit`]). [`solve`] refuses, with
+/// [`SolveError::TooLarge`], a persistent solve whose estimate exceeds
+/// [`floating::memory_limit`] (half of the machine's memory).
 pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<u64> {
     match algorithm {
         Algorithm::Persistent => {
             Some(persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, opts.slots.max(1)))))
         }
-        Algorithm::Exhaustive => None,
+        Algorithm::Auto => memory_estimate(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
+        Algorithm::Floating | Algorithm::Exhaustive => None,
     }
 }
 
-/// The memory the operating system says is available now (`MemAvailable` of
-/// Linux's `/proc/meminfo`), or `None` where it cannot tell.
-pub fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// Refuses a solve whose tables (`needed` bytes) would not fit in the
-/// available memory, rather than letting the system kill it midway.
+/// Refuses a solve whose tables (`needed` bytes) exceed the memory a solve
+/// may use (the floating DP's rule, half of this machine's memory: a fixed
+/// figure per machine, so the same input gets the same answer there), rather
+/// than letting the system kill it midway.
 fn check_memory(algorithm: Algorithm, needed: u64) -> Result<(), SolveError> {
-    match available_memory() {
-        Some(available) if needed > available => Err(SolveError::TooLarge(format!(
-            "the {algorithm} solver's table would take about {} but only {} of memory is available; \
-             use fewer --slots (its time and memory grow linearly with them)",
-            format_size(needed),
-            format_size(available)
-        ))),
-        _ => Ok(()),
+    let limit = floating::memory_limit();
+    if needed <= limit {
+        return Ok(());
     }
+    Err(SolveError::TooLarge(format!(
+        "the {algorithm} solver's table would take about {} ({needed} bytes), over the {} it may use \
+         (half of this machine's memory); use fewer --slots (its time and memory grow linearly with them)",
+        format_size(needed),
+        format_size(limit)
+    )))
 }
 
 /// Solves `chain` at each budget of `budgets` (in bytes), in the same order.
