@@ -25,17 +25,36 @@ pub enum Algorithm {
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
+    /// The chain DP for chains and forward graphs that are paths, the
+    /// Checkmate MILP for other graphs.
+    Auto,
+    /// The Checkmate MILP on a graph (`graph::milp`).
+    Checkmate,
+    /// Checkmate's LP relaxation with two-phase rounding (`graph::approx`).
+    CheckmateApprox,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order tables list them.
     pub const ALL: &'static [Algorithm] = &[Algorithm::Persistent, Algorithm::Exhaustive];
 
+    /// Algorithms for graph files (also accepted on the command line); not in
+    /// [`Algorithm::ALL`], which lists what solves a chain.
+    pub const GRAPH: &'static [Algorithm] = &[Algorithm::Auto, Algorithm::Checkmate, Algorithm::CheckmateApprox];
+
+    /// True for the algorithms that only solve graphs (`checkmate`, `checkmate-approx`).
+    pub fn is_graph_only(self) -> bool {
+        matches!(self, Algorithm::Checkmate | Algorithm::CheckmateApprox)
+    }
+
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Persistent => "persistent",
             Algorithm::Exhaustive => "exhaustive",
+            Algorithm::Auto => "auto",
+            Algorithm::Checkmate => "checkmate",
+            Algorithm::CheckmateApprox => "checkmate-approx",
         }
     }
 
@@ -44,6 +63,9 @@ impl Algorithm {
         match self {
             Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
             Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
+            Algorithm::Auto => "persistent for chains and paths, checkmate for other graphs",
+            Algorithm::Checkmate => "optimal staged schedule of a graph by the Checkmate MILP",
+            Algorithm::CheckmateApprox => "Checkmate's LP relaxation with two-phase rounding (fast, not optimal)",
         }
     }
 }
@@ -58,8 +80,9 @@ impl FromStr for Algorithm {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Algorithm, String> {
-        Algorithm::ALL.iter().copied().find(|a| a.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        let known = || Algorithm::ALL.iter().chain(Algorithm::GRAPH).copied();
+        known().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<_> = known().map(|a| a.name()).collect();
             format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
         })
     }
@@ -159,6 +182,8 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
     let (ops, slot_size, predicted) = match algorithm {
+        Algorithm::Auto => return solve(chain, budget, Algorithm::Persistent, opts),
+        Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
         Algorithm::Persistent => {
             if chain.len() > persistent::MAX_STAGES {
                 return Err(SolveError::TooLarge(format!(
@@ -195,6 +220,13 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
+}
+
+fn graph_only(algorithm: Algorithm) -> SolveError {
+    SolveError::Options(format!(
+        "{algorithm} solves graphs, not chains; `remat solve` runs it on a chain file through the chain's forward \
+         graph (`remat::graph::ForwardGraph::from_chain`)"
+    ))
 }
 
 fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
@@ -243,6 +275,8 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
     match algorithm {
+        Algorithm::Auto => min_budget(chain, Algorithm::Persistent, opts),
+        Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => Ok(persistent::min_budget(chain, opts.slots)),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
