@@ -146,7 +146,7 @@ pub enum MilpError {
 pub struct MilpSolution {
     /// The solution's R and S, rounded to booleans.
     pub staged: Staged,
-    /// Its objective (sum of C_i R[t][i], or the peak for [`min_peak`]).
+    /// Its objective, sum of C_i R[t][i].
     pub objective: f64,
     /// The best proven lower bound on the objective, when known.
     pub bound: Option<f64>,
@@ -167,13 +167,13 @@ impl MilpSolution {
     }
 }
 
-/// What the model minimises.
+/// What the model minimises under its budget.
 #[derive(Clone, Copy, PartialEq)]
 enum Goal {
-    /// Total cost under a budget in bytes.
-    Cost { budget: u64 },
-    /// The peak memory (a variable P replaces the budget).
-    Peak,
+    /// The total cost.
+    Cost,
+    /// Nothing: any feasible point will do.
+    Feasibility,
 }
 
 /// The model. Variables are referred to by column: their creation order, which
@@ -186,7 +186,6 @@ struct Formulation {
     /// Per stage t: (i, k, column of FREE[t][(i,k)]).
     free: Vec<Vec<(usize, usize, usize)>>,
     u: Vec<Vec<usize>>,
-    peak: Option<usize>,
     objective: Expression,
     /// Part of the objective that is constant (the C_t of R[t][t] = 1).
     objective_constant: f64,
@@ -229,13 +228,10 @@ impl Formulation {
 }
 
 /// Builds the model of `graph` (see the module documentation).
-fn formulate(graph: &Graph, goal: Goal, relaxed: bool) -> Formulation {
+fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulation {
     let n = graph.len();
     let total: u64 = graph.nodes().iter().map(|x| x.size + x.overhead).sum::<u64>() + graph.input_size();
-    let scale = match goal {
-        Goal::Cost { budget } => budget.max(1) as f64,
-        Goal::Peak => total.max(1) as f64,
-    };
+    let scale = budget.max(1) as f64;
     let mut f = Formulation {
         vars: ProblemVariables::new(),
         order: Vec::new(),
@@ -243,7 +239,6 @@ fn formulate(graph: &Graph, goal: Goal, relaxed: bool) -> Formulation {
         s: Vec::with_capacity(n),
         free: Vec::with_capacity(n),
         u: Vec::with_capacity(n),
-        peak: None,
         objective: Expression::default(),
         objective_constant: 0.0,
         constraints: Vec::new(),
@@ -272,14 +267,7 @@ fn formulate(graph: &Graph, goal: Goal, relaxed: bool) -> Formulation {
         let row = (0..=t).map(|_| f.add(relaxed, Some(u_max))).collect();
         f.u.push(row);
     }
-    let limit: Expression = match goal {
-        Goal::Cost { budget } => Expression::from((budget as f64 - graph.input_size() as f64 + 0.5) / scale),
-        Goal::Peak => {
-            let p = f.add(relaxed, Some(u_max));
-            f.peak = Some(p);
-            f.var(p) - graph.input_size() as f64 / scale
-        }
-    };
+    let limit = Expression::from((budget as f64 - graph.input_size() as f64 + 0.5) / scale);
     let m = |i: usize| graph.node(i).size as f64 / scale;
 
     let mut constraints = Vec::new();
@@ -330,20 +318,15 @@ fn formulate(graph: &Graph, goal: Goal, relaxed: bool) -> Formulation {
         }
     }
     f.constraints = constraints;
-    match goal {
-        Goal::Cost { .. } => {
-            let mut objective = Expression::default();
-            for t in 0..n {
-                for i in 0..t {
-                    objective.add_mul(graph.node(i).cost, f.order[f.r[t][i].expect("off-diagonal R")]);
-                }
-                f.objective_constant += graph.node(t).cost;
+    if goal == Goal::Cost {
+        let mut objective = Expression::default();
+        for t in 0..n {
+            for i in 0..t {
+                objective.add_mul(graph.node(i).cost, f.order[f.r[t][i].expect("off-diagonal R")]);
             }
-            f.objective = objective;
+            f.objective_constant += graph.node(t).cost;
         }
-        Goal::Peak => {
-            f.objective = f.var(f.peak.expect("peak variable"));
-        }
+        f.objective = objective;
     }
     f
 }
@@ -369,9 +352,6 @@ fn warm_values(graph: &Graph, f: &Formulation, staged: &Staged) -> Vec<f64> {
         for k in 0..=t {
             values[f.u[t][k]] = acc.u[t][k] as f64 / f.scale;
         }
-    }
-    if let Some(c) = f.peak {
-        values[c] = acc.peak as f64 / f.scale;
     }
     values
 }
@@ -488,19 +468,6 @@ fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>]
     staged
 }
 
-fn solve_goal(graph: &Graph, goal: Goal, warm: Option<&Staged>, opts: &MilpOptions) -> Result<MilpSolution, MilpError> {
-    let f = formulate(graph, goal, false);
-    let warm = warm.map(|w| warm_values(graph, &f, w));
-    let (r, s, constant, scale) = (f.r.clone(), f.s.clone(), f.objective_constant, f.scale);
-    let raw = run(f, warm, opts)?;
-    let staged = staged_from(graph, &r, &s, &raw.values);
-    let (objective, bound) = match goal {
-        Goal::Cost { .. } => (raw.objective + constant, raw.bound.map(|b| b + constant)),
-        Goal::Peak => (raw.objective * scale, raw.bound.map(|b| b * scale)),
-    };
-    Ok(MilpSolution { staged, objective, bound, optimal: raw.optimal, seconds: raw.seconds })
-}
-
 /// Solves the Checkmate MILP of `graph` under `budget` bytes, warm-started
 /// from `warm` (a staged schedule whose MILP memory fits, e.g. the best
 /// baseline) when given.
@@ -508,14 +475,29 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
     if graph.input_size() > budget {
         return Err(MilpError::Infeasible);
     }
-    solve_goal(graph, Goal::Cost { budget }, warm, opts)
+    let f = formulate(graph, budget, Goal::Cost, false);
+    let warm = warm.map(|w| warm_values(graph, &f, w));
+    let (r, s, constant) = (f.r.clone(), f.s.clone(), f.objective_constant);
+    let raw = run(f, warm, opts)?;
+    let staged = staged_from(graph, &r, &s, &raw.values);
+    let (objective, bound) = (raw.objective + constant, raw.bound.map(|b| b + constant));
+    Ok(MilpSolution { staged, objective, bound, optimal: raw.optimal, seconds: raw.seconds })
 }
 
-/// The staged schedule with the smallest peak (by the MILP's memory
-/// accounting): the smallest budget the MILP can meet. `objective` is that
-/// peak in bytes; `bound` a proven lower bound when the time limit stopped it.
-pub fn min_peak(graph: &Graph, warm: Option<&Staged>, opts: &MilpOptions) -> Result<MilpSolution, MilpError> {
-    solve_goal(graph, Goal::Peak, warm, opts)
+/// Whether any staged schedule fits `budget` by the MILP's memory accounting:
+/// one that does, or None when the MILP is infeasible. Cheaper than
+/// [`solve`]: the solver stops at the first feasible point.
+pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option<Staged>, MilpError> {
+    if graph.input_size() > budget {
+        return Ok(None);
+    }
+    let f = formulate(graph, budget, Goal::Feasibility, false);
+    let (r, s) = (f.r.clone(), f.s.clone());
+    match run(f, None, opts) {
+        Ok(raw) => Ok(Some(staged_from(graph, &r, &s, &raw.values))),
+        Err(MilpError::Infeasible) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The LP relaxation (R, S, FREE in [0, 1]) under `budget`: its optimum, a
@@ -525,7 +507,7 @@ pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64
     if graph.input_size() > budget {
         return Err(MilpError::Infeasible);
     }
-    let f = formulate(graph, Goal::Cost { budget }, true);
+    let f = formulate(graph, budget, Goal::Cost, true);
     let (s, constant) = (f.s.clone(), f.objective_constant);
     let raw = run(f, None, opts)?;
     let s_star = s.iter().map(|row| row.iter().map(|c| c.map_or(0.0, |c| raw.values[c])).collect()).collect();
@@ -554,7 +536,7 @@ mod tests {
         // every constraint of the model on it.
         let g = Graph::new("g", 0, vec![node("a", vec![]), node("b", vec![0]), node("c", vec![0, 1])]).unwrap();
         let staged = Staged::keeping(&g, |_| true);
-        let f = formulate(&g, Goal::Cost { budget: 3 }, false);
+        let f = formulate(&g, 3, Goal::Cost, false);
         let values = warm_values(&g, &f, &staged);
         struct Values<'a>(&'a [Variable], &'a [f64]);
         impl Solution for Values<'_> {

@@ -26,7 +26,7 @@ mod solve;
 
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
-pub use solve::{GraphOptions, GraphSolution, GraphSolveError, MinBudget, Outcome, solve, solve_joint};
+pub use solve::{GraphOptions, GraphSolution, GraphSolveError, MinBudget, Outcome, min_budget, solve, solve_joint};
 
 use std::collections::HashMap;
 use std::fmt;

@@ -7,7 +7,7 @@ use thiserror::Error;
 
 use crate::chain::Chain;
 use crate::graph::approx::{self, ApproxError};
-use crate::graph::baselines::{self, Baseline};
+use crate::graph::baselines;
 use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
@@ -379,18 +379,33 @@ pub fn solve_joint(
     }
 }
 
-/// The smallest budget the MILP can meet: the min-peak MILP, warm-started from
-/// the baseline with the lowest peak, within `opts`' time limit. When it does
-/// not finish, the best known budget and the working-set lower bound.
+/// The smallest budget the MILP can meet, by bisection between the
+/// working-set lower bound and the lowest baseline peak, each step a
+/// feasibility MILP (much easier for a solver than minimising the peak).
+/// Within `opts`' time limit in all; when it runs out, the best budget known
+/// to work and the best lower bound.
 pub fn min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget> {
-    let lowest: Option<Baseline> = baselines::candidates(graph).into_iter().min_by_key(|b| b.peak);
-    let lower_bound = graph.working_set_bound();
-    match milp::min_peak(graph, lowest.as_ref().map(|b| &b.staged), opts) {
-        Ok(sol) => {
-            let bytes = sol.staged.accounting(graph).peak;
-            let lower = sol.bound.map_or(lower_bound, |b| b.floor().max(0.0) as u64).max(lower_bound).min(bytes);
-            Some(MinBudget { bytes, proven: sol.optimal, lower: if sol.optimal { bytes } else { lower } })
+    let start = std::time::Instant::now();
+    // Invariant: every budget below `lo` is infeasible, `hi` is feasible.
+    let mut hi = baselines::candidates(graph).iter().map(|b| b.peak).min()?;
+    let mut lo = graph.working_set_bound().min(hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let time_limit = opts.time_limit.map(|limit| limit.saturating_sub(start.elapsed()));
+        if time_limit.is_some_and(|t| t.is_zero()) {
+            break;
         }
-        Err(_) => lowest.map(|b| MinBudget { bytes: b.peak, proven: false, lower: lower_bound.min(b.peak) }),
+        match milp::feasible(graph, mid, &MilpOptions { time_limit, ..*opts }) {
+            Ok(Some(staged)) => {
+                let peak = staged.accounting(graph).peak;
+                if peak >= hi {
+                    break; // a solver tolerance slip: stop rather than loop
+                }
+                hi = peak;
+            }
+            Ok(None) => lo = mid + 1,
+            Err(_) => break,
+        }
     }
+    Some(MinBudget { bytes: hi, proven: lo == hi, lower: lo })
 }
