@@ -19,8 +19,8 @@
 
 use remat::chain::{Chain, Stage};
 use remat::graph::{
-    ForwardGraph, GraphFile, GraphOp, GraphOptions, Outcome, exhaustive as graph_exhaustive, joint, simulate as graph_simulate,
-    solve as graph_solve,
+    ForwardGraph, GraphFile, GraphOp, GraphOptions, Outcome, exhaustive as graph_exhaustive, joint,
+    simulate as graph_simulate, solve as graph_solve,
 };
 use remat::schedule::Op;
 use remat::solve::{Algorithm, SolveOptions, exhaustive, solve};
@@ -162,4 +162,3 @@ fn the_joint_optimum_is_at_most_the_chain_optimum_and_sometimes_below() {
     assert!(strictly_below > 0, "{strictly_below} of {cases}");
     assert!(strictly_below < cases / 2, "{strictly_below} of {cases}");
 }
-

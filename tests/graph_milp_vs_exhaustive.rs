@@ -148,4 +148,3 @@ fn highs_matches_exhaustive_too() {
         check(&random_derived(&mut rng, 2 + i % 4), Backend::Highs);
     }
 }
-

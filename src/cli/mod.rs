@@ -1,6 +1,7 @@
 //! Command-line front end. Each subcommand lives in its own module; this one
 //! holds the argument types, exit codes and the helpers they share.
 
+mod graph;
 mod min_memory;
 mod simulate;
 mod solve;

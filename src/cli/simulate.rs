@@ -15,7 +15,7 @@ use super::{CliResult, Failure, load_chain, size_arg};
 /// (F_ck^1 F_none^2 F_all^3 ... B^1).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Chain file.
+    /// Chain file, or graph file (the schedule is then a graph schedule).
     chain: PathBuf,
     /// Schedule file (JSON or notation).
     schedule: PathBuf,
@@ -28,6 +28,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if super::graph::try_simulate(&args.chain, &args.schedule, args.memory, args.json)? {
+        return Ok(());
+    }
     let chain = load_chain(&args.chain)?;
     let text = std::fs::read_to_string(&args.schedule)
         .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", args.schedule.display())))?;

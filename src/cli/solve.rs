@@ -13,14 +13,19 @@ use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 /// with its makespan and peak memory as replayed by the exact simulator.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Chain file (JSON: name, input_size, stages[], optional loss).
+    /// Chain file (JSON: name, input_size, stages[], optional loss), or graph
+    /// file (JSON with nodes[]: a forward graph, or a joint graph with
+    /// "joint": true; see the README).
     chain: PathBuf,
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
     /// Solver: persistent (Rotor's DP over memory slots) or exhaustive (exact,
     /// chains of at most 14 stages).
-    #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
+    /// auto: persistent for a chain or a forward graph that is a path,
+    /// checkmate (the Checkmate MILP) for any other graph; checkmate-approx:
+    /// LP relaxation with two-phase rounding (graphs).
+    #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
@@ -32,6 +37,8 @@ pub struct Args {
     /// Also write the schedule as JSON to this file.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    graph: super::graph::GraphArgs,
 }
 
 pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -41,6 +48,18 @@ pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
 pub fn run(args: Args) -> CliResult {
     if args.slots == 0 {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
+    }
+    let request = super::graph::Request {
+        path: &args.chain,
+        memory: args.memory,
+        algorithm: args.algorithm,
+        slots: args.slots,
+        json: args.json,
+        output: args.output.as_ref(),
+        graph: &args.graph,
+    };
+    if super::graph::try_solve(request)? {
+        return Ok(());
     }
     let chain = load_chain(&args.chain)?;
     let progress = Progress::new(&format!("{} DP", args.algorithm));
