@@ -162,6 +162,11 @@ pub fn try_solve(req: Request) -> Result<bool, Failure> {
     drop(ticker);
     drop(chain_progress);
     let outcome = outcome?;
+    if let Outcome::Graph { solution, .. } = &outcome {
+        for note in &solution.notes {
+            eprintln!("warning: {note}");
+        }
+    }
     let json = match &outcome {
         Outcome::Chain { solution, .. } => {
             serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize")
@@ -233,6 +238,9 @@ fn print_outcome(file: &GraphFile, outcome: &Outcome, limit: Option<Duration>) {
                 }
                 remat::graph::Status::Rounded => {
                     format!("rounded from the LP relaxation, within {gap} of optimal (proven)")
+                }
+                remat::graph::Status::Feasible => {
+                    format!("feasible, not proven optimal: within {gap} of optimal (proven)")
                 }
             };
             println!("status:      {status}");

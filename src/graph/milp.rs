@@ -163,8 +163,18 @@ impl MilpSolution {
             return Some(0.0);
         }
         let bound = self.bound?;
-        Some(if self.objective.abs() < 1e-12 { 0.0 } else { ((self.objective - bound) / self.objective).max(0.0) })
+        Some(relative_gap(self.objective, bound))
     }
+}
+
+/// `(value - bound) / value`, clamped to [0, 1] and to 0 below 1e-9 (solver
+/// round-off), for a minimisation with non-negative objective.
+pub fn relative_gap(value: f64, bound: f64) -> f64 {
+    if value.abs() < 1e-12 {
+        return 0.0;
+    }
+    let gap = ((value - bound) / value).clamp(0.0, 1.0);
+    if gap < 1e-9 { 0.0 } else { gap }
 }
 
 /// What the model minimises under its budget.
@@ -472,7 +482,9 @@ fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>]
 /// from `warm` (a staged schedule whose MILP memory fits, e.g. the best
 /// baseline) when given.
 pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptions) -> Result<MilpSolution, MilpError> {
-    if graph.input_size() > budget {
+    // Below the widest working set nothing fits: no need to ask a solver
+    // (microlp can fail numerically proving it).
+    if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
     let f = formulate(graph, budget, Goal::Cost, false);
@@ -488,7 +500,7 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
 /// one that does, or None when the MILP is infeasible. Cheaper than
 /// [`solve`]: the solver stops at the first feasible point.
 pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option<Staged>, MilpError> {
-    if graph.input_size() > budget {
+    if budget < graph.working_set_bound() {
         return Ok(None);
     }
     let f = formulate(graph, budget, Goal::Feasibility, false);
@@ -504,7 +516,9 @@ pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option
 /// lower bound on the MILP's, and the fractional `S*` (`s[t][i]`, 0 where S is
 /// fixed).
 pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64, Vec<Vec<f64>>), MilpError> {
-    if graph.input_size() > budget {
+    // Below the widest working set nothing fits: no need to ask a solver
+    // (microlp can fail numerically proving it).
+    if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
     let f = formulate(graph, budget, Goal::Cost, true);

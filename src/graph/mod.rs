@@ -743,3 +743,104 @@ impl ForwardGraph {
         Ok(&self.chain)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JOINT: &str = r#"{"name": "j", "joint": true, "input_size": 5, "nodes": [
+        {"name": "x", "cost": 1.5, "size": 2, "inputs": []},
+        {"name": "y", "cost": 2, "size": 3, "overhead": 4, "inputs": ["x"]},
+        {"name": "z", "cost": 0, "size": 1, "inputs": ["x", "y"]}
+    ], "metadata": {"from": "test"}}"#;
+
+    #[test]
+    fn joint_graphs_round_trip() {
+        let GraphFile::Joint(g) = GraphFile::from_json(JOINT).unwrap() else { panic!("a joint graph") };
+        assert_eq!((g.len(), g.input_size(), g.total_cost()), (3, 5, 3.5));
+        assert_eq!(g.node(2).inputs, [0, 1]);
+        assert_eq!(g.users(0), [1, 2]);
+        assert_eq!(g.working_set_bound(), 5 + 3 + 4 + 2, "y with its input x and its transient");
+        assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+        assert!(looks_like_graph(JOINT) && !looks_like_graph(r#"{"stages": []}"#) && !looks_like_graph("nodes"));
+    }
+
+    #[test]
+    fn graph_errors_name_the_node_and_field() {
+        let cases = [
+            (JOINT.replace(r#""cost": 2,"#, r#""cost": -2,"#), "nodes[1] (`y`): cost is -2"),
+            (
+                JOINT.replace(r#""inputs": ["x", "y"]"#, r#""inputs": ["x", "x"]"#),
+                "nodes[2] (`z`): input `x` is listed twice",
+            ),
+            (JOINT.replace(r#""size": 3,"#, r#""size": "big","#), "nodes[1].size (node 2)"),
+            (JOINT.replace(r#""cost": 0,"#, r#""cost": 0, "colour": 1,"#), "unknown field `colour`"),
+            (JOINT.replace(r#""name": "z""#, r#""name": """#), "nodes[2].name is empty"),
+            (r#"{"name": "e", "joint": true, "nodes": []}"#.to_string(), "`nodes` is empty"),
+            (
+                r#"{"name": "e", "input_size": 1, "nodes": [{"name": "a"}]}"#.to_string(),
+                "nodes[0] (node 1): missing field",
+            ),
+        ];
+        for (text, expected) in cases {
+            let e = GraphFile::from_json(&text).unwrap_err().to_string();
+            assert!(e.contains(expected), "got `{e}`, expected `{expected}`");
+        }
+    }
+
+    fn forward(inputs: &[&[&str]]) -> String {
+        let nodes: Vec<String> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, ins)| {
+                let ins: Vec<String> = ins.iter().map(|s| format!("\"{s}\"")).collect();
+                format!(
+                    r#"{{"name": "n{i}", "inputs": [{}], "forward_time": 1, "backward_time": 2, "output_size": 4, "saved_size": 3}}"#,
+                    ins.join(", ")
+                )
+            })
+            .collect();
+        format!(r#"{{"name": "f", "input_size": 1, "nodes": [{}]}}"#, nodes.join(", "))
+    }
+
+    #[test]
+    fn chain_detection_says_which_node_branches() {
+        let path = ForwardGraph::from_json(&forward(&[&[], &["n0"], &["n1"]])).unwrap();
+        let chain = path.as_chain().unwrap();
+        assert_eq!((chain.len(), chain.name(), chain.saved_size(2)), (3, "f", 4), "saved_size raised to output_size");
+        assert_eq!(path.warnings().len(), 3);
+        let cases: [(&[&[&str]], &str); 3] = [
+            (&[&[], &["n0"], &["n0", "n1"]], "node `n2` has 2 inputs (`n0`, `n1`), not just the node before it (`n1`)"),
+            (&[&[], &["n0"], &["n0"], &["n1", "n2"]], "node `n2` reads `n0`, not just the node before it (`n1`)"),
+            (&[&[], &[], &["n0", "n1"]], "node `n1` reads the network input, not just the node before it (`n0`)"),
+        ];
+        for (inputs, expected) in cases {
+            let g = ForwardGraph::from_json(&forward(inputs)).unwrap();
+            assert_eq!(g.as_chain().unwrap_err().to_string(), expected);
+        }
+    }
+
+    #[test]
+    fn chains_become_paths_and_keep_a_real_loss() {
+        let mut stages = vec![Stage::simple(1.0, 2.0, 3, 4), Stage::simple(1.0, 2.0, 3, 4)];
+        stages[1].name = Some("fc".into());
+        let zero = Chain::new("c", 2, stages.clone(), Stage::zero_loss()).unwrap();
+        let f = ForwardGraph::from_chain(&zero);
+        assert_eq!((f.len(), f.node_name(0), f.node_name(1)), (2, "stage 1", "fc"));
+        assert_eq!(
+            f.as_chain().unwrap().stages(),
+            zero.stages()
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, mut s)| {
+                    s.name = Some(if i == 0 { "stage 1".into() } else { "fc".into() });
+                    s
+                })
+                .collect::<Vec<_>>()
+        );
+        let lossy = Chain::new("c", 2, stages, Stage::simple(0.5, 0.5, 1, 1)).unwrap();
+        let f = ForwardGraph::from_chain(&lossy);
+        assert_eq!((f.len(), f.node_name(2), f.inputs(2)), (3, "loss", &[1][..]));
+    }
+}

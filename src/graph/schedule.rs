@@ -41,6 +41,9 @@ pub enum Status {
     TimeLimit,
     /// Rounded from the LP relaxation; `gap` is measured against the LP bound.
     Rounded,
+    /// Valid, but the solver stopped early (an error) without proving anything
+    /// better: the best schedule known; `gap` is against the LP bound.
+    Feasible,
 }
 
 impl Status {
@@ -50,6 +53,7 @@ impl Status {
             Status::Optimal => "optimal",
             Status::TimeLimit => "time_limit",
             Status::Rounded => "rounded",
+            Status::Feasible => "feasible",
         }
     }
 }

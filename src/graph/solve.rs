@@ -48,6 +48,9 @@ pub struct GraphSolution {
     pub backend: Option<Backend>,
     /// The baseline the MILP was warm-started from: (name, makespan).
     pub warm_start: Option<(String, f64)>,
+    /// What the user should know about how it was found (a solver that
+    /// stopped early...).
+    pub notes: Vec<String>,
 }
 
 /// What [`solve`] did with a graph file, and why.
@@ -280,8 +283,7 @@ fn checked(
     if replay.makespan > predicted + 1e-6 * predicted.abs().max(1.0) {
         return Err(GraphSolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
     }
-    let gap =
-        bound.map(|b| if replay.makespan > 0.0 { ((replay.makespan - b) / replay.makespan).max(0.0) } else { 0.0 });
+    let gap = bound.map(|b| milp::relative_gap(replay.makespan, b));
     let schedule = GraphSchedule {
         algorithm: algorithm.name().to_string(),
         budget,
@@ -291,7 +293,37 @@ fn checked(
         gap,
         operations: ops,
     };
-    Ok(GraphSolution { schedule, replay, bound, seconds, backend: None, warm_start: None })
+    Ok(GraphSolution { schedule, replay, bound, seconds, backend: None, warm_start: None, notes: Vec::new() })
+}
+
+/// The answer when the MILP solver stopped without a solution of its own: the
+/// warm-start baseline (valid, within budget), with the LP bound for its gap.
+fn fall_back(
+    graph: &Graph,
+    budget: u64,
+    warm: baselines::Baseline,
+    error: MilpError,
+    seconds: f64,
+    opts: &MilpOptions,
+) -> Result<GraphSolution, GraphSolveError> {
+    let (status, why) = match &error {
+        MilpError::NoSolution { .. } => {
+            (Status::TimeLimit, "reached the time limit before a solution of its own".to_string())
+        }
+        other => (Status::Feasible, format!("stopped with an error ({other})")),
+    };
+    let bound = milp::relaxation(graph, budget, opts).ok().map(|(b, _)| b);
+    let algorithm = Algorithm::Checkmate;
+    let mut out = checked(graph, budget, algorithm, warm.staged.plan(graph), status, warm.cost, bound, seconds)?;
+    out.backend = Some(opts.backend);
+    out.notes.push(format!(
+        "the {} solver {why}; this is the warm start (baseline {}), the best schedule known{}",
+        opts.backend,
+        warm.name,
+        if cfg!(feature = "highs") { "" } else { "; HiGHS (remat built with --features highs) solves such graphs" }
+    ));
+    out.warm_start = Some((warm.name, warm.cost));
+    Ok(out)
 }
 
 /// Solves a joint graph with `checkmate` (also `auto`), `checkmate-approx` or
@@ -306,10 +338,17 @@ pub fn solve_joint(
         Algorithm::Checkmate | Algorithm::Auto => {
             let algorithm = Algorithm::Checkmate;
             let warm = baselines::best_fitting(graph, budget);
+            let start = std::time::Instant::now();
             let sol = match milp::solve(graph, budget, warm.as_ref().map(|b| &b.staged), opts) {
                 Ok(sol) => sol,
                 Err(MilpError::Infeasible) => {
                     return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: min_budget(graph, opts) });
+                }
+                // The solver gave up (a numerical failure, or the time limit
+                // before its root LP): the warm start is still a valid answer.
+                Err(e @ (MilpError::Backend { .. } | MilpError::NoSolution { .. })) if warm.is_some() => {
+                    let warm = warm.expect("checked");
+                    return fall_back(graph, budget, warm, e, start.elapsed().as_secs_f64(), opts);
                 }
                 Err(e) => return Err(e.into()),
             };
