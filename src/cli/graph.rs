@@ -149,7 +149,12 @@ pub fn try_solve(req: Request) -> Result<bool, Failure> {
     };
     let backend = req.graph.lp_solver.unwrap_or_else(Backend::best_available);
     let limit = req.graph.time_limit.0;
-    let ticker = Ticker::new(format!("{} via {backend}", req.algorithm), limit);
+    let what = match req.algorithm {
+        Algorithm::CheckmateApprox => "LP relaxation and rounding",
+        Algorithm::Exhaustive => "exhaustive search",
+        _ => "Checkmate MILP",
+    };
+    let ticker = Ticker::new(format!("{what} via {backend}"), limit);
     let tick = |elapsed| ticker.tick(elapsed);
     let chain_progress = Progress::new("chain DP");
     let chain_update = |done, total| chain_progress.update(done, total);

@@ -10,7 +10,10 @@
 //!   forward values are recomputed where needed. In a joint graph read from a
 //!   file, where forward and backward nodes are not told apart, every k-th node;
 //! - `recompute-all`: hold only gradients (every node, in a joint file, is
-//!   recomputed from scratch where needed).
+//!   recomputed from scratch where needed);
+//! - `every-k+next`, `recompute-all+next`: the same, and every value is also
+//!   held into the next stage when the next node reads it (instead of being
+//!   recomputed right after it was computed).
 
 use crate::graph::plan::Staged;
 use crate::graph::{Graph, Role};
@@ -37,17 +40,23 @@ pub fn candidates(graph: &Graph) -> Vec<Baseline> {
     for (r, &i) in checkpointable.iter().enumerate() {
         rank[i] = r;
     }
-    let make = |name: String, keep: &dyn Fn(usize) -> bool| {
+    let make = |name: String, keep: &dyn Fn(usize, usize) -> bool| {
         let staged = Staged::keeping(graph, keep);
         let cost = staged.cost(graph);
         let peak = staged.accounting(graph).peak;
         Baseline { name, staged, cost, peak }
     };
-    let mut out = vec![make("checkpoint-all".into(), &|_| true)];
+    // Holding a value into the next stage when the next node reads it saves
+    // recomputing it right after it was computed.
+    let next = |t: usize, i: usize| t == i + 1 && graph.users(i).contains(&t);
+    let mut out = vec![make("checkpoint-all".into(), &|_, _| true)];
     for k in 2..=checkpointable.len() {
-        out.push(make(format!("every-{k}"), &|i| rank[i] == usize::MAX || rank[i] % k == k - 1));
+        let every = |i: usize| rank[i] == usize::MAX || rank[i] % k == k - 1;
+        out.push(make(format!("every-{k}"), &|_, i| every(i)));
+        out.push(make(format!("every-{k}+next"), &|t, i| every(i) || next(t, i)));
     }
-    out.push(make("recompute-all".into(), &|i| rank[i] == usize::MAX));
+    out.push(make("recompute-all+next".into(), &|t, i| rank[i] == usize::MAX || next(t, i)));
+    out.push(make("recompute-all".into(), &|_, i| rank[i] == usize::MAX));
     out
 }
 

@@ -549,7 +549,7 @@ mod tests {
         // The warm start of checkpoint-all must be a feasible point: check
         // every constraint of the model on it.
         let g = Graph::new("g", 0, vec![node("a", vec![]), node("b", vec![0]), node("c", vec![0, 1])]).unwrap();
-        let staged = Staged::keeping(&g, |_| true);
+        let staged = Staged::keeping(&g, |_, _| true);
         let f = formulate(&g, 3, Goal::Cost, false);
         let values = warm_values(&g, &f, &staged);
         struct Values<'a>(&'a [Variable], &'a [f64]);

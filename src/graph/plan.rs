@@ -76,15 +76,16 @@ impl Staged {
         i <= t && self.r[t][i] && !self.held(t, i)
     }
 
-    /// The staged schedule that holds the values `keep` accepts for as long as
-    /// a later node reads them, and recomputes everything else where needed
-    /// (the checkpoint-based baselines). O(n (n + |E|)).
-    pub fn keeping(graph: &Graph, keep: impl Fn(usize) -> bool) -> Staged {
+    /// The staged schedule that holds node `i` into stage `t` when `keep(t, i)`
+    /// and a node of stage `t` or later still reads it, and recomputes
+    /// everything else where needed (the checkpoint-based baselines).
+    /// O(n (n + |E|)).
+    pub fn keeping(graph: &Graph, keep: impl Fn(usize, usize) -> bool) -> Staged {
         let n = graph.len();
         let mut staged = Staged::frontier(n);
         for t in 1..n {
             for i in 0..t {
-                staged.s[t][i] = keep(i) && last_use(graph, i).is_some_and(|last| last >= t);
+                staged.s[t][i] = keep(t, i) && last_use(graph, i).is_some_and(|last| last >= t);
             }
         }
         staged.complete(graph);
@@ -229,7 +230,7 @@ mod tests {
     #[test]
     fn keeping_everything_is_checkpoint_all() {
         let g = linear2();
-        let staged = Staged::keeping(&g, |_| true);
+        let staged = Staged::keeping(&g, |_, _| true);
         assert_eq!(staged.cost(&g), 5.0, "every node once");
         let ops = staged.plan(&g);
         use GraphOp::{Compute as C, Free as F};
@@ -244,7 +245,7 @@ mod tests {
     #[test]
     fn keeping_nothing_recomputes_and_completion_is_minimal() {
         let g = linear2();
-        let staged = Staged::keeping(&g, |_| false);
+        let staged = Staged::keeping(&g, |_, _| false);
         let replay = simulate(&g, &staged.plan(&g)).unwrap();
         assert_eq!(replay.makespan, staged.cost(&g));
         assert_eq!(staged.r[2], [true, true, true], "stage 2 recomputes n0 and n1 for n2");
