@@ -91,9 +91,7 @@ impl From<GraphSolveError> for Failure {
             GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) | GraphSolveError::NoSolution { .. } => {
                 Failure::infeasible(e)
             }
-            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
-                Failure { code: 70, error: e.into() }
-            }
+            GraphSolveError::Rejected { .. } | GraphSolveError::Backend(_) => Failure { code: 70, error: e.into() },
             _ => Failure::input(e),
         }
     }

@@ -229,28 +229,17 @@ struct ForwardNodeJson {
     backward_overhead: u64,
 }
 
-/// `nodes[2].cost` -> `nodes[2].cost (node 3)`, as chain errors number stages.
-fn describe_path(path: &str) -> String {
-    if path == "." || path.is_empty() {
-        return "graph".to_string();
-    }
-    if let Some(rest) = path.strip_prefix("nodes[")
-        && let Some(end) = rest.find(']')
-        && let Ok(i) = rest[..end].parse::<usize>()
-    {
-        return format!("{path} (node {})", i + 1);
-    }
-    path.to_string()
+fn parse_value(text: &str) -> Result<serde_json::Value, GraphError> {
+    serde_json::from_str(text).map_err(|e| GraphError::Format { path: "graph".into(), message: e.to_string() })
 }
 
-fn format_error(e: serde_path_to_error::Error<serde_json::Error>) -> GraphError {
-    let path = describe_path(&e.path().to_string());
-    let inner = e.into_inner();
-    let mut message = inner.to_string();
-    if inner.is_data() && message.contains("expected u64") {
-        message.push_str(" (sizes are whole bytes from 0 to 18446744073709551615)");
-    }
-    GraphError::Format { path, message }
+/// Deserializes one of the graph forms, naming the field at fault
+/// (`nodes[2].cost (node 3)`).
+fn deserialize<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> Result<T, GraphError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let (path, message) = crate::chain::describe_json_error(e, "nodes", "node", "graph");
+        GraphError::Format { path, message }
+    })
 }
 
 /// True when `text` is JSON whose top level has a `nodes` key: a graph file of
@@ -272,12 +261,11 @@ impl GraphFile {
     /// Parses either form: `"joint": true` selects the joint form, anything
     /// else is read as a forward graph.
     pub fn from_json(text: &str) -> Result<GraphFile, GraphError> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| GraphError::Format { path: "graph".into(), message: e.to_string() })?;
+        let value = parse_value(text)?;
         if value.get("joint").and_then(serde_json::Value::as_bool) == Some(true) {
-            Ok(GraphFile::Joint(Graph::from_value(&value)?))
+            Ok(GraphFile::Joint(Graph::from_parsed(deserialize(&value)?)?))
         } else {
-            Ok(GraphFile::Forward(ForwardGraph::from_value(&value)?))
+            Ok(GraphFile::Forward(ForwardGraph::from_parsed(deserialize(&value)?)?))
         }
     }
 
@@ -402,14 +390,7 @@ impl Graph {
 
     /// Parses and validates the joint form (`"joint": true`).
     pub fn from_json(text: &str) -> Result<Graph, GraphError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        let parsed: JointJson = serde_path_to_error::deserialize(de).map_err(format_error)?;
-        Graph::from_parsed(parsed)
-    }
-
-    fn from_value(value: &serde_json::Value) -> Result<Graph, GraphError> {
-        let parsed: JointJson = serde_path_to_error::deserialize(value).map_err(format_error)?;
-        Graph::from_parsed(parsed)
+        Graph::from_parsed(deserialize(&parse_value(text)?)?)
     }
 
     fn from_parsed(parsed: JointJson) -> Result<Graph, GraphError> {
@@ -547,14 +528,7 @@ impl ForwardGraph {
     /// Errors name the node and field (`nodes[2].output_size (node 3): ...`,
     /// `nodes[4] (`up1`): input `down9` is not the name of any node`).
     pub fn from_json(text: &str) -> Result<ForwardGraph, GraphError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        let parsed: ForwardJson = serde_path_to_error::deserialize(de).map_err(format_error)?;
-        ForwardGraph::from_parsed(parsed)
-    }
-
-    fn from_value(value: &serde_json::Value) -> Result<ForwardGraph, GraphError> {
-        let parsed: ForwardJson = serde_path_to_error::deserialize(value).map_err(format_error)?;
-        ForwardGraph::from_parsed(parsed)
+        ForwardGraph::from_parsed(deserialize(&parse_value(text)?)?)
     }
 
     fn from_parsed(parsed: ForwardJson) -> Result<ForwardGraph, GraphError> {

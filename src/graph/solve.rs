@@ -110,7 +110,9 @@ pub enum GraphSolveError {
     /// The derived joint graph is invalid (a name collision, overflow).
     #[error(transparent)]
     Graph(#[from] GraphError),
-    /// The chain path failed (infeasible budget, bad options...).
+    /// The chain path failed (infeasible budget, bad options...), or a graph
+    /// solver's objective disagrees with its replay
+    /// ([`SolveError::Mispredicted`], a bug in remat).
     #[error(transparent)]
     Chain(#[from] SolveError),
     /// A chain algorithm asked for a graph that is not a chain.
@@ -155,18 +157,6 @@ pub enum GraphSolveError {
         algorithm: Algorithm,
         /// What the simulator said.
         source: GraphSimulateError,
-    },
-    /// The replayed makespan is above the solver's objective: a bug in remat.
-    #[error(
-        "internal error: {algorithm} predicted makespan {predicted} but its schedule replays at {replayed}; please report this"
-    )]
-    Mispredicted {
-        /// The algorithm at fault.
-        algorithm: Algorithm,
-        /// The solver's objective.
-        predicted: f64,
-        /// The replay's makespan.
-        replayed: f64,
     },
 }
 
@@ -281,7 +271,7 @@ fn checked(
     let replay =
         simulate_within(graph, &ops, budget).map_err(|source| GraphSolveError::Rejected { algorithm, source })?;
     if replay.makespan > predicted + 1e-6 * predicted.abs().max(1.0) {
-        return Err(GraphSolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
+        return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan }.into());
     }
     let gap = bound.map(|b| milp::relative_gap(replay.makespan, b));
     let schedule = GraphSchedule {
