@@ -57,6 +57,7 @@ Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
   remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
   remat min-memory chains/rotor-fc6.json
+  remat solve chains/graphs/unet-tiny.json --memory 300MiB   (a graph: chain DP or MILP)
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,

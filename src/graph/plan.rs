@@ -263,4 +263,43 @@ mod tests {
         assert!(staged.r[2][0]);
         assert!(simulate(&g, &staged.plan(&g)).is_ok());
     }
+
+    #[test]
+    fn any_completed_schedule_plans_within_its_milp_accounting() {
+        // Random graphs (each node reads its predecessor and maybe an earlier
+        // one), random sizes and a random S: after completion, the plan is a
+        // valid schedule that costs at most the MILP objective and peaks at
+        // most at the MILP's U. This is why a MILP solution within budget
+        // replays within budget.
+        let mut rng = crate::synthetic::Rng::new(5);
+        for _ in 0..500 {
+            let n = rng.range(1, 9) as usize;
+            let nodes = (0..n)
+                .map(|v| {
+                    let mut inputs = if v == 0 { vec![] } else { vec![v - 1] };
+                    if v > 1 && rng.chance(1, 2) {
+                        inputs.insert(0, rng.range(0, v as u64 - 2) as usize);
+                    }
+                    Node {
+                        name: format!("n{v}"),
+                        cost: rng.range(0, 4) as f64,
+                        size: rng.range(0, 5),
+                        overhead: rng.range(0, 3),
+                        inputs,
+                    }
+                })
+                .collect();
+            let g = Graph::new("r", rng.range(0, 3), nodes).unwrap();
+            let mut staged = Staged::frontier(n);
+            for t in 1..n {
+                for i in 0..t {
+                    staged.s[t][i] = rng.chance(1, 3);
+                }
+            }
+            staged.complete(&g);
+            let replay = simulate(&g, &staged.plan(&g)).unwrap();
+            assert!(replay.makespan <= staged.cost(&g) + 1e-9);
+            assert!(replay.peak_memory <= staged.accounting(&g).peak);
+        }
+    }
 }
