@@ -60,7 +60,7 @@ fn a_path_graph_costs_what_its_chain_costs() {
     for memory in ["138", "150", "200", "400"] {
         let g = remat().args(["solve", graph.to_str().unwrap(), "--memory", memory, "--json"]).assert().success();
         let note = String::from_utf8_lossy(&g.get_output().stderr).to_string();
-        assert!(note.contains("auto took the chain DP (persistent): the forward graph is a path"), "{note}");
+        assert!(note.contains("auto chose the chain DP (persistent): the forward graph is a path"), "{note}");
         let c = remat().args(["solve", chain.to_str().unwrap(), "--memory", memory, "--json"]).assert().success();
         assert_eq!(json_of(&g.get_output().stdout), json_of(&c.get_output().stdout), "at {memory} bytes");
     }
@@ -218,7 +218,7 @@ fn joint_graphs_are_read_as_given() {
         .args(["solve", graph.to_str().unwrap(), "--memory", "3", "--lp-solver", "microlp"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("path:        checkmate on the joint graph as given (5 nodes"))
+        .stdout(predicate::str::contains("path:        MILP (checkmate) on the joint graph as given (5 nodes"))
         .stdout(predicate::str::contains("makespan:    6.00 (no recomputation: 5.00, +20.0%)"));
     remat()
         .args(["solve", graph.to_str().unwrap(), "--memory", "2"])

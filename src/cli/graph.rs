@@ -184,7 +184,7 @@ pub fn try_solve(req: Request) -> Result<bool, Failure> {
             let why = match &outcome {
                 Outcome::Chain { why, .. } | Outcome::Graph { why, .. } => why,
             };
-            eprintln!("note: auto took the {why}");
+            eprintln!("note: auto chose the {why}");
         }
         println!("{json}");
         return Ok(true);

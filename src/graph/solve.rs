@@ -195,8 +195,13 @@ pub fn solve(
         GraphFile::Joint(graph) => match algorithm {
             Algorithm::Auto | Algorithm::Checkmate | Algorithm::CheckmateApprox | Algorithm::Exhaustive => {
                 let algorithm = if algorithm == Algorithm::Auto { Algorithm::Checkmate } else { algorithm };
+                let what = match algorithm {
+                    Algorithm::Checkmate => "MILP (checkmate)",
+                    Algorithm::CheckmateApprox => "LP rounding (checkmate-approx)",
+                    _ => "exhaustive search",
+                };
                 let why = format!(
-                    "{algorithm} on the joint graph as given ({} nodes; chains are only recognised in forward graphs)",
+                    "{what} on the joint graph as given ({} nodes; chains are only recognised in forward graphs)",
                     graph.len()
                 );
                 graph_outcome(graph.clone(), algorithm, why)
