@@ -64,6 +64,14 @@ fn a_path_graph_costs_what_its_chain_costs() {
         let c = remat().args(["solve", chain.to_str().unwrap(), "--memory", memory, "--json"]).assert().success();
         assert_eq!(json_of(&g.get_output().stdout), json_of(&c.get_output().stdout), "at {memory} bytes");
     }
+    // The chain schedule of the path graph replays on the graph file too.
+    let schedule = dir.path().join("s.json");
+    remat().args(["solve", graph.to_str().unwrap(), "--memory", "150", "-o"]).arg(&schedule).assert().success();
+    remat()
+        .args(["simulate", graph.to_str().unwrap(), schedule.to_str().unwrap(), "--memory", "150"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("fits the budget of 150 B"));
     let expected = "error: no persistent schedule fits in 120 B (120 bytes); the smallest budget it can meet is 138 B";
     for file in [&graph, &chain] {
         remat()

@@ -275,14 +275,21 @@ pub fn try_simulate(graph_path: &Path, schedule_path: &Path, budget: Option<u64>
     if !looks_like_graph(&text) {
         return Ok(false);
     }
-    let graph: Graph = match load_graph(graph_path, &text)? {
+    let file = load_graph(graph_path, &text)?;
+    let is_path = matches!(&file, GraphFile::Forward(f) if f.as_chain().is_ok());
+    let graph: Graph = match file {
         GraphFile::Joint(g) => g,
         GraphFile::Forward(f) => remat::graph::joint::derive(&f)
             .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", graph_path.display())))?,
     };
     let schedule_text = read(schedule_path, "schedule")?;
-    let schedule = GraphSchedule::from_json(&schedule_text, &graph)
-        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", schedule_path.display())))?;
+    let schedule = match GraphSchedule::from_json(&schedule_text, &graph) {
+        Ok(schedule) => schedule,
+        // A chain schedule of a path graph (what `auto` returns for one): the
+        // chain simulator replays it on the chain form.
+        Err(_) if is_path && remat::schedule::parse_operations(&schedule_text).is_ok() => return Ok(false),
+        Err(e) => return Err(Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", schedule_path.display()))),
+    };
     let replay = remat::graph::simulate(&graph, &schedule.operations).map_err(|e| {
         Failure::input(anyhow::anyhow!(
             "schedule `{}` is not valid on graph `{}`: {e}",
@@ -322,4 +329,22 @@ pub fn try_simulate(graph_path: &Path, schedule_path: &Path, budget: Option<u64>
         }
     }
     Ok(true)
+}
+
+/// The chain of a chain file, or of a forward graph file that is a path (its
+/// chain form, as `remat solve` solves it).
+pub fn load_chain_or_path(path: &Path) -> Result<remat::Chain, Failure> {
+    let text = read(path, "chain or graph")?;
+    if !looks_like_graph(&text) {
+        return load_chain(path);
+    }
+    match load_graph(path, &text)? {
+        GraphFile::Forward(f) => f
+            .as_chain()
+            .cloned()
+            .map_err(|why| Failure::input(anyhow::anyhow!("graph file `{}` is not a chain: {why}", path.display()))),
+        GraphFile::Joint(_) => {
+            Err(Failure::input(anyhow::anyhow!("graph file `{}` is a joint graph, not a chain", path.display())))
+        }
+    }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use remat::size::format_size;
 
-use super::{CliResult, Failure, load_chain, size_arg};
+use super::{CliResult, Failure, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
 ///
@@ -31,7 +31,7 @@ pub fn run(args: Args) -> CliResult {
     if super::graph::try_simulate(&args.chain, &args.schedule, args.memory, args.json)? {
         return Ok(());
     }
-    let chain = load_chain(&args.chain)?;
+    let chain = super::graph::load_chain_or_path(&args.chain)?;
     let text = std::fs::read_to_string(&args.schedule)
         .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", args.schedule.display())))?;
     let ops = remat::schedule::parse_operations(&text)
