@@ -189,19 +189,37 @@ impl From<LossJson> for Stage {
     }
 }
 
-/// Turns serde's path (`stages[2].output_size`) into one that also names the
-/// stage in the paper's 1-based numbering (`stages[2].output_size (stage 3)`).
-fn describe_path(path: &str) -> String {
-    if path == "." || path.is_empty() {
-        return "chain".to_string();
-    }
-    if let Some(rest) = path.strip_prefix("stages[")
+/// Where and what a JSON error is, for people: serde's path with list items
+/// also numbered from 1 (`stages[2].output_size (stage 3)` for `list` =
+/// `stages`, `item` = `stage`; the whole document is `whole`), and the message,
+/// with the range of sizes when a size is not a u64. Shared by every JSON form
+/// remat reads.
+pub(crate) fn describe_json_error(
+    e: serde_path_to_error::Error<serde_json::Error>,
+    list: &str,
+    item: &str,
+    whole: &str,
+) -> (String, String) {
+    let raw = e.path().to_string();
+    let path = if raw == "." || raw.is_empty() {
+        whole.to_string()
+    } else if let Some(rest) = raw.strip_prefix(list).and_then(|r| r.strip_prefix('['))
         && let Some(end) = rest.find(']')
         && let Ok(i) = rest[..end].parse::<usize>()
     {
-        return format!("{path} (stage {})", i + 1);
+        format!("{raw} ({item} {})", i + 1)
+    } else {
+        raw
+    };
+    let inner = e.into_inner();
+    let mut message = inner.to_string();
+    if inner.is_data() && message.contains("expected u64") {
+        message.push_str(" (sizes are whole bytes from 0 to 18446744073709551615)");
+    } else if message.contains("number out of range") || message.starts_with("expected value") {
+        // serde_json's wording for NaN, Infinity and 1e999.
+        message.push_str(" (numbers must be finite: JSON has no NaN or Infinity)");
     }
-    path.to_string()
+    (path, message)
 }
 
 impl Chain {
@@ -223,15 +241,7 @@ impl Chain {
     pub fn from_json(text: &str) -> Result<Chain, ChainError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         let parsed: ChainJson = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = describe_path(&e.path().to_string());
-            let inner = e.into_inner();
-            let mut message = inner.to_string();
-            if inner.is_data() && message.contains("expected u64") {
-                message.push_str(" (sizes are whole bytes from 0 to 18446744073709551615)");
-            } else if message.contains("number out of range") || message.starts_with("expected value") {
-                // serde_json's wording for NaN, Infinity and 1e999.
-                message.push_str(" (numbers must be finite: JSON has no NaN or Infinity)");
-            }
+            let (path, message) = describe_json_error(e, "stages", "stage", "chain");
             ChainError::Format { path, message }
         })?;
         let mut chain = Chain::new(

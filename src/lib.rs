@@ -9,6 +9,7 @@
 
 pub mod chain;
 pub mod exec;
+pub mod graph;
 pub mod schedule;
 pub mod simulate;
 pub mod size;

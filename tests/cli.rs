@@ -135,7 +135,7 @@ fn not_json_and_missing_file() {
         .args(["solve", "no/such/chain.json", "--memory", "1GiB"])
         .assert()
         .code(2)
-        .stderr(contains("cannot read chain file `no/such/chain.json`"));
+        .stderr(contains("cannot read chain or graph file `no/such/chain.json`"));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Command-line front end. Each subcommand lives in its own module; this one
 //! holds the argument types, exit codes and the helpers they share.
 
+mod graph;
 mod min_memory;
 mod simulate;
 mod solve;
@@ -58,6 +59,7 @@ Examples:
   remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
   remat min-memory chains/rotor-fc6.json
   remat zoo resnet101 --batch 32 -o resnet101.json
+  remat solve chains/graphs/unet-tiny.json --memory 300MiB   (a graph: chain DP or MILP)
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,

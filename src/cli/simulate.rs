@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use remat::size::format_size;
 
-use super::{CliResult, Failure, load_chain, size_arg};
+use super::{CliResult, Failure, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
 ///
@@ -15,7 +15,7 @@ use super::{CliResult, Failure, load_chain, size_arg};
 /// (F_ck^1 F_none^2 F_all^3 ... B^1).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Chain file.
+    /// Chain file, or graph file (the schedule is then a graph schedule).
     chain: PathBuf,
     /// Schedule file (JSON or notation).
     schedule: PathBuf,
@@ -28,7 +28,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let chain = load_chain(&args.chain)?;
+    if super::graph::try_simulate(&args.chain, &args.schedule, args.memory, args.json)? {
+        return Ok(());
+    }
+    let chain = super::graph::load_chain_or_path(&args.chain)?;
     let text = std::fs::read_to_string(&args.schedule)
         .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", args.schedule.display())))?;
     let ops = remat::schedule::parse_operations(&text)

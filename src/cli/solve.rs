@@ -13,17 +13,22 @@ use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 /// with its makespan and peak memory as replayed by the exact simulator.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Chain file (JSON: name, input_size, stages[], optional loss).
+    /// Chain file (JSON: name, input_size, stages[], optional loss), or graph
+    /// file (JSON with nodes[]: a forward graph, or a joint graph with
+    /// "joint": true; see the README).
     chain: PathBuf,
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
-    /// Solver. auto (the default) runs exhaustive search on chains of at most 10
-    /// stages, else the floating DP when its tables are modest (a few GiB and
-    /// seconds at most), else persistent, and says which it ran. floating: the
-    /// fastest nested schedule, never slower than persistent, O(S L^4) time
-    /// and O(S L^3) memory. persistent: Rotor's persistent DP, O(S L^3).
-    /// exhaustive: exact in bytes over every schedule, at most 14 stages.
+    /// Solver. On a chain, auto (the default) runs exhaustive search on chains
+    /// of at most 10 stages, else the floating DP when its tables are modest (a
+    /// few GiB and seconds at most), else persistent, and says which it ran.
+    /// floating: the fastest nested schedule, never slower than persistent,
+    /// O(S L^4) time and O(S L^3) memory. persistent: Rotor's persistent DP,
+    /// O(S L^3). exhaustive: exact in bytes over every schedule, at most 14
+    /// stages. On a graph file, auto solves a path as a chain and any other
+    /// graph with checkmate (the Checkmate MILP); checkmate-approx: its LP
+    /// relaxation with two-phase rounding.
     #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
@@ -37,6 +42,8 @@ pub struct Args {
     /// Also write the schedule as JSON to this file.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    graph: super::graph::GraphArgs,
 }
 
 /// Tables from this size on are announced on stderr before solving.
@@ -49,6 +56,18 @@ pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
 pub fn run(args: Args) -> CliResult {
     if args.slots == 0 {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
+    }
+    let request = super::graph::Request {
+        path: &args.chain,
+        memory: args.memory,
+        algorithm: args.algorithm,
+        slots: args.slots,
+        json: args.json,
+        output: args.output.as_ref(),
+        graph: &args.graph,
+    };
+    if super::graph::try_solve(request)? {
+        return Ok(());
     }
     let chain = load_chain(&args.chain)?;
     let (algorithm, why) = match args.algorithm {

@@ -29,14 +29,29 @@ pub enum Algorithm {
     Exhaustive,
     /// The floating-activation DP: fastest nested schedule, O(S L^4).
     Floating,
-    /// Picks exhaustive, floating or persistent by cost (see [`auto_choice`]).
+    /// On a chain, picks exhaustive, floating or persistent by cost (see
+    /// [`auto_choice`]); on a graph, the chain solvers when it is a path, else
+    /// the Checkmate MILP.
     Auto,
+    /// The Checkmate MILP on a graph (`graph::milp`).
+    Checkmate,
+    /// Checkmate's LP relaxation with two-phase rounding (`graph::approx`).
+    CheckmateApprox,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order tables list them.
     pub const ALL: &'static [Algorithm] =
         &[Algorithm::Persistent, Algorithm::Exhaustive, Algorithm::Floating, Algorithm::Auto];
+
+    /// Algorithms for graph files (also accepted on the command line); not in
+    /// [`Algorithm::ALL`], which lists what solves a chain.
+    pub const GRAPH: &'static [Algorithm] = &[Algorithm::Auto, Algorithm::Checkmate, Algorithm::CheckmateApprox];
+
+    /// True for the algorithms that only solve graphs (`checkmate`, `checkmate-approx`).
+    pub fn is_graph_only(self) -> bool {
+        matches!(self, Algorithm::Checkmate | Algorithm::CheckmateApprox)
+    }
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -45,6 +60,8 @@ impl Algorithm {
             Algorithm::Exhaustive => "exhaustive",
             Algorithm::Floating => "floating",
             Algorithm::Auto => "auto",
+            Algorithm::Checkmate => "checkmate",
+            Algorithm::CheckmateApprox => "checkmate-approx",
         }
     }
 
@@ -56,7 +73,12 @@ impl Algorithm {
             Algorithm::Floating => {
                 "fastest nested schedule (floating-activation DP; never slower than persistent), over memory slots"
             }
-            Algorithm::Auto => "exhaustive on small chains, else floating when its table is modest, else persistent",
+            Algorithm::Auto => {
+                "chains: exhaustive when small, else floating when its table is modest, else persistent; \
+                 graphs: the chain solvers for paths, else checkmate"
+            }
+            Algorithm::Checkmate => "optimal staged schedule of a graph by the Checkmate MILP",
+            Algorithm::CheckmateApprox => "Checkmate's LP relaxation with two-phase rounding (fast, not optimal)",
         }
     }
 }
@@ -71,8 +93,9 @@ impl FromStr for Algorithm {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Algorithm, String> {
-        Algorithm::ALL.iter().copied().find(|a| a.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        let known = || Algorithm::ALL.iter().chain(Algorithm::GRAPH).copied();
+        known().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<_> = known().map(|a| a.name()).collect();
             format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
         })
     }
@@ -172,6 +195,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
     let (ops, slot_size, predicted) = match algorithm {
+        Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
         Algorithm::Persistent => {
             check_persistent_size(chain)?;
             let slots = Slots::new(budget, opts.slots);
@@ -232,6 +256,13 @@ fn check_persistent_size(chain: &Chain) -> Result<(), SolveError> {
         )));
     }
     Ok(())
+}
+
+fn graph_only(algorithm: Algorithm) -> SolveError {
+    SolveError::Options(format!(
+        "{algorithm} solves graphs, not chains; `remat solve` runs it on a chain file through the chain's forward \
+         graph (`remat::graph::ForwardGraph::from_chain`)"
+    ))
 }
 
 fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
@@ -369,6 +400,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
     match algorithm {
+        Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => Ok(persistent::min_budget(chain, opts.slots)),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
@@ -447,7 +479,7 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
             Some(persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, opts.slots.max(1)))))
         }
         Algorithm::Auto => memory_estimate(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
-        Algorithm::Floating | Algorithm::Exhaustive => None,
+        Algorithm::Floating | Algorithm::Exhaustive | Algorithm::Checkmate | Algorithm::CheckmateApprox => None,
     }
 }
 

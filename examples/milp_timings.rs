@@ -1,0 +1,60 @@
+//! MILP solve times and gaps of the Checkmate MILP (and of its LP rounding) on
+//! the U-Net and ResNet-block graphs of `chains/graphs/`, at three budgets
+//! each, with every LP backend this build has.
+//!
+//! ```text
+//! cargo run --release --features highs --example milp_timings [TIME_LIMIT_SECONDS]
+//! ```
+//!
+//! Times are wall-clock seconds of the solver on this machine (the whole
+//! `solve_joint` call: warm start, MILP, plan and replay); rough on a shared
+//! machine.
+
+use std::time::{Duration, Instant};
+
+use remat::graph::milp::{Backend, MilpOptions};
+use remat::graph::{GraphFile, joint, solve_joint};
+use remat::solve::Algorithm;
+
+const CASES: [(&str, [u64; 3]); 2] = [("unet-tiny", [350, 300, 250]), ("resnet-blocks", [200, 175, 150])];
+
+fn main() {
+    let limit: f64 = std::env::args().nth(1).map_or(120.0, |s| s.parse().expect("a time limit in seconds"));
+    println!(
+        "| graph | joint nodes | budget | algorithm | backend | seconds | status | gap | makespan (no recomputation) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, budgets) in CASES {
+        let path = format!("{}/chains/graphs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("graph file");
+        let GraphFile::Forward(forward) = GraphFile::from_json(&text).expect("valid graph") else {
+            panic!("{path} is a forward graph")
+        };
+        let graph = joint::derive(&forward).expect("derivable");
+        for mib in budgets {
+            let budget = mib << 20;
+            for algorithm in [Algorithm::Checkmate, Algorithm::CheckmateApprox] {
+                for &backend in Backend::ALL {
+                    let opts = MilpOptions { backend, time_limit: Some(Duration::from_secs_f64(limit)), ticker: None };
+                    let start = Instant::now();
+                    let result = solve_joint(&graph, budget, algorithm, &opts);
+                    let seconds = start.elapsed().as_secs_f64();
+                    let row = match result {
+                        Ok(sol) => {
+                            let s = &sol.schedule;
+                            let gap = s.gap.map_or("-".to_string(), |g| format!("{:.2}%", 100.0 * g));
+                            format!(
+                                "{seconds:.2} | {} | {gap} | {:.2} ({:.2})",
+                                s.status,
+                                s.makespan,
+                                graph.total_cost()
+                            )
+                        }
+                        Err(e) => format!("{seconds:.2} | error: {e} | - | -"),
+                    };
+                    println!("| {name} | {} | {mib} MiB | {algorithm} | {backend} | {row} |", graph.len());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! One entry point for graph files: chain detection, then the chain solvers or
+//! the graph solvers, every result replayed by an exact simulator.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::chain::Chain;
+use crate::graph::approx::{self, ApproxError};
+use crate::graph::baselines;
+use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
+use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
+use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
+use crate::graph::{Graph, GraphError, GraphFile, exhaustive, joint};
+use crate::size::format_size;
+use crate::solve::{Algorithm, Progress, Solution, SolveError, SolveOptions};
+
+/// Options for [`solve`].
+#[derive(Clone, Copy)]
+pub struct GraphOptions<'a> {
+    /// The MILP/LP solver, its time limit and progress ticker.
+    pub milp: MilpOptions<'a>,
+    /// Memory slots for the chain solvers (a path solved as a chain).
+    pub slots: usize,
+    /// Progress of a chain solver.
+    pub chain_progress: Option<Progress<'a>>,
+}
+
+impl Default for GraphOptions<'_> {
+    fn default() -> Self {
+        GraphOptions { milp: MilpOptions::default(), slots: crate::solve::DEFAULT_SLOTS, chain_progress: None }
+    }
+}
+
+/// A graph schedule the graph simulator has replayed within the budget.
+#[derive(Clone, Debug)]
+pub struct GraphSolution {
+    /// The schedule, with the simulator's makespan and peak.
+    pub schedule: GraphSchedule,
+    /// Its replay.
+    pub replay: GraphReplay,
+    /// A proven lower bound on the makespan of any schedule the algorithm
+    /// considers, when known.
+    pub bound: Option<f64>,
+    /// Seconds the solver ran.
+    pub seconds: f64,
+    /// The LP/MILP backend (None for exhaustive search).
+    pub backend: Option<Backend>,
+    /// The baseline the MILP was warm-started from: (name, makespan).
+    pub warm_start: Option<(String, f64)>,
+    /// What the user should know about how it was found (a solver that
+    /// stopped early...).
+    pub notes: Vec<String>,
+}
+
+/// What [`solve`] did with a graph file, and why.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// The forward graph is a path: solved as this chain.
+    Chain {
+        /// The chain form.
+        chain: Chain,
+        /// The chain solver's checked solution.
+        solution: Solution,
+        /// Which path was taken and why.
+        why: String,
+    },
+    /// Solved on this joint graph.
+    Graph {
+        /// The joint graph (derived from a forward graph, or as read).
+        graph: Graph,
+        /// The checked graph schedule.
+        solution: GraphSolution,
+        /// Which path was taken and why.
+        why: String,
+    },
+}
+
+/// The smallest budget an algorithm can meet, as far as it is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MinBudget {
+    /// A budget that works (the smallest when `proven`).
+    pub bytes: u64,
+    /// Whether `bytes` is proven to be the smallest.
+    pub proven: bool,
+    /// A proven lower bound: no schedule fits below it.
+    pub lower: u64,
+}
+
+impl fmt::Display for MinBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.proven {
+            write!(f, "the smallest budget it can meet is {} ({} bytes)", format_size(self.bytes), self.bytes)
+        } else {
+            write!(
+                f,
+                "{} ({} bytes) works; the smallest budget is at least {} ({} bytes) (not proven within the time limit)",
+                format_size(self.bytes),
+                self.bytes,
+                format_size(self.lower),
+                self.lower
+            )
+        }
+    }
+}
+
+/// Why no graph schedule came back.
+#[derive(Debug, Error)]
+pub enum GraphSolveError {
+    /// The derived joint graph is invalid (a name collision, overflow).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The chain path failed (infeasible budget, bad options...), or a graph
+    /// solver's objective disagrees with its replay
+    /// ([`SolveError::Mispredicted`], a bug in remat).
+    #[error(transparent)]
+    Chain(#[from] SolveError),
+    /// A chain algorithm asked for a graph that is not a chain.
+    #[error("{algorithm} solves chains, and graph `{graph}` is not one: {why}; use --algorithm checkmate or auto")]
+    NotAChain {
+        /// The algorithm asked.
+        algorithm: Algorithm,
+        /// The graph's name.
+        graph: String,
+        /// Why it is not a chain.
+        why: String,
+    },
+    /// No schedule of this algorithm fits the budget.
+    #[error("no {algorithm} schedule fits in {} ({budget} bytes){}", format_size(*budget), min_budget.map(|m| format!("; {m}")).unwrap_or_default())]
+    Infeasible {
+        /// The algorithm asked.
+        algorithm: Algorithm,
+        /// The budget in bytes.
+        budget: u64,
+        /// The smallest budget, as far as it could be found.
+        min_budget: Option<MinBudget>,
+    },
+    /// LP rounding found no schedule within the budget.
+    #[error(transparent)]
+    Rounding(ApproxError),
+    /// The time limit passed before any schedule was found.
+    #[error("no schedule found within the time limit ({seconds:.1} s): raise --time-limit")]
+    NoSolution {
+        /// Seconds spent.
+        seconds: f64,
+    },
+    /// The LP/MILP solver failed.
+    #[error("the LP solver failed: {0}")]
+    Backend(String),
+    /// The graph is too large for the algorithm.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The solver's schedule failed its replay: a bug in remat.
+    #[error("internal error: the {algorithm} schedule failed its replay ({source}); please report this")]
+    Rejected {
+        /// The algorithm at fault.
+        algorithm: Algorithm,
+        /// What the simulator said.
+        source: GraphSimulateError,
+    },
+}
+
+impl From<MilpError> for GraphSolveError {
+    fn from(e: MilpError) -> Self {
+        match e {
+            MilpError::NoSolution { seconds } => GraphSolveError::NoSolution { seconds },
+            other => GraphSolveError::Backend(other.to_string()),
+        }
+    }
+}
+
+/// Solves a graph file under `budget` bytes with `algorithm`:
+/// - `auto`: a forward graph that is a path is solved as a chain by the
+///   persistent DP (exact for chains); any other graph by the Checkmate MILP;
+/// - `checkmate` / `checkmate-approx`: the MILP / LP rounding, on the derived
+///   joint graph of a forward graph or on a joint graph as given;
+/// - `exhaustive`: the chain oracle for a path, the graph oracle otherwise
+///   (tiny graphs only);
+/// - any other (chain) algorithm: only for a forward graph that is a path.
+///
+/// Every schedule is replayed by the chain or graph simulator before it is
+/// returned. Deterministic except where a time limit stops a solver.
+pub fn solve(
+    file: &GraphFile,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &GraphOptions,
+) -> Result<Outcome, GraphSolveError> {
+    let chain_opts = SolveOptions { slots: opts.slots, progress: opts.chain_progress };
+    let graph_outcome = |graph: Graph, algorithm: Algorithm, why: String| -> Result<Outcome, GraphSolveError> {
+        let solution = solve_joint(&graph, budget, algorithm, &opts.milp)?;
+        Ok(Outcome::Graph { graph, solution, why })
+    };
+    match file {
+        GraphFile::Joint(graph) => match algorithm {
+            Algorithm::Auto | Algorithm::Checkmate | Algorithm::CheckmateApprox | Algorithm::Exhaustive => {
+                let algorithm = if algorithm == Algorithm::Auto { Algorithm::Checkmate } else { algorithm };
+                let what = match algorithm {
+                    Algorithm::Checkmate => "MILP (checkmate)",
+                    Algorithm::CheckmateApprox => "LP rounding (checkmate-approx)",
+                    _ => "exhaustive search",
+                };
+                let why = format!(
+                    "{what} on the joint graph as given ({} nodes; chains are only recognised in forward graphs)",
+                    graph.len()
+                );
+                graph_outcome(graph.clone(), algorithm, why)
+            }
+            other => Err(GraphSolveError::NotAChain {
+                algorithm: other,
+                graph: graph.name().to_string(),
+                why: "it is a joint forward+backward graph".into(),
+            }),
+        },
+        GraphFile::Forward(forward) => {
+            let as_chain = forward.as_chain();
+            let derived = || joint::derive(forward);
+            match (algorithm, as_chain) {
+                (Algorithm::Checkmate | Algorithm::CheckmateApprox, _) => {
+                    let graph = derived()?;
+                    let why = format!("{algorithm} on the derived joint graph ({} nodes), as asked", graph.len());
+                    graph_outcome(graph, algorithm, why)
+                }
+                (Algorithm::Auto, Ok(chain)) => {
+                    let choice = crate::solve::auto_choice(chain, budget, &chain_opts);
+                    let why = format!(
+                        "chain solver ({}): the forward graph is a path (each node reads only the node before it), \
+                         so it is solved exactly as a chain; {}",
+                        choice.algorithm, choice.reason
+                    );
+                    let solution = crate::solve::solve(chain, budget, choice.algorithm, &chain_opts)?;
+                    Ok(Outcome::Chain { chain: chain.clone(), solution, why })
+                }
+                (Algorithm::Auto, Err(not_path)) => {
+                    let graph = derived()?;
+                    let why = format!(
+                        "MILP (checkmate): the forward graph is not a chain ({not_path}), so the Checkmate MILP \
+                         solves its derived joint graph ({} nodes)",
+                        graph.len()
+                    );
+                    graph_outcome(graph, Algorithm::Checkmate, why)
+                }
+                (Algorithm::Exhaustive, Err(not_path)) => {
+                    let graph = derived()?;
+                    let why = format!(
+                        "exhaustive search over graph schedules: the forward graph is not a chain ({not_path})"
+                    );
+                    graph_outcome(graph, Algorithm::Exhaustive, why)
+                }
+                (_, Ok(chain)) => {
+                    let why = format!("{algorithm} on the chain form of the forward graph (it is a path)");
+                    let solution = crate::solve::solve(chain, budget, algorithm, &chain_opts)?;
+                    Ok(Outcome::Chain { chain: chain.clone(), solution, why })
+                }
+                (_, Err(not_path)) => Err(GraphSolveError::NotAChain {
+                    algorithm,
+                    graph: forward.name().to_string(),
+                    why: not_path.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// Replays `ops` within `budget` and wraps them as a checked [`GraphSolution`].
+/// `predicted` is the solver's makespan: the replay may only be cheaper (a plan
+/// skips recomputing a value it holds).
+#[allow(clippy::too_many_arguments)]
+fn checked(
+    graph: &Graph,
+    budget: u64,
+    algorithm: Algorithm,
+    ops: Vec<GraphOp>,
+    status: Status,
+    predicted: f64,
+    bound: Option<f64>,
+    seconds: f64,
+) -> Result<GraphSolution, GraphSolveError> {
+    let replay =
+        simulate_within(graph, &ops, budget).map_err(|source| GraphSolveError::Rejected { algorithm, source })?;
+    if replay.makespan > predicted + 1e-6 * predicted.abs().max(1.0) {
+        return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan }.into());
+    }
+    let gap = bound.map(|b| milp::relative_gap(replay.makespan, b));
+    let schedule = GraphSchedule {
+        algorithm: algorithm.name().to_string(),
+        budget,
+        makespan: replay.makespan,
+        peak_memory: replay.peak_memory,
+        status,
+        gap,
+        operations: ops,
+    };
+    Ok(GraphSolution { schedule, replay, bound, seconds, backend: None, warm_start: None, notes: Vec::new() })
+}
+
+/// The answer when the MILP solver stopped without a solution of its own: the
+/// warm-start baseline (valid, within budget), with the LP bound for its gap.
+fn fall_back(
+    graph: &Graph,
+    budget: u64,
+    warm: baselines::Baseline,
+    error: MilpError,
+    seconds: f64,
+    opts: &MilpOptions,
+) -> Result<GraphSolution, GraphSolveError> {
+    let (status, why) = match &error {
+        MilpError::NoSolution { .. } => {
+            (Status::TimeLimit, "reached the time limit before a solution of its own".to_string())
+        }
+        other => (Status::Feasible, format!("stopped with an error ({other})")),
+    };
+    let bound = milp::relaxation(graph, budget, opts).ok().map(|(b, _)| b);
+    let algorithm = Algorithm::Checkmate;
+    let mut out = checked(graph, budget, algorithm, warm.staged.plan(graph), status, warm.cost, bound, seconds)?;
+    out.backend = Some(opts.backend);
+    out.notes.push(format!(
+        "the {} solver {why}; this is the warm start (baseline {}), the best schedule known{}",
+        opts.backend,
+        warm.name,
+        if cfg!(feature = "highs") { "" } else { "; HiGHS (remat built with --features highs) solves such graphs" }
+    ));
+    out.warm_start = Some((warm.name, warm.cost));
+    Ok(out)
+}
+
+/// Solves a joint graph with `checkmate` (also `auto`), `checkmate-approx` or
+/// `exhaustive`, and replays the result within `budget`.
+pub fn solve_joint(
+    graph: &Graph,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &MilpOptions,
+) -> Result<GraphSolution, GraphSolveError> {
+    match algorithm {
+        Algorithm::Checkmate | Algorithm::Auto => {
+            let algorithm = Algorithm::Checkmate;
+            let warm = baselines::best_fitting(graph, budget);
+            let start = std::time::Instant::now();
+            let sol = match milp::solve(graph, budget, warm.as_ref().map(|b| &b.staged), opts) {
+                Ok(sol) => sol,
+                Err(MilpError::Infeasible) => {
+                    return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: min_budget(graph, opts) });
+                }
+                // The solver gave up (a numerical failure, or the time limit
+                // before its root LP): the warm start is still a valid answer.
+                Err(e @ (MilpError::Backend { .. } | MilpError::NoSolution { .. })) if warm.is_some() => {
+                    let warm = warm.expect("checked");
+                    return fall_back(graph, budget, warm, e, start.elapsed().as_secs_f64(), opts);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let status = if sol.optimal { Status::Optimal } else { Status::TimeLimit };
+            let bound = if sol.optimal { Some(sol.objective) } else { sol.bound };
+            let mut out =
+                checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, bound, sol.seconds)?;
+            out.backend = Some(opts.backend);
+            out.warm_start = warm.map(|b| (b.name, b.cost));
+            Ok(out)
+        }
+        Algorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
+            Ok(r) => {
+                let predicted = r.replay.makespan;
+                let mut out = checked(
+                    graph,
+                    budget,
+                    algorithm,
+                    r.operations,
+                    Status::Rounded,
+                    predicted,
+                    Some(r.lp_bound),
+                    r.seconds,
+                )?;
+                out.backend = Some(opts.backend);
+                Ok(out)
+            }
+            Err(ApproxError::Lp(MilpError::Infeasible)) => {
+                Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: min_budget(graph, opts) })
+            }
+            Err(ApproxError::Lp(e)) => Err(e.into()),
+            Err(e) => Err(GraphSolveError::Rounding(e)),
+        },
+        Algorithm::Exhaustive => {
+            if graph.len() > exhaustive::MAX_NODES {
+                return Err(GraphSolveError::TooLarge(format!(
+                    "exhaustive search is limited to joint graphs of at most {} nodes (its state space grows as 3^n); \
+                     this one has {}. Use --algorithm checkmate",
+                    exhaustive::MAX_NODES,
+                    graph.len()
+                )));
+            }
+            let start = std::time::Instant::now();
+            match exhaustive::fastest(graph, budget) {
+                Some((cost, ops)) => checked(
+                    graph,
+                    budget,
+                    algorithm,
+                    ops,
+                    Status::Optimal,
+                    cost,
+                    Some(cost),
+                    start.elapsed().as_secs_f64(),
+                ),
+                None => {
+                    let peak = exhaustive::min_peak(graph).0;
+                    let min_budget = Some(MinBudget { bytes: peak, proven: true, lower: peak });
+                    Err(GraphSolveError::Infeasible { algorithm, budget, min_budget })
+                }
+            }
+        }
+        other => Err(GraphSolveError::NotAChain {
+            algorithm: other,
+            graph: graph.name().to_string(),
+            why: "it is a joint forward+backward graph".into(),
+        }),
+    }
+}
+
+/// The smallest budget the MILP can meet, by bisection between the
+/// working-set lower bound and the lowest baseline peak, each step a
+/// feasibility MILP (much easier for a solver than minimising the peak).
+/// Within `opts`' time limit in all; when it runs out, the best budget known
+/// to work and the best lower bound.
+pub fn min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget> {
+    let start = std::time::Instant::now();
+    // Invariant: every budget below `lo` is infeasible, `hi` is feasible.
+    let mut hi = baselines::candidates(graph).iter().map(|b| b.peak).min()?;
+    let mut lo = graph.working_set_bound().min(hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let time_limit = opts.time_limit.map(|limit| limit.saturating_sub(start.elapsed()));
+        if time_limit.is_some_and(|t| t.is_zero()) {
+            break;
+        }
+        match milp::feasible(graph, mid, &MilpOptions { time_limit, ..*opts }) {
+            Ok(Some(staged)) => {
+                let peak = staged.accounting(graph).peak;
+                if peak >= hi {
+                    break; // a solver tolerance slip: stop rather than loop
+                }
+                hi = peak;
+            }
+            Ok(None) => lo = mid + 1,
+            Err(_) => break,
+        }
+    }
+    Some(MinBudget { bytes: hi, proven: lo == hi, lower: lo })
+}

@@ -1,0 +1,150 @@
+//! The Checkmate MILP and its LP rounding against exhaustive search over graph
+//! schedules, on small joint graphs with unit costs and sizes: Checkmate's own
+//! test graphs (linear networks, whose joint graphs are paths with skip
+//! connections from each forward node to its gradient node), the same with
+//! extra forward skips, and joint graphs derived from small random forward
+//! graphs with skips. Every budget from infeasible to ample.
+
+use remat::graph::milp::{Backend, MilpOptions};
+use remat::graph::{
+    ForwardGraph, Graph, GraphSolveError, Node, Status, exhaustive, joint, simulate_within, solve_joint,
+};
+use remat::solve::Algorithm;
+use remat::synthetic::Rng;
+
+fn unit(name: String, inputs: Vec<usize>) -> Node {
+    Node { name, cost: 1.0, size: 1, overhead: 0, inputs }
+}
+
+/// Checkmate's `gen_linear_graph(k)`: nodes 0..=2k, edges i -> i+1, and
+/// forward node i -> its gradient node 2k - i; plus `skips` (u, v) edges.
+fn linear_graph(k: usize, skips: &[(usize, usize)]) -> Graph {
+    let nodes = (0..=2 * k)
+        .map(|v| {
+            let mut inputs: Vec<usize> = if v == 0 { vec![] } else { vec![v - 1] };
+            if v > k {
+                inputs.push(2 * k - v);
+            }
+            inputs.extend(skips.iter().filter(|e| e.1 == v).map(|e| e.0));
+            inputs.sort_unstable();
+            inputs.dedup();
+            unit(format!("node{v}"), inputs)
+        })
+        .collect();
+    Graph::new(format!("linear{k}"), 0, nodes).unwrap()
+}
+
+/// A random forward graph of `k` unit nodes: each node reads the one before it
+/// and, sometimes, an earlier one (a skip); its derived joint graph.
+fn random_derived(rng: &mut Rng, k: usize) -> Graph {
+    let mut text = String::from(r#"{"name": "random", "input_size": 0, "nodes": ["#);
+    for v in 0..k {
+        let mut inputs = Vec::new();
+        if v > 0 {
+            inputs.push(format!("\"f{}\"", v - 1));
+        }
+        if v > 1 && rng.chance(1, 2) {
+            inputs.push(format!("\"f{}\"", rng.range(0, v as u64 - 2)));
+        }
+        if v > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#"{{"name": "f{v}", "inputs": [{}], "forward_time": 1, "backward_time": 1, "output_size": 1, "saved_size": 1}}"#,
+            inputs.join(", ")
+        ));
+    }
+    text.push_str("]}");
+    joint::derive(&ForwardGraph::from_json(&text).unwrap()).unwrap()
+}
+
+fn options() -> MilpOptions<'static> {
+    MilpOptions { backend: Backend::Microlp, time_limit: None, ticker: None }
+}
+
+/// Compares the MILP and the rounding with the oracle on `graph` at every
+/// budget from one below the smallest feasible one to one above the
+/// checkpoint-all peak. Returns (budgets tried, rounded schedules found).
+fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
+    let opts = MilpOptions { backend, ..options() };
+    let (min_any, _) = exhaustive::min_peak(graph);
+    let ample = graph.nodes().iter().map(|n| n.size).sum::<u64>() + 1;
+    let (mut budgets, mut rounded) = (0, 0);
+    for budget in min_any.saturating_sub(1)..=ample {
+        budgets += 1;
+        let oracle = exhaustive::fastest(graph, budget).map(|(cost, _)| cost);
+        let milp = solve_joint(graph, budget, Algorithm::Checkmate, &opts);
+        match (&milp, oracle) {
+            (Ok(sol), Some(best)) => {
+                assert_eq!(sol.schedule.makespan, best, "{} at budget {budget}: MILP vs exhaustive", graph.name());
+                assert_eq!(sol.schedule.status, Status::Optimal);
+                assert_eq!(sol.schedule.gap, Some(0.0));
+                let replay = simulate_within(graph, &sol.schedule.operations, budget).unwrap();
+                assert_eq!(replay.makespan, sol.schedule.makespan);
+            }
+            (Err(GraphSolveError::Infeasible { min_budget, .. }), None) => {
+                let m = min_budget.expect("the min-peak MILP runs without a time limit");
+                assert!(m.proven && m.bytes > budget, "{}: min budget {m:?} at budget {budget}", graph.name());
+                // The MILP is feasible at the exhaustive minimum (checked at
+                // that budget), so its own minimum is the same.
+                assert_eq!(m.bytes, min_any, "{}", graph.name());
+            }
+            (other, oracle) => panic!("{} at budget {budget}: MILP {other:?}, exhaustive {oracle:?}", graph.name()),
+        }
+        match solve_joint(graph, budget, Algorithm::CheckmateApprox, &opts) {
+            Ok(sol) => {
+                rounded += 1;
+                let best = oracle.expect("a rounded schedule proves a schedule exists");
+                assert!(sol.schedule.makespan >= best, "rounding below the optimum at budget {budget}");
+                assert!(sol.schedule.peak_memory <= budget, "rounding over budget at {budget}");
+                assert_eq!(sol.schedule.status, Status::Rounded);
+                let lp = sol.bound.unwrap();
+                assert!(lp <= best + 1e-6, "the LP bound {lp} is above the optimum {best}");
+                simulate_within(graph, &sol.schedule.operations, budget).unwrap();
+            }
+            Err(GraphSolveError::Rounding(_)) => assert!(oracle.is_some() || budget < min_any),
+            Err(GraphSolveError::Infeasible { .. }) => assert!(oracle.is_none(), "LP infeasible but a schedule exists"),
+            Err(e) => panic!("{} at budget {budget}: rounding failed: {e}", graph.name()),
+        }
+    }
+    // With ample memory the LP's S* is integral enough to round to checkpoint-all.
+    let ample_sol = solve_joint(graph, ample, Algorithm::CheckmateApprox, &opts).unwrap();
+    assert_eq!(ample_sol.schedule.makespan, graph.total_cost());
+    (budgets, rounded)
+}
+
+#[test]
+fn milp_matches_exhaustive_on_checkmate_linear_graphs() {
+    for k in 1..=4 {
+        let (budgets, rounded) = check(&linear_graph(k, &[]), Backend::Microlp);
+        assert!(budgets >= 3 && rounded >= 1);
+    }
+}
+
+#[test]
+fn milp_matches_exhaustive_on_linear_graphs_with_extra_skips() {
+    let cases: [(usize, &[(usize, usize)]); 4] =
+        [(3, &[(0, 2)]), (3, &[(0, 3), (1, 5)]), (4, &[(0, 2), (2, 4)]), (4, &[(1, 4), (0, 6)])];
+    for (k, skips) in cases {
+        check(&linear_graph(k, skips), Backend::Microlp);
+    }
+}
+
+#[test]
+fn milp_matches_exhaustive_on_derived_random_graphs() {
+    let mut rng = Rng::new(6);
+    for i in 0..12 {
+        let k = 2 + i % 4; // joint graphs of 5..=11 nodes
+        check(&random_derived(&mut rng, k), Backend::Microlp);
+    }
+}
+
+#[cfg(feature = "highs")]
+#[test]
+fn highs_matches_exhaustive_too() {
+    let mut rng = Rng::new(7);
+    check(&linear_graph(3, &[(0, 2)]), Backend::Highs);
+    for i in 0..6 {
+        check(&random_derived(&mut rng, 2 + i % 4), Backend::Highs);
+    }
+}
