@@ -269,3 +269,19 @@ fn help_teaches() {
     remat().arg("--help").assert().success().stdout(contains("Examples:").and(contains("Exit codes")));
     remat().args(["solve", "--help"]).assert().success().stdout(contains("--slots").and(contains("90MiB")));
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    // `remat solve ... | head -1`: the reader is gone before remat writes.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
+        .args(["solve", "chains/cheap-recompute.json", "--memory", "1200MiB", "-a", "persistent"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

@@ -194,7 +194,7 @@ pub fn try_solve(req: Request) -> Result<bool, Failure> {
 }
 
 fn percent_over(makespan: f64, base: f64) -> String {
-    if base > 0.0 { format!(", +{:.1}%", 100.0 * (makespan / base - 1.0)) } else { String::new() }
+    super::overhead(makespan, base).map(|o| format!(", {o}")).unwrap_or_default()
 }
 
 fn print_outcome(file: &GraphFile, outcome: &Outcome, limit: Option<Duration>) {

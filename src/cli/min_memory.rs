@@ -104,8 +104,8 @@ pub fn run(args: Args) -> CliResult {
         match sol {
             Some(sol) => {
                 let s = &sol.schedule;
-                let over = if base > 0.0 { 100.0 * (s.makespan / base - 1.0) } else { 0.0 };
-                println!("{label:<24} {} (makespan {:.2}, +{over:.1}%)", show(Some(s.budget)), s.makespan);
+                let over = super::overhead(s.makespan, base).unwrap_or_else(|| "+0.0%".into());
+                println!("{label:<24} {} (makespan {:.2}, {over})", show(Some(s.budget)), s.makespan);
             }
             None => println!("{label:<24} none (no schedule is that fast)"),
         }

@@ -91,6 +91,7 @@ enum Command {
 
 /// Runs the CLI and maps failures to exit codes.
 pub fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Solve(args) => solve::run(args),
@@ -107,6 +108,25 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `println!` panics when stdout is a pipe whose reader has gone (`remat ... |
+/// head`). Like other command-line tools, stop quietly instead: the reader has
+/// all it wanted. Any other panic keeps the default report.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 /// Reads and validates a chain file, printing its warnings on stderr.
 pub fn load_chain(path: &Path) -> Result<Chain, Failure> {
     let text = std::fs::read_to_string(path)
@@ -117,6 +137,16 @@ pub fn load_chain(path: &Path) -> Result<Chain, Failure> {
         eprintln!("warning: {}: {w}", path.display());
     }
     Ok(chain)
+}
+
+/// The makespan's overhead over no recomputation, as `+1.3%`; `None` when the
+/// base time is 0. Float sums in another order can land a hair below the base:
+/// that prints as `+0.0%`, not `+-0.0%`.
+pub fn overhead(makespan: f64, base: f64) -> Option<String> {
+    (base > 0.0).then(|| {
+        let pct = 100.0 * (makespan / base - 1.0);
+        format!("{:+.1}%", if pct.abs() < 0.05 { 0.0 } else { pct })
+    })
 }
 
 /// Parses a SIZE argument for clap.
@@ -169,5 +199,20 @@ impl Drop for Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overhead;
+
+    #[test]
+    fn overhead_never_prints_negative_zero() {
+        // 0.1 + 0.2 != 0.3 in floating point, in both directions.
+        assert_eq!(overhead(0.1 + 0.2, 0.3).as_deref(), Some("+0.0%"));
+        assert_eq!(overhead(0.3, 0.1 + 0.2).as_deref(), Some("+0.0%"));
+        assert_eq!(overhead(47.42, 37.38).as_deref(), Some("+26.9%"));
+        assert_eq!(overhead(9.0, 10.0).as_deref(), Some("-10.0%"));
+        assert_eq!(overhead(1.0, 0.0), None);
     }
 }

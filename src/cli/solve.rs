@@ -117,7 +117,7 @@ pub fn run(args: Args) -> CliResult {
         None => println!("algorithm:   {} ({slots})", s.algorithm),
     }
     println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
-    let overhead = if base > 0.0 { format!(", +{:.1}%", 100.0 * (s.makespan / base - 1.0)) } else { String::new() };
+    let overhead = super::overhead(s.makespan, base).map(|o| format!(", {o}")).unwrap_or_default();
     println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
     let peak_op = solution.replay.steps[solution.replay.peak_index].op;
     println!(
