@@ -1,7 +1,7 @@
 //! The persistent DP at 500 slots, with the budget halfway between the
 //! smallest feasible one and store-all's peak:
 //! - `persistent-500-slots`: whole solves (table, sequence, replay) of
-//!   network-like chains of 100, 339 and 1000 stages and of ResNet-1001
+//!   network-like chains of 100, 300, 339 and 1000 stages and of ResNet-1001
 //!   (chains/resnet1001-224-b8.json, 339 stages), each on 1 and 2 threads;
 //! - `persistent-vs-triple-loop`: the table alone against the straightforward
 //!   triple loop it replaced (`tests/reference/mod.rs`), on one thread, for
@@ -40,6 +40,7 @@ fn solves(c: &mut Criterion) {
     group.sample_size(10);
     let chains = [
         ("L=100", network_like(42, 100)),
+        ("L=300", network_like(42, 300)),
         ("L=339", network_like(42, 339)),
         ("resnet1001", resnet1001()),
         ("L=1000", network_like(42, 1000)),
