@@ -10,7 +10,7 @@ const CHAINS: usize = 2000;
 
 /// Exact solve: as many slots as bytes in the budget.
 fn exact(budget: u64) -> SolveOptions<'static> {
-    SolveOptions { slots: budget.max(1) as usize, progress: None }
+    SolveOptions { slots: budget.max(1) as usize, ..SolveOptions::default() }
 }
 
 /// Exhaustive optimum at every budget in `lo..=hi`, using that the optimum is

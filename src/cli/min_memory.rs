@@ -31,8 +31,9 @@ pub fn run(args: Args) -> CliResult {
     }
     let chain = load_chain(&args.chain)?;
     let any = min_budget_any(&chain);
-    let with_slots = min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, progress: None })?;
-    let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, progress: None })?;
+    let with_slots =
+        min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, ..SolveOptions::default() })?;
+    let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, ..SolveOptions::default() })?;
     if args.json {
         let out = serde_json::json!({
             "chain": chain.name(),

@@ -19,9 +19,16 @@ pub struct Args {
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
     /// Solver: persistent (Rotor's DP over memory slots) or exhaustive (exact,
-    /// chains of at most 14 stages).
+    /// chains of at most 14 stages), or a baseline to compare with: store-all,
+    /// sequential (PyTorch's checkpoint_sequential), revolve, chen-sqrt,
+    /// chen-greedy. `remat compare` runs them all.
     #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
     algorithm: Algorithm,
+    /// With --algorithm sequential: the number of segments K (1 to the number
+    /// of stages), as given to checkpoint_sequential. Default: the fastest K
+    /// that fits the budget.
+    #[arg(long, value_name = "K")]
+    segments: Option<usize>,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
@@ -42,10 +49,16 @@ pub fn run(args: Args) -> CliResult {
     if args.slots == 0 {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
     }
+    if args.segments.is_some() && args.algorithm != Algorithm::Sequential {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--segments applies to --algorithm sequential only (got --algorithm {})",
+            args.algorithm
+        )));
+    }
     let chain = load_chain(&args.chain)?;
     let progress = Progress::new(&format!("{} DP", args.algorithm));
     let update = |done, total| progress.update(done, total);
-    let opts = SolveOptions { slots: args.slots, progress: Some(&update) };
+    let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
     let solution = solve(&chain, args.memory, args.algorithm, &opts)?;
     drop(progress);
     let json = serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize");
@@ -65,7 +78,8 @@ pub fn run(args: Args) -> CliResult {
     } else {
         format!("{} slots of {} bytes", args.slots, solution.slot_size)
     };
-    println!("algorithm:   {} ({slots})", s.algorithm);
+    let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
+    println!("algorithm:   {} ({slots}{detail})", s.algorithm);
     println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = if base > 0.0 { format!(", +{:.1}%", 100.0 * (s.makespan / base - 1.0)) } else { String::new() };
     println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);

@@ -4,6 +4,7 @@
 //! is handed out: the [`Solution`]'s makespan and peak are the simulator's, and
 //! a schedule that is invalid or over budget is reported as a bug, never shown.
 
+pub mod baselines;
 pub mod exhaustive;
 pub mod persistent;
 
@@ -25,17 +26,41 @@ pub enum Algorithm {
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
+    /// Baseline: no rematerialization, every forward records (PyTorch's default).
+    StoreAll,
+    /// Baseline: PyTorch's `checkpoint_sequential` with K segments.
+    Sequential,
+    /// Baseline: the optimal AD-model (checkpoint-only) persistent schedule, with
+    /// an F_all right before each backward.
+    Revolve,
+    /// Baseline: Chen et al.'s sqrt(L) segments.
+    ChenSqrt,
+    /// Baseline: Chen et al.'s greedy segments of bounded memory.
+    ChenGreedy,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order tables list them.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::Persistent, Algorithm::Exhaustive];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Persistent,
+        Algorithm::Exhaustive,
+        Algorithm::StoreAll,
+        Algorithm::Sequential,
+        Algorithm::Revolve,
+        Algorithm::ChenSqrt,
+        Algorithm::ChenGreedy,
+    ];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Persistent => "persistent",
             Algorithm::Exhaustive => "exhaustive",
+            Algorithm::StoreAll => "store-all",
+            Algorithm::Sequential => "sequential",
+            Algorithm::Revolve => "revolve",
+            Algorithm::ChenSqrt => "chen-sqrt",
+            Algorithm::ChenGreedy => "chen-greedy",
         }
     }
 
@@ -44,7 +69,22 @@ impl Algorithm {
         match self {
             Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
             Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
+            Algorithm::StoreAll => "baseline: no recomputation, every activation recorded (PyTorch's default)",
+            Algorithm::Sequential => {
+                "baseline: PyTorch's checkpoint_sequential, K segments (--segments K; default the fastest K that fits)"
+            }
+            Algorithm::Revolve => {
+                "baseline: optimal schedule that checkpoints only plain activations (AD model), F_all before each B"
+            }
+            Algorithm::ChenSqrt => "baseline: Chen et al., sqrt(L) segments of sqrt(L) stages",
+            Algorithm::ChenGreedy => "baseline: Chen et al., greedy segments of bounded memory, bound searched to fit",
         }
+    }
+
+    /// True for the baselines (schedules other tools produce), false for
+    /// remat's own solvers.
+    pub fn is_baseline(self) -> bool {
+        baselines::BASELINES.contains(&self)
     }
 }
 
@@ -75,11 +115,14 @@ pub struct SolveOptions<'a> {
     pub slots: usize,
     /// Called as work progresses, for long solves.
     pub progress: Option<Progress<'a>>,
+    /// `sequential` only: the number of segments K (1..=L); `None` picks the
+    /// fastest K that fits the budget. Other algorithms ignore it.
+    pub segments: Option<usize>,
 }
 
 impl Default for SolveOptions<'_> {
     fn default() -> Self {
-        SolveOptions { slots: DEFAULT_SLOTS, progress: None }
+        SolveOptions { slots: DEFAULT_SLOTS, progress: None, segments: None }
     }
 }
 
@@ -97,6 +140,8 @@ pub struct Solution {
     pub slot_size: u64,
     /// The makespan the solver itself predicted (checked equal to the replay's).
     pub solver_makespan: f64,
+    /// The parameter a baseline settled on (`K = 4 segments`), if any.
+    pub detail: Option<String>,
 }
 
 /// Why no schedule came back.
@@ -193,6 +238,12 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                 }
             }
         }
+        baseline => {
+            let plan = baselines::plan(chain, budget, baseline, opts)?;
+            let mut solution = checked(chain, budget, algorithm, plan.ops, plan.slot_size, plan.makespan)?;
+            solution.detail = plan.detail;
+            return Ok(solution);
+        }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
 }
@@ -232,7 +283,7 @@ fn checked(
         peak_memory: replay.peak_memory,
         operations: ops,
     };
-    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted })
+    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted, detail: None })
 }
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
@@ -248,6 +299,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             check_exhaustive_size(chain)?;
             Ok(Some(exhaustive::min_peak(chain).0))
         }
+        baseline => baselines::min_budget(chain, baseline, opts),
     }
 }
 
