@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod chain;
+pub mod report;
 pub mod schedule;
 pub mod simulate;
 pub mod size;

@@ -1,9 +1,12 @@
 //! Command-line front end. Each subcommand lives in its own module; this one
 //! holds the argument types, exit codes and the helpers they share.
 
+mod compare;
 mod min_memory;
+mod show;
 mod simulate;
 mod solve;
+mod sweep;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -56,6 +59,9 @@ Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
   remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
   remat min-memory chains/rotor-fc6.json
+  remat compare chains/rotor-fc6.json --memory 100MiB
+  remat sweep chains/rotor-fc6.json --steps 40 --plot tradeoff.svg > curves.csv
+  remat show chains/rotor-fc6.json schedule.json --plot timeline.svg
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
@@ -82,6 +88,9 @@ enum Command {
     Solve(solve::Args),
     Simulate(simulate::Args),
     MinMemory(min_memory::Args),
+    Compare(compare::Args),
+    Sweep(sweep::Args),
+    Show(show::Args),
 }
 
 /// Runs the CLI and maps failures to exit codes.
@@ -91,6 +100,9 @@ pub fn main() -> ExitCode {
         Command::Solve(args) => solve::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::MinMemory(args) => min_memory::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Sweep(args) => sweep::run(args),
+        Command::Show(args) => show::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -121,6 +121,14 @@ pub fn segmented_makespan(chain: &Chain, checkpoints: &[usize]) -> f64 {
     chain.store_all_time() + (1..=recomputed).map(|l| chain.forward_time(l)).sum::<f64>()
 }
 
+/// True when schedule `a` = (makespan, peak) is better than `b`: faster, or
+/// as fast with a smaller peak. Makespans within 1e-9 (relative) are equal:
+/// the same forwards summed in another order differ in the last bits.
+pub fn faster(a: (f64, u64), b: (f64, u64)) -> bool {
+    let tolerance = 1e-9 * a.0.abs().max(b.0.abs()).max(1.0);
+    if (a.0 - b.0).abs() <= tolerance { a.1 < b.1 } else { a.0 < b.0 }
+}
+
 /// Replays every candidate and returns the fastest whose peak fits `budget`
 /// (ties: the smaller peak, then the first), or `Infeasible` with the smallest
 /// peak of any candidate. O(number of candidates * L).
@@ -141,7 +149,7 @@ fn fastest_fitting(
         }
         let better = match &best {
             None => true,
-            Some((time, peak, ..)) => (replay.makespan, replay.peak_memory) < (*time, *peak),
+            Some((time, peak, ..)) => faster((replay.makespan, replay.peak_memory), (*time, *peak)),
         };
         if better {
             best = Some((replay.makespan, replay.peak_memory, ops, cand));
