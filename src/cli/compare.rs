@@ -33,9 +33,6 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.slots == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
-    }
     let chain = load_chain(&args.chain)?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     let cmp = compare(&chain, args.memory, Algorithm::ALL, &opts)?;

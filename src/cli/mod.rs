@@ -125,6 +125,20 @@ pub fn load_chain(path: &Path) -> Result<Chain, Failure> {
     Ok(chain)
 }
 
+/// Reads a schedule file (any form `parse_operations` accepts) and replays it
+/// on `chain`: the file's text, its operations and the replay, or a failure
+/// (exit 2) naming the file and the first invalid operation.
+pub fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<(String, Vec<remat::Op>, remat::Replay), Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", path.display())))?;
+    let ops = remat::schedule::parse_operations(&text)
+        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    let replay = remat::simulate(chain, &ops).map_err(|e| {
+        Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
+    })?;
+    Ok((text, ops, replay))
+}
+
 /// Parses a SIZE argument for clap.
 pub fn size_arg(s: &str) -> Result<u64, String> {
     remat::size::parse_size(s).map_err(|e| e.to_string())

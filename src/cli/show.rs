@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use remat::report::timeline_svg;
-use remat::schedule::{Schedule, parse_operations};
+use remat::schedule::Schedule;
 use remat::size::format_size;
 
-use super::{CliResult, Failure, load_chain, size_arg, write_file};
+use super::{CliResult, Failure, load_chain, replay_schedule_file, size_arg, write_file};
 
 /// Show the memory timeline of a schedule, operation by operation.
 ///
@@ -35,19 +35,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain)?;
-    let text = std::fs::read_to_string(&args.schedule)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", args.schedule.display())))?;
-    let ops = parse_operations(&text)
-        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", args.schedule.display())))?;
+    let (text, _, replay) = replay_schedule_file(&chain, &args.schedule)?;
     let recorded = serde_json::from_str::<Schedule>(&text).ok();
     let budget = args.memory.or(recorded.as_ref().map(|s| s.budget));
-    let replay = remat::simulate(&chain, &ops).map_err(|e| {
-        Failure::input(anyhow::anyhow!(
-            "schedule `{}` is not valid on chain `{}`: {e}",
-            args.schedule.display(),
-            chain.name()
-        ))
-    })?;
     if let Some(path) = &args.plot {
         let who = recorded.as_ref().map(|s| format!(" ({})", s.algorithm)).unwrap_or_default();
         let title = format!("{}{who}: memory timeline", chain.name());

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use remat::report::{sweep, tradeoff_svg};
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions};
 
-use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
+use super::{CliResult, Progress, load_chain, size_arg, write_file};
 
 /// Trade-off curves: makespan against memory for every algorithm.
 ///
@@ -43,9 +43,6 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.slots == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
-    }
     let chain = load_chain(&args.chain)?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     let budgets = sweep::budgets(&chain, Algorithm::ALL, &opts, args.from, args.to, args.steps)?;
