@@ -228,6 +228,9 @@ impl Chain {
             let mut message = inner.to_string();
             if inner.is_data() && message.contains("expected u64") {
                 message.push_str(" (sizes are whole bytes from 0 to 18446744073709551615)");
+            } else if message.contains("number out of range") || message.starts_with("expected value") {
+                // serde_json's wording for NaN, Infinity and 1e999.
+                message.push_str(" (numbers must be finite: JSON has no NaN or Infinity)");
             }
             ChainError::Format { path, message }
         })?;

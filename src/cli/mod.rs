@@ -7,6 +7,7 @@ mod show;
 mod simulate;
 mod solve;
 mod sweep;
+mod zoo;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,7 @@ Examples:
   remat compare chains/rotor-fc6.json --memory 100MiB
   remat sweep chains/rotor-fc6.json --steps 40 --plot tradeoff.svg > curves.csv
   remat show chains/rotor-fc6.json schedule.json --plot timeline.svg
+  remat zoo resnet101 --batch 32 -o resnet101.json
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
@@ -91,6 +93,7 @@ enum Command {
     Compare(compare::Args),
     Sweep(sweep::Args),
     Show(show::Args),
+    Zoo(zoo::Args),
 }
 
 /// Runs the CLI and maps failures to exit codes.
@@ -103,6 +106,7 @@ pub fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::Show(args) => show::run(args),
+        Command::Zoo(args) => zoo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -33,7 +33,8 @@ pub struct Args {
     /// closer to exact and slower (time and table memory grow linearly).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
     slots: usize,
-    /// Print the schedule as JSON on stdout instead of text.
+    /// Print the schedule as JSON on stdout instead of text (on an infeasible
+    /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
     #[arg(long)]
     json: bool,
     /// Also write the schedule as JSON to this file.
@@ -59,8 +60,16 @@ pub fn run(args: Args) -> CliResult {
     let progress = Progress::new(&format!("{} DP", args.algorithm));
     let update = |done, total| progress.update(done, total);
     let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
-    let solution = solve(&chain, args.memory, args.algorithm, &opts)?;
+    let result = solve(&chain, args.memory, args.algorithm, &opts);
     drop(progress);
+    if let (true, Err(remat::SolveError::Infeasible { algorithm, budget, min_budget })) = (args.json, &result) {
+        // Scripts sweeping budgets get the answer on stdout too.
+        let out = serde_json::json!({
+            "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    }
+    let solution = result?;
     let json = serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize");
     if let Some(path) = &args.output {
         write_file(path, &(json.clone() + "\n"))?;

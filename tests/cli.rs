@@ -1,0 +1,270 @@
+//! The `remat` binary as a user sees it: outputs, exit codes, error messages.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use predicates::str::contains;
+
+fn remat() -> Command {
+    Command::cargo_bin("remat").unwrap()
+}
+
+const STAGE: &str = r#"{"forward_time": 1, "backward_time": 2, "output_size": 8, "saved_size": 10}"#;
+
+/// Writes a chain whose second stage is `stage2` into `dir`.
+fn chain_with(dir: &Path, stage2: &str) -> PathBuf {
+    let path = dir.join("chain.json");
+    std::fs::write(&path, format!(r#"{{"name": "t", "input_size": 4, "stages": [{STAGE}, {stage2}]}}"#)).unwrap();
+    path
+}
+
+/// Runs `remat solve` on a chain with a bad second stage: exit 2 and `expected` in stderr.
+fn rejects(stage2: &str, expected: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = chain_with(dir.path(), stage2);
+    let mut assert = remat().args(["solve", path.to_str().unwrap(), "--memory", "1GiB"]).assert().code(2);
+    for e in expected {
+        assert = assert.stderr(contains(*e));
+    }
+    assert.stdout(predicate::str::is_empty());
+}
+
+#[test]
+fn unknown_field() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": 8, "saved_size": 10, "foo": 1}"#,
+        &["stages[1].foo (stage 2)", "unknown field `foo`"],
+    );
+}
+
+#[test]
+fn missing_field() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": 8}"#,
+        &["stages[1] (stage 2)", "missing field `saved_size`"],
+    );
+}
+
+#[test]
+fn negative_size() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": -8, "saved_size": 10}"#,
+        &["stages[1].output_size (stage 2)", "-8", "whole bytes"],
+    );
+}
+
+#[test]
+fn negative_time() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": -2.5, "output_size": 8, "saved_size": 10}"#,
+        &["stage 2: backward_time is -2.5", "finite and non-negative"],
+    );
+}
+
+#[test]
+fn nan_time() {
+    rejects(
+        r#"{"forward_time": NaN, "backward_time": 2, "output_size": 8, "saved_size": 10}"#,
+        &["stages[1].forward_time (stage 2)", "no NaN or Infinity"],
+    );
+}
+
+#[test]
+fn infinite_time() {
+    rejects(
+        r#"{"forward_time": 1e999, "backward_time": 2, "output_size": 8, "saved_size": 10}"#,
+        &["stages[1].forward_time (stage 2)", "out of range"],
+    );
+}
+
+#[test]
+fn size_overflowing_u64() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": 18446744073709551616, "saved_size": 10}"#,
+        &["stages[1].output_size (stage 2)", "18446744073709551615"],
+    );
+}
+
+#[test]
+fn sizes_adding_up_past_u64() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": 10000000000000000000, "saved_size": 10000000000000000000}"#,
+        &["add up to more than", "stage 2"],
+    );
+}
+
+#[test]
+fn fractional_size() {
+    rejects(
+        r#"{"forward_time": 1, "backward_time": 2, "output_size": 1.5, "saved_size": 10}"#,
+        &["stages[1].output_size (stage 2)", "1.5"],
+    );
+}
+
+#[test]
+fn empty_chain_and_bad_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"{"name": "e", "input_size": 1, "stages": []}"#).unwrap();
+    remat()
+        .args(["solve", empty.to_str().unwrap(), "--memory", "1GiB"])
+        .assert()
+        .code(2)
+        .stderr(contains("`stages` is empty"));
+    let loss = dir.path().join("loss.json");
+    std::fs::write(
+        &loss,
+        format!(r#"{{"name": "l", "input_size": 1, "stages": [{STAGE}], "loss": {{"forward_time": -3}}}}"#),
+    )
+    .unwrap();
+    remat()
+        .args(["solve", loss.to_str().unwrap(), "--memory", "1GiB"])
+        .assert()
+        .code(2)
+        .stderr(contains("loss: forward_time is -3"));
+}
+
+#[test]
+fn not_json_and_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("chain.txt");
+    std::fs::write(&text, "layers: 3").unwrap();
+    remat().args(["solve", text.to_str().unwrap(), "--memory", "1GiB"]).assert().code(2).stderr(contains("chain.txt"));
+    remat()
+        .args(["solve", "no/such/chain.json", "--memory", "1GiB"])
+        .assert()
+        .code(2)
+        .stderr(contains("cannot read chain file `no/such/chain.json`"));
+}
+
+#[test]
+fn saved_below_output_warns_and_solves() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = chain_with(dir.path(), r#"{"forward_time": 1, "backward_time": 2, "output_size": 8, "saved_size": 6}"#);
+    remat()
+        .args(["solve", path.to_str().unwrap(), "--memory", "1KiB"])
+        .assert()
+        .success()
+        .stderr(contains("warning").and(contains("stage 2: saved_size 6 is below output_size 8")));
+}
+
+#[test]
+fn bad_sizes_algorithms_and_slots() {
+    let c = "chains/rotor-fc6.json";
+    remat().args(["solve", c, "--memory", "90M"]).assert().code(2).stderr(contains("unknown unit `M`"));
+    remat().args(["solve", c, "--memory", "lots"]).assert().code(2).stderr(contains("`lots` is not a size"));
+    remat().args(["solve", c, "--memory", "0.3KiB"]).assert().code(2).stderr(contains("not a whole number of bytes"));
+    remat()
+        .args(["solve", c, "--memory", "90MiB", "--algorithm", "magic"])
+        .assert()
+        .code(2)
+        .stderr(contains("unknown algorithm `magic`").and(contains("persistent")));
+    remat().args(["solve", c, "--memory", "90MiB", "--slots", "0"]).assert().code(2).stderr(contains("at least 1"));
+    remat().args(["solve", c]).assert().code(2).stderr(contains("--memory"));
+}
+
+#[test]
+fn solves_the_rotor_example() {
+    remat()
+        .args(["solve", "chains/rotor-fc6.json", "--memory", "90MiB"])
+        .assert()
+        .success()
+        .stdout(contains("makespan:    47.42").and(contains("86.77 MiB")).and(contains("F_ck^1 F_none^2")));
+}
+
+#[test]
+fn infeasible_budget_gives_the_smallest_that_works() {
+    remat().args(["solve", "chains/rotor-fc6.json", "--memory", "50MiB"]).assert().code(1).stderr(
+        contains("no persistent schedule fits in 50.00 MiB").and(contains("the smallest budget it can meet is")),
+    );
+    let out = remat().args(["solve", "chains/rotor-fc6.json", "--memory", "50MiB", "--json"]).assert().code(1);
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(v["status"], "infeasible");
+    let min = v["min_budget"].as_u64().unwrap();
+    remat().args(["solve", "chains/rotor-fc6.json", "--memory", &min.to_string()]).assert().success();
+    remat().args(["solve", "chains/rotor-fc6.json", "--memory", &(min - 1).to_string()]).assert().code(1);
+}
+
+#[test]
+fn exhaustive_refuses_long_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.json");
+    let stages = vec![STAGE; 15].join(", ");
+    std::fs::write(&path, format!(r#"{{"name": "long", "input_size": 4, "stages": [{stages}]}}"#)).unwrap();
+    remat()
+        .args(["solve", path.to_str().unwrap(), "--memory", "1GiB", "--algorithm", "exhaustive"])
+        .assert()
+        .code(2)
+        .stderr(contains("at most 14 stages").and(contains("this chain has 15")));
+}
+
+#[test]
+fn json_output_round_trips_through_simulate() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let json = remat()
+        .args(["solve", "chains/rotor-fc6.json", "--memory", "90MiB", "--json", "-o", out.to_str().unwrap()])
+        .assert()
+        .success();
+    let printed: serde_json::Value = serde_json::from_slice(&json.get_output().stdout).unwrap();
+    assert_eq!(printed["algorithm"], "persistent");
+    assert_eq!(printed["budget"], 90 << 20);
+    assert_eq!(printed["operations"][0], serde_json::json!({"op": "F_ck", "stage": 1}));
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(printed, written);
+    remat()
+        .args(["simulate", "chains/rotor-fc6.json", out.to_str().unwrap(), "--memory", "90MiB"])
+        .assert()
+        .success()
+        .stdout(contains("makespan:    47.42").and(contains("fits the budget")));
+    remat()
+        .args(["simulate", "chains/rotor-fc6.json", out.to_str().unwrap(), "--memory", "80MiB"])
+        .assert()
+        .code(1)
+        .stderr(contains("operation 9 (B^6) needs 86806830 bytes, over the budget of 83886080 bytes (80.00 MiB)"));
+}
+
+#[test]
+fn simulate_names_the_first_invalid_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "F_ck^1 F_all^3 B^7").unwrap();
+    remat()
+        .args(["simulate", "chains/rotor-fc6.json", bad.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(contains("operation 2 (F_all^3) is invalid: its input a^2 is not in memory"));
+    std::fs::write(&bad, "F_ck^1 F_all^3x").unwrap();
+    remat()
+        .args(["simulate", "chains/rotor-fc6.json", bad.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(contains("token 2").and(contains("`F_all^3x` is not an operation")));
+}
+
+#[test]
+fn min_memory_reports_any_and_algorithm() {
+    remat().args(["min-memory", "chains/rotor-fc6.json"]).assert().success().stdout(
+        contains("any schedule:            82.12 MiB (86113592 bytes)").and(contains("persistent, 500 slots:")),
+    );
+    let out = remat().args(["min-memory", "chains/rotor-fc6.json", "--json"]).assert().success();
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let any = v["any_schedule"].as_u64().unwrap();
+    // The smallest budget works and one byte less does not, for exhaustive search.
+    remat()
+        .args(["solve", "chains/rotor-fc6.json", "--memory", &any.to_string(), "-a", "exhaustive"])
+        .assert()
+        .success();
+    remat()
+        .args(["solve", "chains/rotor-fc6.json", "--memory", &(any - 1).to_string(), "-a", "exhaustive"])
+        .assert()
+        .code(1);
+    assert!(v["algorithm_min"].as_u64().unwrap() >= any);
+}
+
+#[test]
+fn help_teaches() {
+    remat().arg("--help").assert().success().stdout(contains("Examples:").and(contains("Exit codes")));
+    remat().args(["solve", "--help"]).assert().success().stdout(contains("--slots").and(contains("90MiB")));
+}
