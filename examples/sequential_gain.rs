@@ -21,48 +21,58 @@ fn main() -> anyhow::Result<()> {
         }
     }
     anyhow::ensure!(!files.is_empty(), "usage: sequential_gain [--slots N] [--json] CHAIN.json...");
-    let mut gains = Vec::new();
+    let pct = |v: Option<f64>| v.map(|v| format!("{v:+.1}%")).unwrap_or_else(|| "n/a".into());
+    if !json {
+        println!(
+            "optimal = exhaustive search (exact) up to 12 stages, else the persistent DP with {slots} slots fitted by replay; \
+             sequential = checkpoint_sequential, K >= 2 on its Pareto front; +thr = T_seq / T_opt - 1"
+        );
+        println!(
+            "{:<28} {:>4} {:>11} {:>6} {:>8} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8}",
+            "chain",
+            "L",
+            "optimal by",
+            "front",
+            "best K",
+            "its peak",
+            "seq time",
+            "opt time",
+            "best: +thr",
+            "mean: +thr",
+            "seconds"
+        );
+    }
+    let (mut gains, mut best_gains, mut mean_gains) = (Vec::new(), Vec::new(), Vec::new());
     for file in &files {
         let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
         let chain = Chain::from_json(&text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-        gains.push(sequential_gain(&chain, slots)?);
+        let start = std::time::Instant::now();
+        let g = sequential_gain(&chain, slots)?;
+        let seconds = start.elapsed().as_secs_f64();
+        let best = g.best.as_ref();
+        best_gains.extend(best.and_then(|b| b.throughput_gain_percent));
+        mean_gains.extend(g.mean_throughput_gain_percent);
+        if !json {
+            println!(
+                "{:<28} {:>4} {:>11} {:>6} {:>8} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8.1}",
+                g.chain,
+                g.stages,
+                g.optimal_by,
+                g.front.len(),
+                best.map(|b| format!("K = {}", b.segments)).unwrap_or_else(|| "-".into()),
+                best.map(|b| format_size(b.peak_memory)).unwrap_or_else(|| "-".into()),
+                best.map(|b| format!("{:.2}", b.sequential_makespan)).unwrap_or_else(|| "-".into()),
+                best.and_then(|b| b.optimal_makespan).map(|t| format!("{t:.2}")).unwrap_or_else(|| "n/a".into()),
+                pct(best.and_then(|b| b.throughput_gain_percent)),
+                pct(g.mean_throughput_gain_percent),
+                seconds
+            );
+        }
+        gains.push(g);
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&gains)?);
         return Ok(());
-    }
-    let pct = |v: Option<f64>| v.map(|v| format!("{v:+.1}%")).unwrap_or_else(|| "n/a".into());
-    println!(
-        "optimal = exhaustive search (exact) up to 14 stages, else the persistent DP with {slots} slots; \
-         sequential = checkpoint_sequential, K >= 2 on its Pareto front; +thr = T_seq / T_opt - 1"
-    );
-    println!(
-        "{:<28} {:>4} {:>11} {:>6} {:>8} {:>11} {:>9} {:>9} {:>11} {:>11}",
-        "chain", "L", "optimal by", "front", "best K", "its peak", "seq time", "opt time", "best: +thr", "mean: +thr"
-    );
-    let mut best_gains = Vec::new();
-    let mut mean_gains = Vec::new();
-    for g in &gains {
-        let best = g.best.as_ref();
-        if let Some(v) = best.and_then(|b| b.throughput_gain_percent) {
-            best_gains.push(v);
-        }
-        if let Some(v) = g.mean_throughput_gain_percent {
-            mean_gains.push(v);
-        }
-        println!(
-            "{:<28} {:>4} {:>11} {:>6} {:>8} {:>11} {:>9} {:>9} {:>11} {:>11}",
-            g.chain,
-            g.stages,
-            g.optimal_by,
-            g.front.len(),
-            best.map(|b| format!("K = {}", b.segments)).unwrap_or_else(|| "-".into()),
-            best.map(|b| format_size(b.peak_memory)).unwrap_or_else(|| "-".into()),
-            best.map(|b| format!("{:.2}", b.sequential_makespan)).unwrap_or_else(|| "-".into()),
-            best.and_then(|b| b.optimal_makespan).map(|t| format!("{t:.2}")).unwrap_or_else(|| "n/a".into()),
-            pct(best.and_then(|b| b.throughput_gain_percent)),
-            pct(g.mean_throughput_gain_percent),
-        );
     }
     let avg = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     println!(

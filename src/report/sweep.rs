@@ -282,7 +282,7 @@ mod tests {
     use crate::synthetic::network_like;
 
     #[test]
-    fn sweep_curves_are_replayed_and_monotone() {
+    fn sweep_curves_fit_their_budgets() {
         let c = network_like(5, 12);
         let algorithms = [Algorithm::Persistent, Algorithm::StoreAll, Algorithm::Sequential, Algorithm::Revolve];
         let opts = SolveOptions::default();
