@@ -37,7 +37,7 @@ pub struct Args {
     /// Write the trade-off chart (makespan against peak memory) to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Also write the CSV or JSON to this file instead of stdout.
+    /// Write the CSV or JSON to this file instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 }
