@@ -4,6 +4,7 @@
 //! cargo bench --bench baselines
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use remat::report::reported;
 use remat::report::sweep::{budgets, store_all_peak, sweep};
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
 use remat::synthetic::network_like;
@@ -26,9 +27,9 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     let chain = network_like(42, 60);
     let opts = SolveOptions::default();
-    let b = budgets(&chain, Algorithm::ALL, &opts, None, None, 20).expect("valid range");
+    let b = budgets(&chain, &reported(), &opts, None, None, 20).expect("valid range");
     group.bench_function("network-like-60/20-budgets/all-algorithms", |bench| {
-        bench.iter(|| sweep(&chain, &b, Algorithm::ALL, &opts, None).expect("sweep"))
+        bench.iter(|| sweep(&chain, &b, &reported(), &opts, None).expect("sweep"))
     });
     group.finish();
 }

@@ -38,36 +38,6 @@ impl Slots {
     }
 }
 
-/// The smallest budget in bytes at which a slot-based solver with `slots`
-/// slots succeeds, given `exact`, the smallest budget at which it succeeds
-/// without rounding (a lower bound), and `feasible(budget)`, whether it succeeds
-/// at a budget with `slots` slots.
-///
-/// Tries `exact` first, then doubles a step above it until a feasible budget
-/// is found, then bisects. Rounding makes feasibility nearly but not exactly
-/// monotone in the budget, so the answer is the smallest up to that rounding,
-/// and always one at which `feasible` holds. `None` if the search overflows
-/// u64 (no budget works). O(log M) calls of `feasible`.
-pub fn smallest_feasible(exact: u64, slots: usize, feasible: impl Fn(u64) -> bool) -> Option<u64> {
-    if feasible(exact) {
-        return Some(exact);
-    }
-    let (mut lo, mut step) = (exact, (exact / slots.max(1) as u64).max(1));
-    let mut hi = loop {
-        let cand = lo.checked_add(step)?;
-        if feasible(cand) {
-            break cand;
-        }
-        lo = cand;
-        step = step.checked_mul(2)?;
-    };
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if feasible(mid) { hi = mid } else { lo = mid }
-    }
-    Some(hi)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,4 +129,31 @@ impl SlotChain {
             .saturating_add(self.output[j])
             .saturating_add(self.forward_overhead[j])
     }
+}
+
+/// The smallest budget in bytes at which a slot-based solver with `slots`
+/// slots is feasible, given `exact`, its smallest budget without rounding (a
+/// lower bound, since rounding only adds), and `feasible(budget)`. Rounding
+/// makes feasibility nearly but not exactly monotone in the budget, so this is
+/// the smallest found by doubling steps from `exact` and bisecting the last
+/// step. `None` if no budget works (fewer slots than values a schedule must
+/// hold). O(log M) calls of `feasible`.
+pub fn smallest_feasible_budget(exact: u64, slots: usize, feasible: impl Fn(u64) -> bool) -> Option<u64> {
+    if feasible(exact) {
+        return Some(exact);
+    }
+    let (mut lo, mut step) = (exact, (exact / slots.max(1) as u64).max(1));
+    let mut hi = loop {
+        let cand = lo.checked_add(step)?;
+        if feasible(cand) {
+            break cand;
+        }
+        lo = cand;
+        step = step.checked_mul(2)?;
+    };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if feasible(mid) { hi = mid } else { lo = mid }
+    }
+    Some(hi)
 }

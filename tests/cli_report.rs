@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use predicates::prelude::*;
-use remat::solve::Algorithm;
+use remat::report::reported;
 
 const FC6: &str = "chains/rotor-fc6.json";
 
@@ -15,7 +15,7 @@ fn remat() -> Command {
 fn compare_lists_every_algorithm() {
     let out = remat().args(["compare", FC6, "--memory", "100MiB"]).assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    for a in Algorithm::ALL {
+    for a in reported() {
         assert!(text.lines().any(|l| l.starts_with(a.name())), "no row for {a}:\n{text}");
     }
     assert!(text.contains("store-all makespan (no recomputation): 37.38"), "{text}");
@@ -30,7 +30,7 @@ fn compare_lists_every_algorithm() {
 fn compare_json_and_nothing_fits() {
     let out = remat().args(["compare", FC6, "--memory", "100MiB", "--json"]).assert().success();
     let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), Algorithm::ALL.len());
+    assert_eq!(v["rows"].as_array().unwrap().len(), reported().len());
     assert_eq!(v["budget"], 100u64 << 20);
     remat()
         .args(["compare", FC6, "--memory", "50MiB"])
@@ -48,7 +48,7 @@ fn sweep_writes_csv_json_and_svg() {
     let header = "algorithm,budget,segments,status,makespan,peak_memory,overhead_percent,min_budget,detail";
     assert_eq!(csv.lines().next(), Some(header));
     // 6 budgets per algorithm, plus one row per sequential K.
-    assert_eq!(csv.lines().count(), 1 + 6 * Algorithm::ALL.len() + 6);
+    assert_eq!(csv.lines().count(), 1 + 6 * reported().len() + 6);
     // The last budget is store-all's peak, where store-all fits.
     assert!(csv.lines().any(|l| l.starts_with("store-all,112200863,,solved,37.38")), "{csv}");
     let doc = std::fs::read_to_string(&svg).unwrap();

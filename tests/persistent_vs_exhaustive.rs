@@ -1,41 +1,15 @@
 //! The persistent DP against exhaustive search on random small chains, at every
 //! budget from infeasible to store-all, with exact slots (slot = 1 byte).
 
+use remat::simulate_within;
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, persistent, solve};
 use remat::synthetic::{Rng, small_chain};
-use remat::{Chain, simulate_within};
+
+mod common;
+use common::{exact, profile};
 
 /// Number of random chains (the issue asks for 1,000+).
 const CHAINS: usize = 2000;
-
-/// Exact solve: as many slots as bytes in the budget.
-fn exact(budget: u64) -> SolveOptions<'static> {
-    SolveOptions { slots: budget.max(1) as usize, ..SolveOptions::default() }
-}
-
-/// Exhaustive optimum at every budget in `lo..=hi`, using that the optimum is
-/// a step function of the budget: a schedule found at budget M with peak p is
-/// optimal for every budget in p..=M.
-fn exhaustive_profile(chain: &Chain, lo: u64, hi: u64) -> Vec<Option<f64>> {
-    let mut best = vec![None; (hi - lo + 1) as usize];
-    let mut m = hi;
-    loop {
-        match exhaustive::fastest(chain, m) {
-            None => break,
-            Some((time, ops)) => {
-                let peak = simulate_within(chain, &ops, m).unwrap().peak_memory;
-                for b in peak.max(lo)..=m {
-                    best[(b - lo) as usize] = Some(time);
-                }
-                if peak <= lo {
-                    break;
-                }
-                m = peak - 1;
-            }
-        }
-    }
-    best
-}
 
 #[test]
 fn persistent_is_valid_and_never_beats_exhaustive() {
@@ -48,7 +22,7 @@ fn persistent_is_valid_and_never_beats_exhaustive() {
         let store_all =
             solve(&chain, 1 << 20, Algorithm::Exhaustive, &SolveOptions::default()).unwrap().schedule.peak_memory;
         let lo = min_any.saturating_sub(1);
-        let profile = exhaustive_profile(&chain, lo, store_all);
+        let profile = profile(&chain, lo, store_all, exhaustive::fastest);
         assert_eq!(profile[0].is_some(), lo == min_any, "min_peak is the feasibility threshold");
         let persistent_min = persistent::min_peak_exact(&chain);
         for budget in lo..=store_all {

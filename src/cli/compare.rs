@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use remat::report::{Outcome, compare};
+use remat::report::{Outcome, compare, reported};
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions};
+use remat::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::{CliResult, Failure, load_chain, size_arg};
 
@@ -35,7 +35,7 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain)?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
-    let cmp = compare(&chain, args.memory, Algorithm::ALL, &opts)?;
+    let cmp = compare(&chain, args.memory, &reported(), &opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
     } else {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, solve};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, auto_choice, solve};
 
 use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 
@@ -18,11 +18,16 @@ pub struct Args {
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
-    /// Solver: persistent (Rotor's DP over memory slots) or exhaustive (exact,
-    /// chains of at most 14 stages), or a baseline to compare with: store-all,
-    /// sequential (PyTorch's checkpoint_sequential), revolve, chen-sqrt,
-    /// chen-greedy. `remat compare` runs them all.
-    #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
+    /// Solver. auto (the default) runs exhaustive search on chains of at most 10
+    /// stages, else the floating DP when its tables are modest (a few GiB and
+    /// seconds at most), else persistent, and says which it ran. floating: the
+    /// fastest nested schedule, never slower than persistent, O(S L^4) time
+    /// and O(S L^3) memory. persistent: Rotor's persistent DP, O(S L^3).
+    /// exhaustive: exact in bytes over every schedule, at most 14 stages.
+    /// Baselines to compare with: store-all, sequential (PyTorch's
+    /// checkpoint_sequential), revolve, chen-sqrt, chen-greedy; `remat compare`
+    /// runs them all.
+    #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// With --algorithm sequential: the number of segments K (1 to the number
     /// of stages), as given to checkpoint_sequential. Default: the fastest K
@@ -57,10 +62,18 @@ pub fn run(args: Args) -> CliResult {
         )));
     }
     let chain = load_chain(&args.chain)?;
-    let progress = Progress::new(&format!("{} DP", args.algorithm));
+    let (algorithm, why) = match args.algorithm {
+        Algorithm::Auto => {
+            let choice =
+                auto_choice(&chain, args.memory, &SolveOptions { slots: args.slots, ..SolveOptions::default() });
+            (choice.algorithm, Some(choice.reason))
+        }
+        chosen => (chosen, None),
+    };
+    let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
     let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
-    let result = solve(&chain, args.memory, args.algorithm, &opts);
+    let result = solve(&chain, args.memory, algorithm, &opts);
     drop(progress);
     if let (true, Err(remat::SolveError::Infeasible { algorithm, budget, min_budget })) = (args.json, &result) {
         // Scripts sweeping budgets get the answer on stdout too.
@@ -88,7 +101,10 @@ pub fn run(args: Args) -> CliResult {
         format!("{} slots of {} bytes", args.slots, solution.slot_size)
     };
     let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
-    println!("algorithm:   {} ({slots}{detail})", s.algorithm);
+    match why {
+        Some(why) => println!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
+        None => println!("algorithm:   {} ({slots}{detail})", s.algorithm),
+    }
     println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = if base > 0.0 { format!(", +{:.1}%", 100.0 * (s.makespan / base - 1.0)) } else { String::new() };
     println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);

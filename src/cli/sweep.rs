@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use remat::report::{sweep, tradeoff_svg};
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions};
+use remat::report::{reported, sweep, tradeoff_svg};
+use remat::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::{CliResult, Progress, load_chain, size_arg, write_file};
 
@@ -45,10 +45,10 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain)?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
-    let budgets = sweep::budgets(&chain, Algorithm::ALL, &opts, args.from, args.to, args.steps)?;
+    let budgets = sweep::budgets(&chain, &reported(), &opts, args.from, args.to, args.steps)?;
     let progress = Progress::new("sweep");
     let update = |done, total| progress.update(done, total);
-    let result = sweep(&chain, &budgets, Algorithm::ALL, &opts, Some(&update))?;
+    let result = sweep(&chain, &budgets, &reported(), &opts, Some(&update))?;
     drop(progress);
     let text =
         if args.json { serde_json::to_string_pretty(&result).expect("sweeps serialize") + "\n" } else { result.csv() };

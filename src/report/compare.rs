@@ -76,26 +76,48 @@ pub fn overhead_percent(makespan: f64, base: f64) -> Option<f64> {
     (base > 0.0).then(|| if ratio.abs() < 1e-9 { 0.0 } else { 100.0 * ratio })
 }
 
+/// The algorithms reports compare: every one of [`Algorithm::ALL`] but
+/// `auto`, which only runs one of the others.
+pub fn reported() -> Vec<Algorithm> {
+    Algorithm::ALL.iter().copied().filter(|&a| a != Algorithm::Auto).collect()
+}
+
 /// Longest chain on which `compare` runs exhaustive search: its time grows
 /// about 10x per 2 stages (0.1 s at 10 stages, 1 s at 12, over 10 s at 14 on
-/// a laptop-class core).
+/// a shared 2-core machine).
 pub const COMPARE_EXHAUSTIVE_MAX_STAGES: usize = 12;
 
-/// `Some(reason)` when exhaustive search should be skipped on `chain` in a
-/// report that allows it up to `limit` stages.
-pub fn skip_exhaustive(chain: &Chain, limit: usize, report: &str) -> Option<String> {
-    (chain.len() > limit).then(|| {
-        format!(
-            "{report} runs exhaustive search on chains of at most {limit} stages (its time grows as 3^L); \
-             this chain has {}{}",
-            chain.len(),
-            if chain.len() <= crate::solve::exhaustive::MAX_STAGES {
+/// `Some(reason)` when a report should not run `algorithm` on `chain` at
+/// `budget` because it would take too long: exhaustive search on chains over
+/// `exhaustive_limit` stages, and the floating DP where `auto` would not run
+/// it (tables or work over [`crate::solve::AUTO_FLOATING_BYTES`] or
+/// [`crate::solve::AUTO_FLOATING_WORK`]). `report` names the command.
+pub fn skip_reason(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+    exhaustive_limit: usize,
+    report: &str,
+) -> Option<String> {
+    let len = chain.len();
+    match algorithm {
+        Algorithm::Exhaustive if len > exhaustive_limit => Some(format!(
+            "{report} runs exhaustive search on chains of at most {exhaustive_limit} stages (its time grows as \
+             3^L); this chain has {len}{}",
+            if len <= crate::solve::exhaustive::MAX_STAGES {
                 "; `remat solve --algorithm exhaustive` still handles it"
             } else {
                 ""
             }
-        )
-    })
+        )),
+        Algorithm::Floating if len > crate::solve::AUTO_EXHAUSTIVE_STAGES => {
+            let choice = crate::solve::auto_choice(chain, budget, opts);
+            (choice.algorithm != Algorithm::Floating)
+                .then(|| format!("{report} runs the floating DP only where `auto` would: {}", choice.reason))
+        }
+        _ => None,
+    }
 }
 
 /// Runs `algorithm` and turns the answer into an [`Outcome`]: infeasible and
@@ -118,8 +140,8 @@ pub fn outcome(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOpt
 
 /// Runs every algorithm of `algorithms` on `chain` at `budget` bytes, one
 /// after the other (so their solve times do not compete). Each algorithm's
-/// complexity is its own; exhaustive is skipped on chains over
-/// [`COMPARE_EXHAUSTIVE_MAX_STAGES`].
+/// complexity is its own; those too costly for the chain are skipped with a
+/// reason (see [`skip_reason`]).
 pub fn compare(
     chain: &Chain,
     budget: u64,
@@ -129,9 +151,7 @@ pub fn compare(
     let mut rows = Vec::with_capacity(algorithms.len());
     for &algorithm in algorithms {
         let start = Instant::now();
-        let skip = (algorithm == Algorithm::Exhaustive)
-            .then(|| skip_exhaustive(chain, COMPARE_EXHAUSTIVE_MAX_STAGES, "compare"))
-            .flatten();
+        let skip = skip_reason(chain, budget, algorithm, opts, COMPARE_EXHAUSTIVE_MAX_STAGES, "compare");
         let outcome = match skip {
             Some(reason) => Outcome::Skipped { reason },
             None => outcome(chain, budget, algorithm, opts)?,
@@ -248,8 +268,8 @@ mod tests {
     #[test]
     fn every_algorithm_in_one_table() {
         let c = chain();
-        let cmp = compare(&c, 32, Algorithm::ALL, &SolveOptions::default()).unwrap();
-        assert_eq!(cmp.rows.len(), Algorithm::ALL.len());
+        let cmp = compare(&c, 32, &reported(), &SolveOptions::default()).unwrap();
+        assert_eq!(cmp.rows.len(), Algorithm::ALL.len() - 1, "all but auto");
         let row = |name: &str| cmp.rows.iter().find(|r| r.algorithm == name).unwrap().outcome.clone();
         // Store-all needs 42 bytes (sequential's unit test traces it by hand).
         assert_eq!(row("store-all"), Outcome::Infeasible { min_budget: Some(42) });

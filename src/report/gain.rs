@@ -8,7 +8,8 @@
 //! other K' in 1..=L fits in M_K and is faster. At each front point the
 //! optimal makespan T_opt(M_K) is exhaustive search's at budget M_K on chains
 //! of at most [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages (exact in bytes), and
-//! otherwise the persistent DP's, fitted by replay ([`persistent_fitted`]).
+//! otherwise the best of the persistent DP and, where `auto` would run it, the
+//! floating DP, both fitted by replay ([`fitted`], [`optimum_within`]).
 //! The gain is T_K / T_opt(M_K) - 1, the extra throughput (with the makespan
 //! reduction 1 - T_opt / T_K beside it).
 //! - `best` is the paper's figure: the fastest K in 2..=L against the optimum
@@ -21,19 +22,17 @@
 //! checkpoint_sequential for that reason alone (e.g. gpt2-small by 1.9% with
 //! 500 slots). The fitted DP removes that artefact of the rounding.
 
+use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{COMPARE_EXHAUSTIVE_MAX_STAGES, Outcome};
-use rayon::prelude::*;
-
-use super::sweep::{SequentialPoint, curve_by_budget, sequential_points};
+use super::compare::COMPARE_EXHAUSTIVE_MAX_STAGES;
+use super::sweep::{SequentialPoint, sequential_points};
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::simulate::{Replay, simulate};
 use crate::slots::{SlotChain, Slots};
 use crate::solve::baselines::faster;
-use crate::solve::persistent::Table;
-use crate::solve::{Algorithm, SolveError, SolveOptions};
+use crate::solve::{Algorithm, SolveError, SolveOptions, auto_choice, floating, persistent, solve};
 
 /// One setting of checkpoint_sequential and the optimum at its peak.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -59,7 +58,8 @@ pub struct SequentialGain {
     pub chain: String,
     /// L.
     pub stages: usize,
-    /// How the optimum was computed: `exhaustive` or `persistent` (fitted by replay).
+    /// How the optimum was computed: `exhaustive`, `persistent` or `floating`
+    /// (the best of floating and persistent), both fitted by replay.
     pub optimal_by: String,
     /// Slots of the persistent DP (unused by exhaustive search).
     pub slots: usize,
@@ -73,33 +73,96 @@ pub struct SequentialGain {
     pub mean_makespan_reduction_percent: Option<f64>,
 }
 
-/// The fastest schedule the persistent DP with `slots` slots finds whose
-/// replayed peak fits `budget` bytes: one table is built with slots of
-/// budget/`slots` bytes up to min(2L+4, S/4) slots above the budget (rounding
-/// up costs at most one slot per value held at once, 2L+4 at most, and in
-/// practice far fewer: the fits found on the chains in `chains/` were at most
-/// 43 slots up), and every budget of it from `budget` upward whose schedule
-/// is faster than the best so far is replayed; the fastest that fits in bytes
-/// wins. Returns its operations and replay, or `None` when none fits.
-/// O(S L^3), at most 1.25 times one persistent solve.
-pub fn persistent_fitted(chain: &Chain, budget: u64, slots: usize) -> Option<(Vec<Op>, Replay)> {
+/// A filled slot table that answers every budget up to its own, as the
+/// persistent and floating DPs build them.
+trait SlotTable {
+    fn makespan(&self, budget: usize) -> f64;
+    fn sequence(&self, budget: usize) -> Option<Vec<Op>>;
+}
+
+impl SlotTable for persistent::Table {
+    fn makespan(&self, budget: usize) -> f64 {
+        persistent::Table::makespan(self, budget)
+    }
+    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
+        persistent::Table::sequence(self, budget)
+    }
+}
+
+impl SlotTable for floating::Table {
+    fn makespan(&self, budget: usize) -> f64 {
+        floating::Table::makespan(self, budget)
+    }
+    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
+        floating::Table::sequence(self, budget)
+    }
+}
+
+/// The fastest schedule `algorithm` (persistent or floating) with `slots`
+/// slots finds whose *replayed* peak fits `budget` bytes. One table is built
+/// with slots of budget/`slots` bytes up to min(2L+4, S/4) slots above the
+/// budget (rounding up costs at most one slot per value held at once, so 2L+4
+/// at most, and far fewer in practice: the fits found on the chains in
+/// `chains/` were at most 43 slots up), and every budget of it from `budget`
+/// upward whose schedule is faster than the best so far is replayed; the
+/// fastest that fits in bytes wins. Returns its operations and replay, or
+/// `None` when none fits (or the floating table would exceed its memory
+/// limit). The cost of one solve of the algorithm with 1.25 S slots at most.
+///
+/// # Panics
+/// If `algorithm` is neither persistent nor floating.
+pub fn fitted(chain: &Chain, budget: u64, slots: usize, algorithm: Algorithm) -> Option<(Vec<Op>, Replay)> {
     let slot = (budget / slots.max(1) as u64).max(1);
     let base = budget / slot;
     let extra = (2 * chain.len() as u64 + 4).min(slots as u64 / 4).max(4);
-    let table = Table::build(SlotChain::new(chain, Slots::with_slot((base + extra) * slot, slot)), None);
+    let sc = SlotChain::new(chain, Slots::with_slot((base + extra) * slot, slot));
+    let top = sc.slots.budget;
+    let table: Box<dyn SlotTable> = match algorithm {
+        Algorithm::Persistent => Box::new(persistent::Table::build(sc, None)),
+        Algorithm::Floating => {
+            let plan = floating::Plan::new(sc);
+            if !plan.feasible() || plan.estimate().table_bytes > floating::memory_limit() {
+                return None;
+            }
+            Box::new(plan.fill(None))
+        }
+        other => panic!("{other} has no slot table"),
+    };
     let mut best: Option<(Vec<Op>, Replay)> = None;
-    for m in base as usize..=table.slots().budget {
+    for m in base as usize..=top {
         let time = table.makespan(m);
         if !time.is_finite() || best.as_ref().is_some_and(|(_, r)| time >= r.makespan) {
             continue;
         }
         let ops = table.sequence(m).expect("finite makespan");
-        let replay = simulate(chain, &ops).expect("persistent schedules are valid");
+        let replay = simulate(chain, &ops).expect("the DPs' schedules are valid");
         if replay.peak_memory <= budget {
             best = Some((ops, replay));
         }
     }
     best
+}
+
+/// The optimum within `budget` bytes as [`sequential_gain`] computes it, and
+/// how: exhaustive search up to [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages,
+/// else the best of the persistent DP and (where `auto` would run it) the
+/// floating DP, both [`fitted`] by replay.
+pub fn optimum_within(chain: &Chain, budget: u64, slots: usize) -> Result<(Option<f64>, &'static str), SolveError> {
+    if chain.len() <= COMPARE_EXHAUSTIVE_MAX_STAGES {
+        return match solve(chain, budget, Algorithm::Exhaustive, &SolveOptions::default()) {
+            Ok(sol) => Ok((Some(sol.schedule.makespan), "exhaustive")),
+            Err(SolveError::Infeasible { .. }) => Ok((None, "exhaustive")),
+            Err(e) => Err(e),
+        };
+    }
+    let opts = SolveOptions { slots, ..SolveOptions::default() };
+    let persistent = fitted(chain, budget, slots, Algorithm::Persistent).map(|(_, r)| r.makespan);
+    if auto_choice(chain, budget, &opts).algorithm != Algorithm::Floating {
+        return Ok((persistent, "persistent"));
+    }
+    let floating = fitted(chain, budget, slots, Algorithm::Floating).map(|(_, r)| r.makespan);
+    let best = [persistent, floating].into_iter().flatten().min_by(f64::total_cmp);
+    Ok((best, "floating"))
 }
 
 /// True when `a` is at least as good as `b` in both figures and better in one
@@ -109,8 +172,7 @@ fn dominates(a: &SequentialPoint, b: &SequentialPoint) -> bool {
     a.1 <= b.1 && (faster(a, b) || (a.1 < b.1 && !faster(b, a)))
 }
 
-/// The gain of the optimum (exhaustive search, or the persistent DP with
-/// `slots` slots fitted by replay on chains over 12 stages) over checkpoint_sequential on
+/// The gain of the optimum ([`optimum_within`]) over checkpoint_sequential on
 /// `chain` (see the module doc). O(L^2) replays plus one solve per front
 /// point, in parallel.
 pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, SolveError> {
@@ -120,24 +182,13 @@ pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, So
     front.sort_by_key(|p| (p.peak_memory, p.segments));
     front.dedup_by_key(|p| p.peak_memory);
     let budgets: Vec<u64> = front.iter().map(|p| p.peak_memory).collect();
-    let optimal_by =
-        if chain.len() <= COMPARE_EXHAUSTIVE_MAX_STAGES { Algorithm::Exhaustive } else { Algorithm::Persistent };
-    let optimal: Vec<Option<f64>> = if optimal_by == Algorithm::Persistent {
-        budgets.par_iter().map(|&b| persistent_fitted(chain, b, slots).map(|(_, r)| r.makespan)).collect()
-    } else {
-        let points = curve_by_budget(chain, &budgets, optimal_by, &SolveOptions::default(), &|| {})?;
-        points
-            .into_iter()
-            .map(|p| match p.outcome {
-                Outcome::Solved { makespan, .. } => Some(makespan),
-                _ => None,
-            })
-            .collect()
-    };
+    let optimal: Vec<(Option<f64>, &str)> =
+        budgets.par_iter().map(|&b| optimum_within(chain, b, slots)).collect::<Result<_, _>>()?;
+    let optimal_by = optimal.first().map_or("-", |o| o.1).to_string();
     let front: Vec<GainPoint> = front
         .iter()
         .zip(&optimal)
-        .map(|(p, &opt)| {
+        .map(|(p, &(opt, _))| {
             let ratio = opt.filter(|&t| t > 0.0 && p.makespan > 0.0);
             GainPoint {
                 segments: p.segments,
@@ -160,7 +211,7 @@ pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, So
     Ok(SequentialGain {
         chain: chain.name().to_string(),
         stages: chain.len(),
-        optimal_by: optimal_by.name().to_string(),
+        optimal_by,
         slots,
         mean_throughput_gain_percent: mean(|p| p.throughput_gain_percent),
         mean_makespan_reduction_percent: mean(|p| p.makespan_reduction_percent),
@@ -173,7 +224,6 @@ pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, So
 mod tests {
     use super::*;
     use crate::chain::Stage;
-    use crate::solve::solve;
 
     /// Fitted by replay, the DP reaches schedules as tight as their exact
     /// peak, where the plain DP's rounding needs more memory.
@@ -181,7 +231,7 @@ mod tests {
     fn fitted_persistent_reaches_tight_budgets() {
         let c = crate::synthetic::network_like(8, 20);
         let sequential = solve(&c, u64::MAX, Algorithm::Sequential, &seg(2)).unwrap().schedule;
-        let (ops, replay) = persistent_fitted(&c, sequential.peak_memory, 500).unwrap();
+        let (ops, replay) = fitted(&c, sequential.peak_memory, 500, Algorithm::Persistent).unwrap();
         assert!(replay.peak_memory <= sequential.peak_memory);
         assert!(replay.makespan <= sequential.makespan + 1e-9);
         assert_eq!(simulate(&c, &ops).unwrap(), replay);

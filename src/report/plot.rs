@@ -24,17 +24,18 @@ enum Marker {
 /// Colour and marker of an algorithm (the Rotor paper's where it has one:
 /// optimal blue triangles, revolve green circles, PyTorch a red square,
 /// sequential purple crosses). Algorithms added later get the next colour of
-/// a spare palette, so every member of `Algorithm::ALL` is drawn.
+/// a spare palette, so every algorithm a sweep reports is drawn.
 fn style(algorithm: &str, index: usize) -> (&'static str, Marker) {
     match algorithm {
         "persistent" => ("#1f60c4", Marker::Triangle),
         "exhaustive" => ("#111111", Marker::HollowDiamond),
+        "floating" => ("#17becf", Marker::Plus),
         "revolve" => ("#2ca02c", Marker::Circle),
         "store-all" => ("#d62728", Marker::Square),
         "sequential" => ("#9467bd", Marker::Cross),
         "chen-greedy" => ("#ff7f0e", Marker::Square),
         "chen-sqrt" => ("#8c564b", Marker::Diamond),
-        _ => (["#17becf", "#e377c2", "#7f7f7f", "#bcbd22"][index % 4], Marker::Plus),
+        _ => (["#e377c2", "#7f7f7f", "#bcbd22", "#17becf"][index % 4], Marker::Plus),
     }
 }
 
@@ -345,18 +346,19 @@ pub fn timeline_svg(replay: &Replay, budget: Option<u64>, title: &str) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::compare::reported;
     use crate::report::sweep::{budgets, sweep};
     use crate::simulate::simulate;
-    use crate::solve::{Algorithm, SolveOptions};
+    use crate::solve::SolveOptions;
 
     #[test]
     fn tradeoff_has_every_algorithm_in_its_legend() {
         let c = crate::synthetic::network_like(2, 8);
         let opts = SolveOptions::default();
-        let b = budgets(&c, Algorithm::ALL, &opts, None, None, 5).unwrap();
-        let s = sweep(&c, &b, Algorithm::ALL, &opts, None).unwrap();
+        let b = budgets(&c, &reported(), &opts, None, None, 5).unwrap();
+        let s = sweep(&c, &b, &reported(), &opts, None).unwrap();
         let doc = tradeoff_svg(&s);
-        for a in Algorithm::ALL {
+        for a in reported() {
             assert!(doc.contains(&format!(">{}", a.name())), "legend lacks {a}");
         }
         assert!(doc.contains("peak memory (MiB)") && doc.contains("makespan (time unit of the chain)"));

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{Outcome, outcome, skip_exhaustive};
+use super::compare::{Outcome, outcome, skip_reason};
 use crate::chain::Chain;
 use crate::simulate::simulate;
 use crate::solve::baselines::segmented;
@@ -92,7 +92,7 @@ pub fn budgets(
         None => {
             let mut lowest = None;
             for &a in algorithms {
-                if a == Algorithm::Exhaustive && chain.len() > SWEEP_EXHAUSTIVE_MAX_STAGES {
+                if skip_reason(chain, to, a, opts, SWEEP_EXHAUSTIVE_MAX_STAGES, "sweep").is_some() {
                     continue; // the sweep skips it
                 }
                 match min_budget(chain, a, opts) {
@@ -169,8 +169,8 @@ pub const SWEEP_EXHAUSTIVE_MAX_STAGES: usize = 10;
 /// Runs every algorithm of `algorithms` at every budget of `budgets` (in
 /// parallel over budgets) and checkpoint_sequential at every K.
 /// `progress(done, total)` counts (algorithm, budget) pairs. An algorithm too
-/// large for the chain (exhaustive over [`SWEEP_EXHAUSTIVE_MAX_STAGES`]) gets
-/// `Skipped` points; bad options or a rejected schedule (a bug) are errors.
+/// costly for the chain (exhaustive over [`SWEEP_EXHAUSTIVE_MAX_STAGES`],
+/// floating where `auto` would not run it) gets `Skipped` points; bad options or a rejected schedule (a bug) are errors.
 pub fn sweep(
     chain: &Chain,
     budgets: &[u64],
@@ -188,9 +188,9 @@ pub fn sweep(
     };
     let mut curves = Vec::with_capacity(algorithms.len());
     for &algorithm in algorithms {
-        let skip = (algorithm == Algorithm::Exhaustive)
-            .then(|| skip_exhaustive(chain, SWEEP_EXHAUSTIVE_MAX_STAGES, "sweep"))
-            .flatten();
+        // Judged at the largest budget, the costliest for the slot-based solvers.
+        let top = budgets.iter().copied().max().unwrap_or(0);
+        let skip = skip_reason(chain, top, algorithm, opts, SWEEP_EXHAUSTIVE_MAX_STAGES, "sweep");
         let points = if let Some(reason) = skip {
             budgets
                 .iter()

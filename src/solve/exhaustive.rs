@@ -9,6 +9,11 @@
 //! 3^(L+2) (L+2) states with O(L) moves each; Dijkstra runs in
 //! O(V log V + E). Only moves whose output can still be used are generated
 //! (exactly those the simulator accepts), so nothing optimal is cut.
+//!
+//! [`fastest_nested`] and [`min_peak_nested`] search the same graph restricted
+//! to *nested* sequences (every forward reads the highest-indexed activation in
+//! memory; the paper's weak memory persistence): the exact oracle for the class
+//! the floating DP optimises over (see `floating`).
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -67,12 +72,14 @@ fn stored(chain: &Chain, state: State) -> u64 {
 }
 
 /// Every move out of `state`: (operation, next state, memory while it runs, time).
-fn moves(chain: &Chain, state: State, out: &mut Vec<(Op, State, u64, f64)>) {
+/// With `nested`, only forwards whose input is the highest activation held.
+fn moves(chain: &Chain, state: State, nested: bool, out: &mut Vec<(Op, State, u64, f64)>) {
     out.clear();
     let t = grad(state);
     if t == 0 {
         return;
     }
+    let top = (0..=t).rev().find(|&l| held(state, l) != Held::Absent).unwrap_or(0);
     let base = stored(chain, state);
     if held(state, t) == Held::Saved && held(state, t - 1) != Held::Absent {
         let mut next = with_held(state, t, Held::Absent);
@@ -84,7 +91,7 @@ fn moves(chain: &Chain, state: State, out: &mut Vec<(Op, State, u64, f64)>) {
     }
     for l in 1..=t {
         let input = held(state, l - 1);
-        if input == Held::Absent || held(state, l) != Held::Absent {
+        if input == Held::Absent || held(state, l) != Held::Absent || (nested && l - 1 != top) {
             continue;
         }
         let (uf, of) = (chain.forward_time(l), chain.forward_overhead(l));
@@ -141,6 +148,7 @@ impl Ord for Entry {
 /// Returns the best label and its operation sequence.
 fn search(
     chain: &Chain,
+    nested: bool,
     step: impl Fn(Label, u64, f64) -> Option<Label>,
     start_label: Label,
 ) -> Option<(Label, Vec<Op>)> {
@@ -166,7 +174,7 @@ fn search(
             ops.reverse();
             return Some((label, ops));
         }
-        moves(chain, state, &mut buf);
+        moves(chain, state, nested, &mut buf);
         for &(op, next, peak, time) in &buf {
             let Some(cand) = step(label, peak, time) else { continue };
             let better = match best.get(&next) {
@@ -190,22 +198,40 @@ fn search(
 /// deterministic. Worst case about 3^(L+2) (L+2) states: callers enforce
 /// [`MAX_STAGES`].
 pub fn fastest(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
+    fastest_in(chain, budget, false)
+}
+
+/// Like [`fastest`], over nested sequences only.
+pub fn fastest_nested(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
+    fastest_in(chain, budget, true)
+}
+
+fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)> {
     let initial = stored(chain, with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     if initial > budget {
         return None;
     }
     let step =
         |l: Label, peak: u64, time: f64| (peak <= budget).then_some(Label { first: l.first + time, second: 0.0 });
-    search(chain, step, Label { first: 0.0, second: 0.0 }).map(|(l, ops)| (l.first, ops))
+    search(chain, nested, step, Label { first: 0.0, second: 0.0 }).map(|(l, ops)| (l.first, ops))
 }
 
 /// The smallest peak memory of any valid sequence (the smallest feasible
 /// budget), with the fastest sequence reaching it.
 pub fn min_peak(chain: &Chain) -> (u64, Vec<Op>) {
+    min_peak_in(chain, false)
+}
+
+/// Like [`min_peak`], over nested sequences only.
+pub fn min_peak_nested(chain: &Chain) -> (u64, Vec<Op>) {
+    min_peak_in(chain, true)
+}
+
+fn min_peak_in(chain: &Chain, nested: bool) -> (u64, Vec<Op>) {
     let initial = stored(chain, with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     let step =
         |l: Label, peak: u64, time: f64| Some(Label { first: l.first.max(peak as f64), second: l.second + time });
-    let (label, ops) = search(chain, step, Label { first: initial as f64, second: 0.0 })
+    let (label, ops) = search(chain, nested, step, Label { first: initial as f64, second: 0.0 })
         .expect("recomputing from a^0 for every backward is always valid");
     // Peaks are below 2^53 in practice; recompute exactly from the sequence.
     let peak = crate::simulate::simulate(chain, &ops).expect("search moves are valid").peak_memory;

@@ -6,6 +6,7 @@
 
 pub mod baselines;
 pub mod exhaustive;
+pub mod floating;
 pub mod persistent;
 
 use std::fmt;
@@ -26,6 +27,10 @@ pub enum Algorithm {
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
+    /// The floating-activation DP: fastest nested schedule, O(S L^4).
+    Floating,
+    /// Picks exhaustive, floating or persistent by cost (see [`auto_choice`]).
+    Auto,
     /// Baseline: no rematerialization, every forward records (PyTorch's default).
     StoreAll,
     /// Baseline: PyTorch's `checkpoint_sequential` with K segments.
@@ -44,6 +49,8 @@ impl Algorithm {
     pub const ALL: &'static [Algorithm] = &[
         Algorithm::Persistent,
         Algorithm::Exhaustive,
+        Algorithm::Floating,
+        Algorithm::Auto,
         Algorithm::StoreAll,
         Algorithm::Sequential,
         Algorithm::Revolve,
@@ -56,6 +63,8 @@ impl Algorithm {
         match self {
             Algorithm::Persistent => "persistent",
             Algorithm::Exhaustive => "exhaustive",
+            Algorithm::Floating => "floating",
+            Algorithm::Auto => "auto",
             Algorithm::StoreAll => "store-all",
             Algorithm::Sequential => "sequential",
             Algorithm::Revolve => "revolve",
@@ -69,6 +78,10 @@ impl Algorithm {
         match self {
             Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
             Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
+            Algorithm::Floating => {
+                "fastest nested schedule (floating-activation DP; never slower than persistent), over memory slots"
+            }
+            Algorithm::Auto => "exhaustive on small chains, else floating when its table is modest, else persistent",
             Algorithm::StoreAll => "baseline: no recomputation, every activation recorded (PyTorch's default)",
             Algorithm::Sequential => {
                 "baseline: PyTorch's checkpoint_sequential, K segments (--segments K; default the fastest K that fits)"
@@ -225,6 +238,26 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
             let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
             (ops, slots.slot, table.makespan(slots.budget))
         }
+        Algorithm::Floating => {
+            check_floating_size(chain, opts.slots)?;
+            let slots = Slots::new(budget, opts.slots);
+            let plan = floating::Plan::new(SlotChain::new(chain, slots));
+            if !plan.feasible() {
+                return Err(SolveError::Infeasible {
+                    algorithm,
+                    budget,
+                    min_budget: floating::min_budget(chain, opts.slots),
+                });
+            }
+            let needed = plan.estimate().table_bytes;
+            if needed > floating::memory_limit() {
+                return Err(floating_too_large(chain, opts.slots, needed));
+            }
+            let table = plan.fill(opts.progress);
+            let ops = table.sequence(slots.budget).expect("feasible by the plan");
+            (ops, slots.slot, table.makespan(slots.budget))
+        }
+        Algorithm::Auto => return solve(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
             match exhaustive::fastest(chain, budget) {
@@ -258,6 +291,95 @@ fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
         )));
     }
     Ok(())
+}
+
+fn check_floating_size(chain: &Chain, slots: usize) -> Result<(), SolveError> {
+    if chain.len() > floating::MAX_STAGES {
+        return Err(SolveError::TooLarge(format!(
+            "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); \
+             this chain has {}. Use --algorithm persistent",
+            floating::MAX_STAGES,
+            chain.len()
+        )));
+    }
+    let fixed = floating::upper_estimate(chain.len(), 0).table_bytes;
+    if fixed > floating::memory_limit() {
+        return Err(floating_too_large(chain, slots, fixed));
+    }
+    Ok(())
+}
+
+fn floating_too_large(chain: &Chain, slots: usize, bytes: u64) -> SolveError {
+    let limit = floating::memory_limit();
+    SolveError::TooLarge(format!(
+        "the floating DP would need about {} ({bytes} bytes) of tables for {} stages at {slots} slots, over the \
+         {} ({limit} bytes) it may use (half of this machine's memory). Use fewer --slots (the tables grow \
+         linearly with them) or --algorithm persistent",
+        format_size(bytes),
+        chain.len(),
+        format_size(limit)
+    ))
+}
+
+/// Chains of at most this many stages are solved by exhaustive search under
+/// `auto`: exact in bytes over every schedule, and about 0.2 s at worst on
+/// random and network-like chains of 10 stages (it grows about 2.3x a stage).
+pub const AUTO_EXHAUSTIVE_STAGES: usize = 10;
+/// `auto` runs the floating DP when its tables need at most this many bytes...
+pub const AUTO_FLOATING_BYTES: u64 = 2 << 30;
+/// ...and at most this many slot-option steps (about 1 ns each per core).
+pub const AUTO_FLOATING_WORK: u64 = 10_000_000_000;
+
+/// The algorithm `auto` runs for a solve, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoChoice {
+    /// Exhaustive, Floating or Persistent.
+    pub algorithm: Algorithm,
+    /// One line for the user.
+    pub reason: String,
+}
+
+/// What `--algorithm auto` runs: exhaustive search for chains of at most
+/// [`AUTO_EXHAUSTIVE_STAGES`] stages (exact in bytes, over every schedule),
+/// the floating DP when an upper bound of its cost is modest
+/// ([`AUTO_FLOATING_BYTES`], [`AUTO_FLOATING_WORK`], and the machine's
+/// [`floating::memory_limit`]), otherwise the persistent DP. Depends only on
+/// the chain's length, the budget and the slot count (and the machine's
+/// memory), so the same input gets the same algorithm. O(L^2).
+pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoice {
+    let len = chain.len();
+    if len <= AUTO_EXHAUSTIVE_STAGES {
+        return AutoChoice {
+            algorithm: Algorithm::Exhaustive,
+            reason: format!("{len} stages: exact search over every memory state is cheap"),
+        };
+    }
+    let m = Slots::new(budget, opts.slots.max(1)).budget;
+    let est = floating::upper_estimate(len, m);
+    let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
+    if len <= floating::MAX_STAGES && est.table_bytes <= limit && est.work <= AUTO_FLOATING_WORK {
+        return AutoChoice {
+            algorithm: Algorithm::Floating,
+            reason: format!(
+                "{len} stages at {} slots: floating DP tables of at most {} and {:.1e} steps",
+                opts.slots,
+                format_size(est.table_bytes),
+                est.work as f64
+            ),
+        };
+    }
+    AutoChoice {
+        algorithm: Algorithm::Persistent,
+        reason: format!(
+            "{len} stages at {} slots: the floating DP could need {} of tables and {:.1e} steps \
+             (auto allows {} and {:.0e}); force it with --algorithm floating or use fewer --slots",
+            opts.slots,
+            format_size(est.table_bytes),
+            est.work as f64,
+            format_size(limit),
+            AUTO_FLOATING_WORK as f64
+        ),
+    }
 }
 
 /// Replays `ops` within `budget`, checks the solver's `predicted` makespan
@@ -299,13 +421,64 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             check_exhaustive_size(chain)?;
             Ok(Some(exhaustive::min_peak(chain).0))
         }
+        Algorithm::Floating => {
+            check_floating_size(chain, opts.slots)?;
+            Ok(floating::min_budget(chain, opts.slots))
+        }
+        Algorithm::Auto => {
+            // The choice depends on the budget only through the slot count's
+            // range of budgets; judge it at the smallest budget persistent meets.
+            let probe = persistent::min_peak_exact(chain);
+            min_budget(chain, auto_choice(chain, probe, opts).algorithm, opts)
+        }
         baseline => baselines::min_budget(chain, baseline, opts),
     }
 }
 
 /// The smallest budget any valid schedule can meet, when it can be computed
-/// exactly: `Some((bytes, how))`. Exact for chains small enough for
-/// exhaustive search; otherwise `None`.
+/// exactly: `Some((bytes, how))`. See [`any_min_budget`]; `None` when only
+/// bounds are known.
 pub fn min_budget_any(chain: &Chain) -> Option<(u64, &'static str)> {
-    (chain.len() <= exhaustive::MAX_STAGES).then(|| (exhaustive::min_peak(chain).0, "exhaustive search"))
+    let any = any_min_budget(chain);
+    (any.lower == any.upper).then_some((any.upper, any.method))
+}
+
+/// What is known of the smallest budget, in bytes, of any valid schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnyMinimum {
+    /// No valid schedule fits below this.
+    pub lower: u64,
+    /// A schedule fits at this budget; equal to `lower` when exact.
+    pub upper: u64,
+    /// How it was established.
+    pub method: &'static str,
+}
+
+/// The smallest budget of any valid schedule: exact when the nested minimum of
+/// the floating DP meets [`floating::any_peak_lower_bound`] (any length up to
+/// [`floating::MAX_STAGES`]; O(L^4)) or when the chain is small enough for
+/// exhaustive search (up to [`exhaustive::MAX_STAGES`] stages); otherwise a
+/// lower bound and the nested (or, over [`floating::MAX_STAGES`], persistent)
+/// minimum. Not every optimum is nested (see `floating`), so the nested
+/// minimum alone is only an upper bound.
+pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
+    let lower = floating::any_peak_lower_bound(chain);
+    let (upper, method) = if chain.len() <= floating::MAX_STAGES {
+        (floating::min_peak_exact(chain), "floating DP, meeting a lower bound")
+    } else {
+        (persistent::min_peak_exact(chain), "persistent DP, meeting a lower bound")
+    };
+    if upper == lower {
+        return AnyMinimum { lower, upper, method };
+    }
+    if chain.len() <= exhaustive::MAX_STAGES {
+        let exact = exhaustive::min_peak(chain).0;
+        return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
+    }
+    let method = if chain.len() <= floating::MAX_STAGES {
+        "lower bound to the floating DP's nested minimum"
+    } else {
+        "lower bound to the persistent DP's minimum"
+    };
+    AnyMinimum { lower, upper, method }
 }

@@ -234,7 +234,7 @@ pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
 /// `None` if no budget works (fewer slots than values a schedule must hold).
 /// O(L^3 log M).
 pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
-    crate::slots::smallest_feasible(min_peak_exact(chain), slots, |budget| feasible(chain, budget, slots))
+    crate::slots::smallest_feasible_budget(min_peak_exact(chain), slots, |budget| feasible(chain, budget, slots))
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use rayon::prelude::*;
 use super::Plan;
 use crate::chain::Chain;
 use crate::schedule::Op;
-use crate::slots::{SlotChain, Slots, smallest_feasible};
+use crate::slots::{SlotChain, Slots, smallest_feasible_budget};
 use crate::solve::{Algorithm, SolveError, SolveOptions};
 
 /// Longest chain the u16 split codes can describe.
@@ -166,10 +166,10 @@ pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
 }
 
 /// The smallest budget in bytes at which revolve with `slots` slots finds a
-/// schedule (see [`smallest_feasible`]). O(L^3 log M).
+/// schedule (see [`smallest_feasible_budget`]). O(L^3 log M).
 pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
     let exact = min_peak_slots(&SlotChain::new(chain, Slots::with_slot(u64::MAX, 1))) as u64;
-    smallest_feasible(exact, slots, |budget| feasible(chain, budget, slots))
+    smallest_feasible_budget(exact, slots, |budget| feasible(chain, budget, slots))
 }
 
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots`.

@@ -1,0 +1,36 @@
+//! The floating DP on network-like chains of 30, 60 and 100 stages at 500
+//! slots, with the budget halfway between the smallest feasible one and
+//! store-all's peak (as `benches/persistent.rs`). Each size prints the table
+//! memory of its fill (the plan's exact estimate) before it is measured.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use remat::Op;
+use remat::slots::{SlotChain, Slots};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, floating, solve};
+use remat::synthetic::network_like;
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("floating");
+    group.sample_size(10);
+    for len in [30, 60, 100] {
+        let chain = network_like(42, len);
+        let n = len + 1;
+        let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+        let peak = remat::simulate(&chain, &store_all).expect("valid").peak_memory;
+        let min = floating::min_peak_exact(&chain);
+        let budget = min + (peak - min) / 2;
+        let est = floating::Plan::new(SlotChain::new(&chain, Slots::new(budget, DEFAULT_SLOTS))).estimate();
+        eprintln!(
+            "floating L = {len}: tables {:.1} MiB, {:.2e} slot-option steps",
+            est.table_bytes as f64 / (1u64 << 20) as f64,
+            est.work as f64
+        );
+        group.bench_with_input(BenchmarkId::new("500-slots", len), &budget, |b, &budget| {
+            b.iter(|| solve(&chain, budget, Algorithm::Floating, &SolveOptions::default()).expect("feasible"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

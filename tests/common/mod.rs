@@ -1,0 +1,33 @@
+//! Helpers shared by the oracle tests (each test crate uses a part of them).
+#![allow(dead_code)]
+
+use remat::solve::SolveOptions;
+use remat::{Chain, Op, simulate_within};
+
+/// Exact solve: as many slots as bytes in the budget (slot = 1 byte).
+pub fn exact(budget: u64) -> SolveOptions<'static> {
+    SolveOptions { slots: budget.max(1) as usize, ..SolveOptions::default() }
+}
+
+/// A search over sequences: the fastest within a budget, with its operations
+/// (`exhaustive::fastest`, `exhaustive::fastest_nested`).
+pub type Search = fn(&Chain, u64) -> Option<(f64, Vec<Op>)>;
+
+/// The optimum of `search` at every budget in `lo..=hi`, using that it is a
+/// step function of the budget: a schedule found at budget M with peak p is
+/// optimal for every budget in p..=M.
+pub fn profile(chain: &Chain, lo: u64, hi: u64, search: Search) -> Vec<Option<f64>> {
+    let mut best = vec![None; (hi - lo + 1) as usize];
+    let mut m = hi;
+    while let Some((time, ops)) = search(chain, m) {
+        let peak = simulate_within(chain, &ops, m).unwrap().peak_memory;
+        for b in peak.max(lo)..=m {
+            best[(b - lo) as usize] = Some(time);
+        }
+        if peak <= lo {
+            break;
+        }
+        m = peak - 1;
+    }
+    best
+}
