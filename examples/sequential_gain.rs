@@ -24,8 +24,9 @@ fn main() -> anyhow::Result<()> {
     let pct = |v: Option<f64>| v.map(|v| format!("{v:+.1}%")).unwrap_or_else(|| "n/a".into());
     if !json {
         println!(
-            "optimal = exhaustive search (exact) up to 12 stages, else the persistent DP with {slots} slots fitted by replay; \
-             sequential = checkpoint_sequential, K >= 2 on its Pareto front; +thr = T_seq / T_opt - 1"
+            "optimal = exhaustive search (exact) up to 12 stages, else the best of the persistent and (where auto \
+             would run it) floating DPs with {slots} slots, fitted by replay;\nsequential = checkpoint_sequential, \
+             K >= 2 on its Pareto front; +thr = T_seq / T_opt - 1 at the fastest K and averaged over the front"
         );
         println!(
             "{:<28} {:>4} {:>11} {:>6} {:>8} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8}",

@@ -191,7 +191,9 @@ pub fn tradeoff_svg(sweep: &Sweep) -> String {
         let (color, m) = style(name, i);
         let line = pts.len() > 1;
         if line {
-            svg.polyline(&staircase(pts, right_end).iter().map(px).collect::<Vec<_>>(), color, 2.0);
+            // Dashed so that a curve it covers (floating on persistent) shows through.
+            let dash = (name == "floating" || name == "exhaustive").then_some("7 5");
+            svg.polyline(&staircase(pts, right_end).iter().map(px).collect::<Vec<_>>(), color, 2.0, dash);
         }
         let label = match (skipped.contains(&name.as_str()), pts.is_empty()) {
             (true, _) => format!("{name} (skipped)"),
@@ -222,7 +224,8 @@ pub fn tradeoff_svg(sweep: &Sweep) -> String {
     for (i, (label, color, m, line)) in legend.iter().enumerate() {
         let y = top + 26.0 + 22.0 * i as f64;
         if *line {
-            svg.line((lx, y), (lx + 28.0, y), color, 2.0, None);
+            let dash = (label == "floating" || label == "exhaustive").then_some("7 5");
+            svg.line((lx, y), (lx + 28.0, y), color, 2.0, dash);
         }
         marker(&mut svg, *m, (lx + 14.0, y), color);
         svg.text((lx + 36.0, y + 4.0), label, 12.0, Anchor::Start, 0.0);
@@ -307,7 +310,7 @@ pub fn timeline_svg(replay: &Replay, budget: Option<u64>, title: &str) -> String
         after.push((xs.at(i as f64), y));
         after.push((xs.at(i as f64 + 1.0), y));
     }
-    svg.polyline(&after, "#111", 1.5);
+    svg.polyline(&after, "#111", 1.5, None);
     if let Some(b) = budget {
         let y = ys.at(b as f64);
         svg.line((left, y), (right, y), "#b00020", 2.0, Some("8 5"));

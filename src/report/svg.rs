@@ -63,11 +63,12 @@ impl Svg {
         );
     }
 
-    /// An open polyline through `points`.
-    pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64) {
+    /// An open polyline through `points`; `dash` as for [`Svg::line`].
+    pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64, dash: Option<&str>) {
+        let dash = dash.map(|d| format!(r#" stroke-dasharray="{d}""#)).unwrap_or_default();
         let _ = writeln!(
             self.body,
-            r#"<polyline points="{}" fill="none" stroke="{stroke}" stroke-width="{width}" stroke-linejoin="round"/>"#,
+            r#"<polyline points="{}" fill="none" stroke="{stroke}" stroke-width="{width}" stroke-linejoin="round"{dash}/>"#,
             path_points(points)
         );
     }
