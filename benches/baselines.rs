@@ -25,10 +25,10 @@ fn bench(c: &mut Criterion) {
     group.finish();
     let mut group = c.benchmark_group("sweep");
     group.sample_size(10);
-    let chain = network_like(42, 60);
+    let chain = network_like(42, 40);
     let opts = SolveOptions::default();
-    let b = budgets(&chain, &reported(), &opts, None, None, 20).expect("valid range");
-    group.bench_function("network-like-60/20-budgets/all-algorithms", |bench| {
+    let b = budgets(&chain, &reported(), &opts, None, None, 10).expect("valid range");
+    group.bench_function("network-like-40/10-budgets/all-algorithms", |bench| {
         bench.iter(|| sweep(&chain, &b, &reported(), &opts, None).expect("sweep"))
     });
     group.finish();
