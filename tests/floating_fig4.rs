@@ -37,7 +37,7 @@ fn figure4(n: usize) -> Chain {
 }
 
 fn makespan(chain: &Chain, algorithm: Algorithm) -> f64 {
-    let opts = SolveOptions { slots: BUDGET as usize, progress: None };
+    let opts = SolveOptions { slots: BUDGET as usize, ..SolveOptions::default() };
     solve(chain, BUDGET, algorithm, &opts).unwrap_or_else(|e| panic!("{algorithm}: {e}")).schedule.makespan
 }
 

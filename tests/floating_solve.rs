@@ -8,7 +8,7 @@ use remat::solve::{
 use remat::synthetic::network_like;
 
 fn opts(slots: usize) -> SolveOptions<'static> {
-    SolveOptions { slots, progress: None }
+    SolveOptions { slots, ..SolveOptions::default() }
 }
 
 /// The peak of the schedule that records everything once.

@@ -52,12 +52,13 @@ pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain)?;
     let any = any_min_budget(&chain);
     let any_exact = (any.lower == any.upper).then_some(any.upper);
-    let with_slots = min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, progress: None })?;
-    let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, progress: None })?;
+    let with_slots =
+        min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, ..SolveOptions::default() })?;
+    let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, ..SolveOptions::default() })?;
     let within = match args.max_overhead {
         Some(pct) => {
             let limit = chain.store_all_time() * (1.0 + pct / 100.0);
-            let opts = SolveOptions { slots: args.slots, progress: None };
+            let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
             Some((pct, min_budget_for_makespan(&chain, limit, args.algorithm, &opts)?))
         }
         None => None,

@@ -1,10 +1,13 @@
 //! Command-line front end. Each subcommand lives in its own module; this one
 //! holds the argument types, exit codes and the helpers they share.
 
+mod compare;
 mod graph;
 mod min_memory;
+mod show;
 mod simulate;
 mod solve;
+mod sweep;
 mod zoo;
 
 use std::io::IsTerminal;
@@ -58,6 +61,9 @@ Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
   remat simulate chains/rotor-fc6.json schedule.json --memory 90MiB
   remat min-memory chains/rotor-fc6.json
+  remat compare chains/rotor-fc6.json --memory 100MiB
+  remat sweep chains/rotor-fc6.json --steps 40 --plot tradeoff.svg > curves.csv
+  remat show chains/rotor-fc6.json schedule.json --plot timeline.svg
   remat zoo resnet101 --batch 32 -o resnet101.json
   remat solve chains/graphs/unet-tiny.json --memory 300MiB   (a graph: chain DP or MILP)
 
@@ -86,6 +92,9 @@ enum Command {
     Solve(solve::Args),
     Simulate(simulate::Args),
     MinMemory(min_memory::Args),
+    Compare(compare::Args),
+    Sweep(sweep::Args),
+    Show(show::Args),
     Zoo(zoo::Args),
 }
 
@@ -97,6 +106,9 @@ pub fn main() -> ExitCode {
         Command::Solve(args) => solve::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::MinMemory(args) => min_memory::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Sweep(args) => sweep::run(args),
+        Command::Show(args) => show::run(args),
         Command::Zoo(args) => zoo::run(args),
     };
     match result {
@@ -147,6 +159,20 @@ pub fn overhead(makespan: f64, base: f64) -> Option<String> {
         let pct = 100.0 * (makespan / base - 1.0);
         format!("{:+.1}%", if pct.abs() < 0.05 { 0.0 } else { pct })
     })
+}
+
+/// Reads a schedule file (any form `parse_operations` accepts) and replays it
+/// on `chain`: the file's text, its operations and the replay, or a failure
+/// (exit 2) naming the file and the first invalid operation.
+pub fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<(String, Vec<remat::Op>, remat::Replay), Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", path.display())))?;
+    let ops = remat::schedule::parse_operations(&text)
+        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    let replay = remat::simulate(chain, &ops).map_err(|e| {
+        Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
+    })?;
+    Ok((text, ops, replay))
 }
 
 /// Parses a SIZE argument for clap.

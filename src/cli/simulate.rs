@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use remat::size::format_size;
 
-use super::{CliResult, Failure, size_arg};
+use super::{CliResult, Failure, replay_schedule_file, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
 ///
@@ -32,17 +32,7 @@ pub fn run(args: Args) -> CliResult {
         return Ok(());
     }
     let chain = super::graph::load_chain_or_path(&args.chain)?;
-    let text = std::fs::read_to_string(&args.schedule)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", args.schedule.display())))?;
-    let ops = remat::schedule::parse_operations(&text)
-        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", args.schedule.display())))?;
-    let replay = remat::simulate(&chain, &ops).map_err(|e| {
-        Failure::input(anyhow::anyhow!(
-            "schedule `{}` is not valid on chain `{}`: {e}",
-            args.schedule.display(),
-            chain.name()
-        ))
-    })?;
+    let (_, ops, replay) = replay_schedule_file(&chain, &args.schedule)?;
     let within = args.memory.map(|b| replay.peak_memory <= b);
     if args.json {
         let out = serde_json::json!({

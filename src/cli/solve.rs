@@ -26,11 +26,18 @@ pub struct Args {
     /// floating: the fastest nested schedule, never slower than persistent,
     /// O(S L^4) time and O(S L^3) memory. persistent: Rotor's persistent DP,
     /// O(S L^3). exhaustive: exact in bytes over every schedule, at most 14
-    /// stages. On a graph file, auto solves a path as a chain and any other
-    /// graph with checkmate (the Checkmate MILP); checkmate-approx: its LP
-    /// relaxation with two-phase rounding.
+    /// stages. Baselines to compare with: store-all, sequential (PyTorch's
+    /// checkpoint_sequential), revolve, chen-sqrt, chen-greedy; `remat compare`
+    /// runs them all. On a graph file, auto solves a path as a chain and any
+    /// other graph with checkmate (the Checkmate MILP); checkmate-approx: its
+    /// LP relaxation with two-phase rounding.
     #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
+    /// With --algorithm sequential: the number of segments K (1 to the number
+    /// of stages), as given to checkpoint_sequential. Default: the fastest K
+    /// that fits the budget.
+    #[arg(long, value_name = "K")]
+    segments: Option<usize>,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
@@ -57,6 +64,12 @@ pub fn run(args: Args) -> CliResult {
     if args.slots == 0 {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
     }
+    if args.segments.is_some() && args.algorithm != Algorithm::Sequential {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--segments applies to --algorithm sequential only (got --algorithm {})",
+            args.algorithm
+        )));
+    }
     let request = super::graph::Request {
         path: &args.chain,
         memory: args.memory,
@@ -72,14 +85,15 @@ pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain)?;
     let (algorithm, why) = match args.algorithm {
         Algorithm::Auto => {
-            let choice = auto_choice(&chain, args.memory, &SolveOptions { slots: args.slots, progress: None });
+            let choice =
+                auto_choice(&chain, args.memory, &SolveOptions { slots: args.slots, ..SolveOptions::default() });
             (choice.algorithm, Some(choice.reason))
         }
         chosen => (chosen, None),
     };
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
-    let opts = SolveOptions { slots: args.slots, progress: Some(&update) };
+    let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
     if let Some(bytes) = memory_estimate(&chain, args.memory, algorithm, &opts)
         && bytes >= LARGE_TABLE
     {
@@ -112,9 +126,10 @@ pub fn run(args: Args) -> CliResult {
     } else {
         format!("{} slots of {} bytes", args.slots, solution.slot_size)
     };
+    let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
     match why {
-        Some(why) => println!("algorithm:   {} ({slots}); chosen by auto: {why}", s.algorithm),
-        None => println!("algorithm:   {} ({slots})", s.algorithm),
+        Some(why) => println!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
+        None => println!("algorithm:   {} ({slots}{detail})", s.algorithm),
     }
     println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = super::overhead(s.makespan, base).map(|o| format!(", {o}")).unwrap_or_default();

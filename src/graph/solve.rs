@@ -186,7 +186,7 @@ pub fn solve(
     algorithm: Algorithm,
     opts: &GraphOptions,
 ) -> Result<Outcome, GraphSolveError> {
-    let chain_opts = SolveOptions { slots: opts.slots, progress: opts.chain_progress };
+    let chain_opts = SolveOptions { slots: opts.slots, progress: opts.chain_progress, ..SolveOptions::default() };
     let graph_outcome = |graph: Graph, algorithm: Algorithm, why: String| -> Result<Outcome, GraphSolveError> {
         let solution = solve_joint(&graph, budget, algorithm, &opts.milp)?;
         Ok(Outcome::Graph { graph, solution, why })

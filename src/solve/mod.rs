@@ -4,6 +4,7 @@
 //! is handed out: the [`Solution`]'s makespan and peak are the simulator's, and
 //! a schedule that is invalid or over budget is reported as a bug, never shown.
 
+pub mod baselines;
 pub mod exhaustive;
 pub mod floating;
 pub mod persistent;
@@ -33,6 +34,17 @@ pub enum Algorithm {
     /// [`auto_choice`]); on a graph, the chain solvers when it is a path, else
     /// the Checkmate MILP.
     Auto,
+    /// Baseline: no rematerialization, every forward records (PyTorch's default).
+    StoreAll,
+    /// Baseline: PyTorch's `checkpoint_sequential` with K segments.
+    Sequential,
+    /// Baseline: the optimal AD-model (checkpoint-only) persistent schedule, with
+    /// an F_all right before each backward.
+    Revolve,
+    /// Baseline: Chen et al.'s sqrt(L) segments.
+    ChenSqrt,
+    /// Baseline: Chen et al.'s greedy segments of bounded memory.
+    ChenGreedy,
     /// The Checkmate MILP on a graph (`graph::milp`).
     Checkmate,
     /// Checkmate's LP relaxation with two-phase rounding (`graph::approx`).
@@ -41,8 +53,17 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in the order tables list them.
-    pub const ALL: &'static [Algorithm] =
-        &[Algorithm::Persistent, Algorithm::Exhaustive, Algorithm::Floating, Algorithm::Auto];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::Persistent,
+        Algorithm::Exhaustive,
+        Algorithm::Floating,
+        Algorithm::Auto,
+        Algorithm::StoreAll,
+        Algorithm::Sequential,
+        Algorithm::Revolve,
+        Algorithm::ChenSqrt,
+        Algorithm::ChenGreedy,
+    ];
 
     /// Algorithms for graph files (also accepted on the command line); not in
     /// [`Algorithm::ALL`], which lists what solves a chain.
@@ -60,6 +81,11 @@ impl Algorithm {
             Algorithm::Exhaustive => "exhaustive",
             Algorithm::Floating => "floating",
             Algorithm::Auto => "auto",
+            Algorithm::StoreAll => "store-all",
+            Algorithm::Sequential => "sequential",
+            Algorithm::Revolve => "revolve",
+            Algorithm::ChenSqrt => "chen-sqrt",
+            Algorithm::ChenGreedy => "chen-greedy",
             Algorithm::Checkmate => "checkmate",
             Algorithm::CheckmateApprox => "checkmate-approx",
         }
@@ -77,9 +103,24 @@ impl Algorithm {
                 "chains: exhaustive when small, else floating when its table is modest, else persistent; \
                  graphs: the chain solvers for paths, else checkmate"
             }
+            Algorithm::StoreAll => "baseline: no recomputation, every activation recorded (PyTorch's default)",
+            Algorithm::Sequential => {
+                "baseline: PyTorch's checkpoint_sequential, K segments (--segments K; default the fastest K that fits)"
+            }
+            Algorithm::Revolve => {
+                "baseline: optimal schedule that checkpoints only plain activations (AD model), F_all before each B"
+            }
+            Algorithm::ChenSqrt => "baseline: Chen et al., sqrt(L) segments of sqrt(L) stages",
+            Algorithm::ChenGreedy => "baseline: Chen et al., greedy segments of bounded memory, bound searched to fit",
             Algorithm::Checkmate => "optimal staged schedule of a graph by the Checkmate MILP",
             Algorithm::CheckmateApprox => "Checkmate's LP relaxation with two-phase rounding (fast, not optimal)",
         }
+    }
+
+    /// True for the baselines (schedules other tools produce), false for
+    /// remat's own solvers.
+    pub fn is_baseline(self) -> bool {
+        baselines::BASELINES.contains(&self)
     }
 }
 
@@ -111,11 +152,14 @@ pub struct SolveOptions<'a> {
     pub slots: usize,
     /// Called as work progresses, for long solves.
     pub progress: Option<Progress<'a>>,
+    /// `sequential` only: the number of segments K (1..=L); `None` picks the
+    /// fastest K that fits the budget. Other algorithms ignore it.
+    pub segments: Option<usize>,
 }
 
 impl Default for SolveOptions<'_> {
     fn default() -> Self {
-        SolveOptions { slots: DEFAULT_SLOTS, progress: None }
+        SolveOptions { slots: DEFAULT_SLOTS, progress: None, segments: None }
     }
 }
 
@@ -133,6 +177,8 @@ pub struct Solution {
     pub slot_size: u64,
     /// The makespan the solver itself predicted (checked equal to the replay's).
     pub solver_makespan: f64,
+    /// The parameter a baseline settled on (`K = 4 segments`), if any.
+    pub detail: Option<String>,
 }
 
 /// Why no schedule came back.
@@ -242,6 +288,12 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                     });
                 }
             }
+        }
+        baseline => {
+            let plan = baselines::plan(chain, budget, baseline, opts)?;
+            let mut solution = checked(chain, budget, algorithm, plan.ops, plan.slot_size, plan.makespan)?;
+            solution.detail = plan.detail;
+            return Ok(solution);
         }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
@@ -389,7 +441,7 @@ fn checked(
         peak_memory: replay.peak_memory,
         operations: ops,
     };
-    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted })
+    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted, detail: None })
 }
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
@@ -416,6 +468,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             let probe = persistent::min_peak_exact(chain);
             min_budget(chain, auto_choice(chain, probe, opts).algorithm, opts)
         }
+        baseline => baselines::min_budget(chain, baseline, opts),
     }
 }
 
@@ -479,7 +532,7 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
             Some(persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, opts.slots.max(1)))))
         }
         Algorithm::Auto => memory_estimate(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
-        Algorithm::Floating | Algorithm::Exhaustive | Algorithm::Checkmate | Algorithm::CheckmateApprox => None,
+        _ => None,
     }
 }
 

@@ -581,24 +581,7 @@ pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
 /// `None` if no budget works (fewer slots than values a schedule must hold).
 /// O(L^3 log M).
 pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
-    let exact = min_peak_exact(chain);
-    if feasible(chain, exact, slots) {
-        return Some(exact);
-    }
-    let (mut lo, mut step) = (exact, (exact / slots.max(1) as u64).max(1));
-    let mut hi = loop {
-        let cand = lo.checked_add(step)?;
-        if feasible(chain, cand, slots) {
-            break cand;
-        }
-        lo = cand;
-        step = step.checked_mul(2)?;
-    };
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if feasible(chain, mid, slots) { hi = mid } else { lo = mid }
-    }
-    Some(hi)
+    crate::slots::smallest_feasible_budget(min_peak_exact(chain), slots, |budget| feasible(chain, budget, slots))
 }
 
 #[cfg(test)]

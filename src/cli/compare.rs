@@ -1,0 +1,62 @@
+//! `remat compare`: every algorithm on one chain at one budget.
+
+use std::path::PathBuf;
+
+use remat::report::{Outcome, compare, reported};
+use remat::size::format_size;
+use remat::solve::{DEFAULT_SLOTS, SolveOptions};
+
+use super::{CliResult, Failure, load_chain, size_arg};
+
+/// Run every algorithm at one budget and compare them in one table.
+///
+/// For each algorithm (remat's solvers and the baselines: store-all,
+/// PyTorch's checkpoint_sequential, revolve, Chen et al.'s sqrt(L) and greedy)
+/// prints the makespan, the overhead over store-all (no recomputation), the
+/// peak memory and the solve time, every schedule replayed by the exact
+/// simulator. Infeasible algorithms give the smallest budget they can meet
+/// (exit code 1 when none fits); exhaustive search is skipped on chains over
+/// 12 stages.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Chain file.
+    chain: PathBuf,
+    /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
+    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
+    memory: u64,
+    /// Memory slots S of the slot-based solvers (persistent, revolve).
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
+    slots: usize,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let chain = load_chain(&args.chain)?;
+    let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    let cmp = compare(&chain, args.memory, &reported(), &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
+    } else {
+        print!("{}", cmp.table());
+    }
+    if cmp.rows.iter().any(|r| matches!(r.outcome, Outcome::Solved { .. })) {
+        return Ok(());
+    }
+    let lowest = cmp
+        .rows
+        .iter()
+        .filter_map(|r| match r.outcome {
+            Outcome::Infeasible { min_budget } => min_budget,
+            _ => None,
+        })
+        .min();
+    let hint = lowest.map(|m| format!("; the smallest budget one of them meets is {} ({m} bytes)", format_size(m)));
+    Err(Failure::infeasible(anyhow::anyhow!(
+        "no algorithm fits in {} ({} bytes){}",
+        format_size(args.memory),
+        args.memory,
+        hint.unwrap_or_default()
+    )))
+}

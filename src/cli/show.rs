@@ -1,0 +1,92 @@
+//! `remat show`: the memory timeline of one schedule.
+
+use std::path::PathBuf;
+
+use remat::report::timeline_svg;
+use remat::schedule::Schedule;
+use remat::size::format_size;
+
+use super::{CliResult, Failure, load_chain, replay_schedule_file, size_arg, write_file};
+
+/// Show the memory timeline of a schedule, operation by operation.
+///
+/// Replays the schedule with the exact simulator and prints, for each
+/// operation, its time and the memory in use while it runs, by kind
+/// (activations, recorded activations, gradients, transient workspace), and
+/// once it ends. --plot draws the same as a stacked SVG chart with the budget
+/// as a line (the schedule file's budget, or --memory).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Chain file.
+    chain: PathBuf,
+    /// Schedule file: JSON from `remat solve --json`, a JSON array of
+    /// operations, or the paper's notation (F_ck^1 F_none^2 ... B^1).
+    schedule: PathBuf,
+    /// Budget to draw (default: the one recorded in a JSON schedule).
+    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
+    memory: Option<u64>,
+    /// Write the timeline chart to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Print the timeline as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let chain = load_chain(&args.chain)?;
+    let (text, _, replay) = replay_schedule_file(&chain, &args.schedule)?;
+    let recorded = serde_json::from_str::<Schedule>(&text).ok();
+    let budget = args.memory.or(recorded.as_ref().map(|s| s.budget));
+    if let Some(path) = &args.plot {
+        let who = recorded.as_ref().map(|s| format!(" ({})", s.algorithm)).unwrap_or_default();
+        let title = format!("{}{who}: memory timeline", chain.name());
+        write_file(path, &timeline_svg(&replay, budget, &title))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.json {
+        let out = serde_json::json!({ "budget": budget, "replay": replay });
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    } else {
+        println!(
+            "{:>5}  {:<10} {:>8}  {:>12} {:>12} {:>12} {:>12}  {:>12}",
+            "#", "operation", "time", "activations", "recorded", "gradients", "transient", "after"
+        );
+        for (i, s) in replay.steps.iter().enumerate() {
+            let d = &s.during;
+            let mark = if i == replay.peak_index { "  <- peak" } else { "" };
+            println!(
+                "{:>5}  {:<10} {:>8.2}  {:>12} {:>12} {:>12} {:>12}  {:>12}{mark}",
+                i + 1,
+                s.op.to_string(),
+                op_time(&chain, s.op),
+                format_size(d.activations),
+                format_size(d.saved),
+                format_size(d.gradients),
+                format_size(d.transient),
+                format_size(s.after.total()),
+            );
+        }
+        println!(
+            "makespan {:.2}; peak {} ({} bytes) during operation {}",
+            replay.makespan,
+            format_size(replay.peak_memory),
+            replay.peak_memory,
+            replay.peak_index + 1
+        );
+    }
+    if let Some(b) = budget
+        && replay.peak_memory > b
+    {
+        return Err(Failure::infeasible(anyhow::anyhow!(
+            "the schedule's peak {} is over the budget of {} ({b} bytes)",
+            format_size(replay.peak_memory),
+            format_size(b)
+        )));
+    }
+    Ok(())
+}
+
+fn op_time(chain: &remat::Chain, op: remat::Op) -> f64 {
+    if op.is_forward() { chain.forward_time(op.stage()) } else { chain.backward_time(op.stage()) }
+}

@@ -1,0 +1,64 @@
+//! `remat sweep`: trade-off curves of every algorithm over a range of budgets.
+
+use std::path::PathBuf;
+
+use remat::report::{reported, sweep, tradeoff_svg};
+use remat::solve::{DEFAULT_SLOTS, SolveOptions};
+
+use super::{CliResult, Progress, load_chain, size_arg, write_file};
+
+/// Trade-off curves: makespan against memory for every algorithm.
+///
+/// Solves the chain with every algorithm at STEPS budgets evenly spaced from
+/// --from to --to (by default from the smallest budget any of them can meet to
+/// store-all's peak, above which nothing changes), in parallel, and
+/// checkpoint_sequential with every number of segments K. Prints CSV (or JSON
+/// with --json); --plot draws makespan against peak memory as SVG, the way the
+/// Rotor paper's figures do.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Chain file.
+    chain: PathBuf,
+    /// Smallest budget of the sweep (default: the smallest any algorithm meets).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    from: Option<u64>,
+    /// Largest budget of the sweep (default: store-all's peak).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    to: Option<u64>,
+    /// Number of budgets, evenly spaced, both ends included.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    steps: usize,
+    /// Memory slots S of the slot-based solvers (persistent, revolve).
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
+    slots: usize,
+    /// Print JSON instead of CSV.
+    #[arg(long)]
+    json: bool,
+    /// Write the trade-off chart (makespan against peak memory) to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Write the CSV or JSON to this file instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let chain = load_chain(&args.chain)?;
+    let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    let budgets = sweep::budgets(&chain, &reported(), &opts, args.from, args.to, args.steps)?;
+    let progress = Progress::new("sweep");
+    let update = |done, total| progress.update(done, total);
+    let result = sweep(&chain, &budgets, &reported(), &opts, Some(&update))?;
+    drop(progress);
+    let text =
+        if args.json { serde_json::to_string_pretty(&result).expect("sweeps serialize") + "\n" } else { result.csv() };
+    if let Some(path) = &args.plot {
+        write_file(path, &tradeoff_svg(&result))?;
+        eprintln!("wrote {}", path.display());
+    }
+    match &args.output {
+        Some(path) => write_file(path, &text)?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
