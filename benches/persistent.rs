@@ -47,7 +47,7 @@ fn solves(c: &mut Criterion) {
     ];
     for (name, chain) in &chains {
         let budget = budget(chain);
-        let opts = SolveOptions { slots: SLOTS, progress: None };
+        let opts = SolveOptions { slots: SLOTS, ..SolveOptions::default() };
         for threads in [1, 2] {
             let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
             let id = BenchmarkId::new(*name, format!("{threads}-thread"));

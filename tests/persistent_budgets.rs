@@ -14,7 +14,7 @@ use remat::synthetic::{Rng, network_like, small_chain};
 use remat::{Chain, simulate_within};
 
 fn opts(slots: usize) -> SolveOptions<'static> {
-    SolveOptions { slots, progress: None }
+    SolveOptions { slots, ..SolveOptions::default() }
 }
 
 /// With exact slots (one byte), one table answers every budget exactly as a
