@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, auto_choice, memory_estimate, solve};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, memory_estimate, solve};
 
 use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 
@@ -83,14 +83,7 @@ pub fn run(args: Args) -> CliResult {
         return Ok(());
     }
     let chain = load_chain(&args.chain)?;
-    let (algorithm, why) = match args.algorithm {
-        Algorithm::Auto => {
-            let choice =
-                auto_choice(&chain, args.memory, &SolveOptions { slots: args.slots, ..SolveOptions::default() });
-            (choice.algorithm, Some(choice.reason))
-        }
-        chosen => (chosen, None),
-    };
+    let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
     let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
@@ -127,7 +120,7 @@ pub fn run(args: Args) -> CliResult {
         format!("{} slots of {} bytes", args.slots, solution.slot_size)
     };
     let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
-    match why {
+    match &solution.reason {
         Some(why) => println!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
         None => println!("algorithm:   {} ({slots}{detail})", s.algorithm),
     }

@@ -222,13 +222,13 @@ pub fn solve(
                     graph_outcome(graph, algorithm, why)
                 }
                 (Algorithm::Auto, Ok(chain)) => {
-                    let choice = crate::solve::auto_choice(chain, budget, &chain_opts);
+                    let solution = crate::solve::solve(chain, budget, Algorithm::Auto, &chain_opts)?;
                     let why = format!(
                         "chain solver ({}): the forward graph is a path (each node reads only the node before it), \
                          so it is solved exactly as a chain; {}",
-                        choice.algorithm, choice.reason
+                        solution.schedule.algorithm,
+                        solution.reason.as_deref().unwrap_or_default()
                     );
-                    let solution = crate::solve::solve(chain, budget, choice.algorithm, &chain_opts)?;
                     Ok(Outcome::Chain { chain: chain.clone(), solution, why })
                 }
                 (Algorithm::Auto, Err(not_path)) => {

@@ -9,7 +9,7 @@
 //! optimal makespan T_opt(M_K) is exhaustive search's at budget M_K on chains
 //! of at most [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages (exact in bytes), and
 //! otherwise the best of the persistent DP and, where `auto` would run it, the
-//! floating DP, both fitted by replay ([`fitted`], [`optimum_within`]).
+//! floating DP, both fitted by replay ([`crate::solve::fit::fitted`], [`optimum_within`]).
 //! The gain is T_K / T_opt(M_K) - 1, the extra throughput (with the makespan
 //! reduction 1 - T_opt / T_K beside it).
 //! - `best` is the paper's figure: the fastest K in 2..=L against the optimum
@@ -30,11 +30,9 @@ use serde::Serialize;
 use super::compare::COMPARE_EXHAUSTIVE_MAX_STAGES;
 use super::sweep::{SequentialPoint, sequential_points};
 use crate::chain::Chain;
-use crate::schedule::Op;
-use crate::simulate::{Replay, simulate};
-use crate::slots::{SlotChain, Slots};
 use crate::solve::baselines::faster;
-use crate::solve::{Algorithm, SolveError, SolveOptions, auto_choice, floating, persistent, solve};
+use crate::solve::fit::fitted;
+use crate::solve::{Algorithm, SolveError, SolveOptions, auto_choice, solve};
 
 /// One setting of checkpoint_sequential and the optimum at its peak.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -75,76 +73,6 @@ pub struct SequentialGain {
     pub mean_makespan_reduction_percent: Option<f64>,
 }
 
-/// A filled slot table that answers every budget up to its own, as the
-/// persistent and floating DPs build them.
-trait SlotTable {
-    fn makespan(&self, budget: usize) -> f64;
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>>;
-}
-
-impl SlotTable for persistent::Table {
-    fn makespan(&self, budget: usize) -> f64 {
-        persistent::Table::makespan(self, budget)
-    }
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        persistent::Table::sequence(self, budget)
-    }
-}
-
-impl SlotTable for floating::Table {
-    fn makespan(&self, budget: usize) -> f64 {
-        floating::Table::makespan(self, budget)
-    }
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        floating::Table::sequence(self, budget)
-    }
-}
-
-/// The fastest schedule `algorithm` (persistent or floating) with `slots`
-/// slots finds whose *replayed* peak fits `budget` bytes. One table is built
-/// with slots of budget/`slots` bytes up to min(2L+4, S/4) slots above the
-/// budget (rounding up costs at most one slot per value held at once, so 2L+4
-/// at most, and far fewer in practice: the fits found on the chains in
-/// `chains/` were at most 43 slots up), and every budget of it from `budget`
-/// upward whose schedule is faster than the best so far is replayed; the
-/// fastest that fits in bytes wins. Returns its operations and replay, or
-/// `None` when none fits (or the floating table would exceed its memory
-/// limit). The cost of one solve of the algorithm with 1.25 S slots at most.
-///
-/// # Panics
-/// If `algorithm` is neither persistent nor floating.
-pub fn fitted(chain: &Chain, budget: u64, slots: usize, algorithm: Algorithm) -> Option<(Vec<Op>, Replay)> {
-    let slot = (budget / slots.max(1) as u64).max(1);
-    let base = budget / slot;
-    let extra = (2 * chain.len() as u64 + 4).min(slots as u64 / 4).max(4);
-    let sc = SlotChain::new(chain, Slots::with_slot((base + extra) * slot, slot));
-    let top = sc.slots.budget;
-    let table: Box<dyn SlotTable> = match algorithm {
-        Algorithm::Persistent => Box::new(persistent::Table::build(sc, None)),
-        Algorithm::Floating => {
-            let plan = floating::Plan::new(sc);
-            if !plan.feasible() || plan.estimate().table_bytes > floating::memory_limit() {
-                return None;
-            }
-            Box::new(plan.fill(None))
-        }
-        other => panic!("{other} has no slot table"),
-    };
-    let mut best: Option<(Vec<Op>, Replay)> = None;
-    for m in base as usize..=top {
-        let time = table.makespan(m);
-        if !time.is_finite() || best.as_ref().is_some_and(|(_, r)| time >= r.makespan) {
-            continue;
-        }
-        let ops = table.sequence(m).expect("finite makespan");
-        let replay = simulate(chain, &ops).expect("the DPs' schedules are valid");
-        if replay.peak_memory <= budget {
-            best = Some((ops, replay));
-        }
-    }
-    best
-}
-
 /// The optimum within `budget` bytes as [`sequential_gain`] computes it, and
 /// how: exhaustive search up to [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages,
 /// else the best of the persistent DP and (where `auto` would run it) the
@@ -158,11 +86,12 @@ pub fn optimum_within(chain: &Chain, budget: u64, slots: usize) -> Result<(Optio
         };
     }
     let opts = SolveOptions { slots, ..SolveOptions::default() };
-    let persistent = fitted(chain, budget, slots, Algorithm::Persistent).map(|(_, r)| r.makespan);
+    let persistent = fitted(chain, budget, slots, Algorithm::Persistent, None)?.map(|f| f.replay.makespan);
     if auto_choice(chain, budget, &opts).algorithm != Algorithm::Floating {
         return Ok((persistent, "persistent"));
     }
-    let floating = fitted(chain, budget, slots, Algorithm::Floating).map(|(_, r)| r.makespan);
+    // A floating table over the memory limit leaves persistent's answer.
+    let floating = fitted(chain, budget, slots, Algorithm::Floating, None).ok().flatten().map(|f| f.replay.makespan);
     let best = [persistent, floating].into_iter().flatten().min_by(f64::total_cmp);
     Ok((best, "floating"))
 }
@@ -226,26 +155,6 @@ pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, So
 mod tests {
     use super::*;
     use crate::chain::Stage;
-
-    /// Fitted by replay, the DP reaches schedules as tight as their exact
-    /// peak, where the plain DP's rounding needs more memory.
-    #[test]
-    fn fitted_persistent_reaches_tight_budgets() {
-        let c = crate::synthetic::network_like(8, 20);
-        let sequential = solve(&c, u64::MAX, Algorithm::Sequential, &seg(2)).unwrap().schedule;
-        let (ops, replay) = fitted(&c, sequential.peak_memory, 500, Algorithm::Persistent).unwrap();
-        assert!(replay.peak_memory <= sequential.peak_memory);
-        assert!(replay.makespan <= sequential.makespan + 1e-9);
-        assert_eq!(simulate(&c, &ops).unwrap(), replay);
-        // It is never slower than the plain DP at the same budget.
-        if let Ok(plain) = solve(&c, sequential.peak_memory, Algorithm::Persistent, &SolveOptions::default()) {
-            assert!(replay.makespan <= plain.schedule.makespan + 1e-9);
-        }
-    }
-
-    fn seg(k: usize) -> SolveOptions<'static> {
-        SolveOptions { segments: Some(k), ..SolveOptions::default() }
-    }
 
     #[test]
     fn gain_on_the_hand_chain() {

@@ -6,6 +6,7 @@
 
 pub mod baselines;
 pub mod exhaustive;
+pub mod fit;
 pub mod floating;
 pub mod persistent;
 
@@ -177,8 +178,11 @@ pub struct Solution {
     pub slot_size: u64,
     /// The makespan the solver itself predicted (checked equal to the replay's).
     pub solver_makespan: f64,
-    /// The parameter a baseline settled on (`K = 4 segments`), if any.
+    /// The parameter a baseline settled on (`K = 4 segments`), or how `auto`
+    /// fitted a DP to the budget, if any.
     pub detail: Option<String>,
+    /// Why `auto` returned this schedule (`None` for the other algorithms).
+    pub reason: Option<String>,
 }
 
 /// Why no schedule came back.
@@ -275,7 +279,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
             let ops = table.sequence(slots.budget).expect("feasible by the plan");
             (ops, slots.slot, table.makespan(slots.budget))
         }
-        Algorithm::Auto => return solve(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
+        Algorithm::Auto => return solve_auto(chain, budget, opts),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
             match exhaustive::fastest(chain, budget) {
@@ -418,6 +422,81 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
     }
 }
 
+/// The baselines `auto` runs beside a slot-based DP: cheap (no slots, at most
+/// O(L^3)), and exact in bytes, so at a budget that is exactly one of their
+/// peaks they can beat a DP that rounds sizes up to slots.
+pub const AUTO_BASELINES: &[Algorithm] =
+    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt];
+
+/// `--algorithm auto` on a chain: exhaustive search when [`auto_choice`] says
+/// so (exact). Otherwise the chosen DP fitted to the budget by replay
+/// ([`fit::fitted`]: never slower than the DP's own answer), and the
+/// [`AUTO_BASELINES`]; the fastest wins, ties going to the DP. So auto is
+/// never slower than the DP it chose nor than any of those baselines at the
+/// same budget. The solution's `reason` says what ran and why.
+fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    let choice = auto_choice(chain, budget, opts);
+    let dp = choice.algorithm;
+    if dp == Algorithm::Exhaustive {
+        let mut solution = solve(chain, budget, dp, opts)?;
+        solution.reason = Some(choice.reason);
+        return Ok(solution);
+    }
+    if dp == Algorithm::Persistent {
+        check_persistent_size(chain)?;
+    }
+    let mut best = match fit::fitted(chain, budget, opts.slots, dp, opts.progress)? {
+        Some(f) => {
+            let mut solution = checked(chain, budget, dp, f.ops, f.slot_size, f.replay.makespan)?;
+            if f.slots_above > 0 {
+                solution.detail = Some(format!(
+                    "fitted by replay: the schedule the DP finds {} slot{} above the budget fits it in bytes",
+                    f.slots_above,
+                    if f.slots_above == 1 { "" } else { "s" }
+                ));
+            }
+            solution.reason = Some(choice.reason.clone());
+            Some(solution)
+        }
+        None => None,
+    };
+    for &baseline in AUTO_BASELINES {
+        let candidate = match solve(chain, budget, baseline, opts) {
+            Ok(solution) => solution,
+            Err(SolveError::Infeasible { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let faster = match &best {
+            None => true,
+            Some(b) => {
+                let (t, tb) = (candidate.schedule.makespan, b.schedule.makespan);
+                t < tb - 1e-9 * tb.abs().max(1.0)
+            }
+        };
+        if faster {
+            let dp_time = best.as_ref().filter(|b| b.schedule.algorithm == dp.name()).map(|b| b.schedule.makespan);
+            let mut solution = candidate;
+            solution.reason = Some(match dp_time {
+                Some(t) => format!(
+                    "{baseline} is faster at this budget than the {dp} DP ({:.2} vs {t:.2}), whose rounding of \
+                     sizes up to slots costs it here ({})",
+                    solution.schedule.makespan, choice.reason
+                ),
+                None if best.is_none() => {
+                    format!("{baseline} fits this budget and the {dp} DP does not with these slots ({})", choice.reason)
+                }
+                None => format!("{baseline} is the fastest of the baselines auto runs beside the {dp} DP"),
+            });
+            best = Some(solution);
+        }
+    }
+    best.ok_or_else(|| SolveError::Infeasible {
+        algorithm: Algorithm::Auto,
+        budget,
+        min_budget: min_budget(chain, Algorithm::Auto, opts).ok().flatten(),
+    })
+}
+
 /// Replays `ops` within `budget`, checks the solver's `predicted` makespan
 /// against the replay (to rounding of float sums) and wraps them as a
 /// [`Solution`].
@@ -441,7 +520,7 @@ fn checked(
         peak_memory: replay.peak_memory,
         operations: ops,
     };
-    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted, detail: None })
+    Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted, detail: None, reason: None })
 }
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
@@ -466,7 +545,17 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             // The choice depends on the budget only through the slot count's
             // range of budgets; judge it at the smallest budget persistent meets.
             let probe = persistent::min_peak_exact(chain);
-            min_budget(chain, auto_choice(chain, probe, opts).algorithm, opts)
+            let choice = auto_choice(chain, probe, opts).algorithm;
+            let mut best = min_budget(chain, choice, opts)?;
+            if choice != Algorithm::Exhaustive {
+                // auto also runs the cheap baselines, which need no slot rounding.
+                for &b in AUTO_BASELINES {
+                    if let Some(m) = min_budget(chain, b, opts)? {
+                        best = Some(best.map_or(m, |x| x.min(m)));
+                    }
+                }
+            }
+            Ok(best)
         }
         baseline => baselines::min_budget(chain, baseline, opts),
     }
