@@ -84,3 +84,19 @@ fn baselines_on_network_like_chains() {
         }
     }
 }
+
+#[test]
+fn revolve_refuses_a_table_larger_than_memory() {
+    // 101 x 102 / 2 cells of 10 million slots: about 480 GiB of table.
+    let chain = remat::synthetic::network_like(3, 100);
+    let opts = remat::solve::SolveOptions { slots: 10_000_000, ..remat::solve::SolveOptions::default() };
+    let budget = 1u64 << 40;
+    let estimate = remat::solve::memory_estimate(&chain, budget, remat::solve::Algorithm::Revolve, &opts).unwrap();
+    assert!(estimate > 1 << 36, "{estimate}");
+    match remat::solve::solve(&chain, budget, remat::solve::Algorithm::Revolve, &opts) {
+        Err(remat::solve::SolveError::TooLarge(msg)) => {
+            assert!(msg.contains("revolve's table would take about") && msg.contains("use fewer --slots"), "{msg}")
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}

@@ -621,6 +621,10 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
             Some(persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, opts.slots.max(1)))))
         }
         Algorithm::Auto => memory_estimate(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
+        Algorithm::Revolve => Some(baselines::revolve::table_bytes_estimate(&SlotChain::new(
+            chain,
+            Slots::new(budget, opts.slots.max(1)),
+        ))),
         _ => None,
     }
 }

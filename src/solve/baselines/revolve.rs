@@ -172,6 +172,14 @@ pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
     smallest_feasible_budget(exact, slots, |budget| feasible(chain, budget, slots))
 }
 
+/// Bytes of the table [`Table::build`] fills for `sc`: one row of an `f64`
+/// cost and a `u16` split per budget in slots, for every (s, t) with s <= t.
+/// O(1).
+pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
+    let cells = (sc.n as u64) * (sc.n as u64 + 1) / 2;
+    cells.saturating_mul(sc.slots.budget as u64 + 1).saturating_mul(10)
+}
+
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots`.
 pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, SolveError> {
     if chain.len() > MAX_STAGES {
@@ -185,6 +193,14 @@ pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, Sol
     if min_peak_slots(&sc) > slots.budget {
         let min_budget = min_budget(chain, opts.slots);
         return Err(SolveError::Infeasible { algorithm: Algorithm::Revolve, budget, min_budget });
+    }
+    let needed = table_bytes_estimate(&sc);
+    if needed > crate::solve::floating::memory_limit() {
+        return Err(SolveError::TooLarge(format!(
+            "revolve's table would take about {} (the limit is {}, half of this machine's memory); use fewer --slots",
+            crate::size::format_size(needed),
+            crate::size::format_size(crate::solve::floating::memory_limit())
+        )));
     }
     let table = Table::build(sc, opts.progress);
     let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
