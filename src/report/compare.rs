@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::chain::Chain;
 use crate::size::format_size;
-use crate::solve::{Algorithm, SolveError, SolveOptions, solve};
+use crate::solve::{Algorithm, Solution, SolveError, SolveOptions, solve};
 
 /// What one algorithm gave.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -124,7 +124,13 @@ pub fn skip_reason(
 /// too-large answers are outcomes; any other error (bad options, or a
 /// schedule the simulator rejected, which is a bug) is returned.
 pub fn outcome(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Outcome, SolveError> {
-    match solve(chain, budget, algorithm, opts) {
+    outcome_of(chain, solve(chain, budget, algorithm, opts))
+}
+
+/// The [`Outcome`] of a solve's result: its figures, infeasible with the
+/// smallest budget, or skipped when too large; other errors pass through.
+pub fn outcome_of(chain: &Chain, result: Result<Solution, SolveError>) -> Result<Outcome, SolveError> {
+    match result {
         Ok(sol) => Ok(Outcome::Solved {
             makespan: sol.schedule.makespan,
             overhead_percent: overhead_percent(sol.schedule.makespan, chain.store_all_time()),

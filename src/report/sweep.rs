@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{Outcome, outcome, skip_reason};
+use super::compare::{Outcome, outcome, outcome_of, skip_reason};
 use crate::chain::Chain;
 use crate::simulate::simulate;
 use crate::solve::baselines::segmented;
-use crate::solve::{Algorithm, SolveError, SolveOptions, min_budget, solve};
+use crate::solve::{Algorithm, SolveError, SolveOptions, min_budget, solve, solve_many};
 
 /// One budget of a curve.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -116,10 +116,14 @@ pub fn budgets(
     Ok(out)
 }
 
-/// The persistent DP's curve over `budgets` with `slots` slots, budgets in
-/// parallel; `done()` is called after each budget. Kept behind this one
-/// function so that a table answering every budget at once can replace the
-/// per-budget solves. O(budgets * S L^3).
+/// The persistent DP's curve over `budgets` with `slots` slots, from
+/// [`solve_many`]: one table per band of budgets within a factor 2 (so about
+/// log2(largest / smallest) + 1 tables, not one per budget), each budget
+/// answered at its band's slot size (at most twice a separate solve's) and
+/// its schedule replayed. A budget the banded table finds infeasible is solved
+/// on its own, so the curve is feasible wherever a separate solve is (the
+/// sweep starts at exactly that smallest budget). `done()` is called once per
+/// budget as the points are collected. O(tables * S L^3).
 pub fn persistent_curve(
     chain: &Chain,
     budgets: &[u64],
@@ -127,7 +131,25 @@ pub fn persistent_curve(
     done: &(dyn Fn() + Sync),
 ) -> Result<Vec<Point>, SolveError> {
     let opts = SolveOptions { slots, ..SolveOptions::default() };
-    curve_by_budget(chain, budgets, Algorithm::Persistent, &opts, done)
+    let results = match solve_many(chain, budgets, Algorithm::Persistent, &opts) {
+        Ok(results) => results,
+        Err(SolveError::TooLarge(reason)) => {
+            budgets.iter().map(|_| Err(SolveError::TooLarge(reason.clone()))).collect()
+        }
+        Err(e) => return Err(e),
+    };
+    budgets
+        .iter()
+        .zip(results)
+        .map(|(&budget, result)| {
+            let result = match result {
+                Err(SolveError::Infeasible { .. }) => solve(chain, budget, Algorithm::Persistent, &opts),
+                other => other,
+            };
+            done();
+            outcome_of(chain, result).map(|outcome| Point { budget, outcome })
+        })
+        .collect()
 }
 
 /// The curve of `algorithm` over `budgets` (in parallel over budgets);
@@ -311,6 +333,23 @@ mod tests {
         assert!(csv.lines().any(|l| l.starts_with("sequential,") && l.ends_with(",K = 1 segment")), "{csv}");
         assert_eq!(csv_field("b = 1 MiB, 3 segments"), "\"b = 1 MiB, 3 segments\"");
         assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
+    }
+
+    #[test]
+    fn persistent_curve_is_the_separate_solves_with_exact_slots() {
+        // With one-byte slots the banded tables answer exactly what separate
+        // solves do (with coarser slots they may differ by the rounding).
+        let c = crate::synthetic::small_chain(&mut crate::synthetic::Rng::new(11), 5, 9, 5);
+        let top = store_all_peak(&c);
+        let budgets: Vec<u64> = (top / 3..=top).step_by(3).collect();
+        let slots = top as usize;
+        let curve = persistent_curve(&c, &budgets, slots, &|| {}).unwrap();
+        let opts = SolveOptions { slots, ..SolveOptions::default() };
+        for (point, &budget) in curve.iter().zip(&budgets) {
+            assert_eq!(point.budget, budget);
+            let separate = outcome(&c, budget, Algorithm::Persistent, &opts).unwrap();
+            assert_eq!(point.outcome, separate, "at {budget}");
+        }
     }
 
     #[test]
