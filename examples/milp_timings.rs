@@ -1,6 +1,9 @@
 //! MILP solve times and gaps of the Checkmate MILP (and of its LP rounding) on
 //! the U-Net and ResNet-block graphs of `chains/graphs/`, at three budgets
-//! each, with every LP backend this build has.
+//! each, with every LP backend this build has: the hand-built `unet-tiny` and
+//! `resnet-blocks` at fixed budgets, and `remat zoo`'s U-Net (block graph) and
+//! ResNet-50 `layer1` (layer graph) at a quarter, half and three quarters of
+//! the way from their recompute-all peak to their checkpoint-all peak.
 //!
 //! ```text
 //! cargo run --release --features highs --example milp_timings [TIME_LIMIT_SECONDS]
@@ -12,11 +15,25 @@
 
 use std::time::{Duration, Instant};
 
+use remat::graph::baselines::candidates;
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{GraphFile, joint, solve_joint};
+use remat::size::format_size;
 use remat::solve::Algorithm;
 
-const CASES: [(&str, [u64; 3]); 2] = [("unet-tiny", [350, 300, 250]), ("resnet-blocks", [200, 175, 150])];
+/// Budgets of a case: fixed, in MiB, or fractions of the way from the
+/// recompute-all peak to the checkpoint-all peak of its joint graph.
+enum Budgets {
+    Mib([u64; 3]),
+    Between([f64; 3]),
+}
+
+const CASES: [(&str, Budgets); 4] = [
+    ("unet-tiny", Budgets::Mib([350, 300, 250])),
+    ("resnet-blocks", Budgets::Mib([200, 175, 150])),
+    ("unet-256-b1-blocks", Budgets::Between([0.75, 0.5, 0.25])),
+    ("resnet50-224-b1-layers-part4-6", Budgets::Between([0.75, 0.5, 0.25])),
+];
 
 fn main() {
     let limit: f64 = std::env::args().nth(1).map_or(120.0, |s| s.parse().expect("a time limit in seconds"));
@@ -31,8 +48,17 @@ fn main() {
             panic!("{path} is a forward graph")
         };
         let graph = joint::derive(&forward).expect("derivable");
-        for mib in budgets {
-            let budget = mib << 20;
+        let budgets: Vec<u64> = match budgets {
+            Budgets::Mib(mib) => mib.iter().map(|m| m << 20).collect(),
+            Budgets::Between(fractions) => {
+                let candidates = candidates(&graph);
+                let all = candidates.first().expect("checkpoint-all").peak;
+                let none = candidates.last().expect("recompute-all").peak;
+                fractions.iter().map(|f| none + ((all - none) as f64 * f) as u64).collect()
+            }
+        };
+        for budget in budgets {
+            let shown = format_size(budget);
             for algorithm in [Algorithm::Checkmate, Algorithm::CheckmateApprox] {
                 for &backend in Backend::ALL {
                     let opts = MilpOptions { backend, time_limit: Some(Duration::from_secs_f64(limit)), ticker: None };
@@ -52,7 +78,7 @@ fn main() {
                         }
                         Err(e) => format!("{seconds:.2} | error: {e} | - | -"),
                     };
-                    println!("| {name} | {} | {mib} MiB | {algorithm} | {backend} | {row} |", graph.len());
+                    println!("| {name} | {} | {shown} | {algorithm} | {backend} | {row} |", graph.len());
                 }
             }
         }
