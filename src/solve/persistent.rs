@@ -535,6 +535,13 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
 /// under the rounding of `sc`: the min-max form of the same recurrence, so the
 /// DP at budget M is feasible exactly when M >= this value. O(L^3).
 pub fn min_peak_slots(sc: &SlotChain) -> usize {
+    min_peak_of_family(sc, true)
+}
+
+/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s then the
+/// rest is a choice at every s < t) or for revolve's, which is the same
+/// recurrence without that choice (it only ever checkpoints). O(L^3).
+pub(crate) fn min_peak_of_family(sc: &SlotChain, keep_all: bool) -> usize {
     let n = sc.n;
     let mut p = vec![usize::MAX; (n + 1) * (n + 1)];
     let at = |s: usize, t: usize| s * (n + 1) + t;
@@ -544,8 +551,10 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
             let back = sc.backward_need(s);
             let mut best = if s == t {
                 sc.forward_all_need(s, s).max(back)
-            } else {
+            } else if keep_all {
                 sc.forward_all_need(s, t).max(back).max(sc.saved[s].saturating_add(p[at(s + 1, t)]))
+            } else {
+                usize::MAX
             };
             let mut need_fwd = sc.forward_ck_need(s, t);
             for split in s + 1..=t {

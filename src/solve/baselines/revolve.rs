@@ -134,29 +134,7 @@ impl Table {
 /// family under the rounding of `sc`: the min-max form of the recurrence, so
 /// the table at budget M is feasible exactly when M >= this value. O(L^3).
 pub fn min_peak_slots(sc: &SlotChain) -> usize {
-    let n = sc.n;
-    let mut p = vec![usize::MAX; (n + 1) * (n + 1)];
-    let at = |s: usize, t: usize| s * (n + 1) + t;
-    for d in 0..n {
-        for s in 1..=n - d {
-            let t = s + d;
-            let mut best = sc.forward_all_need(s, s).max(sc.backward_need(s));
-            if s < t {
-                best = usize::MAX;
-                let mut need_fwd = sc.forward_ck_need(s, t);
-                for cut in s + 1..=t {
-                    let kept = cut - 1;
-                    if kept > s {
-                        need_fwd = need_fwd.max(sc.forward_none_need(kept, t));
-                    }
-                    let right = sc.output[kept].saturating_add(p[at(cut, t)]);
-                    best = best.min(need_fwd.max(right).max(p[at(s, kept)]));
-                }
-            }
-            p[at(s, t)] = best;
-        }
-    }
-    sc.output[0].saturating_add(p[at(1, n)])
+    crate::solve::persistent::min_peak_of_family(sc, false)
 }
 
 /// True when the table with `slots` slots finds a schedule at `budget` bytes.
