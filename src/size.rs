@@ -6,7 +6,9 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq)]
 pub enum SizeError {
     /// Not a number followed by a unit.
-    #[error("`{0}` is not a size: write bytes (`123456`) or a number with a unit (`90MiB`, `8GiB`, `1.5GB`)")]
+    #[error(
+        "`{0}` is not a size: write bytes (`123456`, `1e9`) or a number with a unit (`90MiB`, `11.2GiB`, `1.5GB`)"
+    )]
     Syntax(String),
     /// A unit remat does not know, or an ambiguous one.
     #[error(
@@ -18,9 +20,6 @@ pub enum SizeError {
         /// The unit part.
         unit: String,
     },
-    /// A fraction of a byte.
-    #[error("`{0}` is not a whole number of bytes")]
-    Fraction(String),
     /// More than u64 bytes.
     #[error("`{0}` is more than 18446744073709551615 bytes")]
     TooLarge(String),
@@ -41,29 +40,75 @@ fn unit_factor(unit: &str) -> Option<u128> {
     })
 }
 
-/// Parses a size: a decimal number (`1.5`, `90`) followed by an optional unit.
+/// The length of the leading decimal number of `s` (digits, one `.`, and an
+/// exponent `e7`/`E-3` when digits follow it).
+fn number_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let mut i = b.iter().take_while(|c| c.is_ascii_digit() || **c == b'.').count();
+    if i > 0 && matches!(b.get(i), Some(b'e' | b'E')) {
+        let mut j = i + 1;
+        if matches!(b.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        let digits = b[j.min(b.len())..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits > 0 {
+            i = j + digits;
+        }
+    }
+    i
+}
+
+/// Parses a size: a decimal number (`1.5`, `90`, `1e9`) followed by an
+/// optional unit (`11.2GiB`, `11.82 GiB`).
 ///
-/// Decimal arithmetic is exact: `1.5GB` is 1500000000 bytes; a result that is
-/// not a whole number of bytes is an error, not silently rounded.
+/// The arithmetic is exact decimal, and a result that is not a whole number
+/// of bytes is rounded **down** (a budget never grows by rounding): `1.5GB` is
+/// 1500000000 bytes, `11.2GiB` is 12025908428 bytes. So every size remat
+/// prints (`11.82 GiB`) can be pasted back.
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let s = input.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = number_len(s);
     let (number, unit) = (&s[..split], s[split..].trim());
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    if int.is_empty() && frac.is_empty() || frac.contains('.') || frac.len() > 30 {
+    let (mantissa, exponent) = match number.find(['e', 'E']) {
+        Some(k) => (&number[..k], number[k + 1..].parse::<i32>().map_err(|_| SizeError::Syntax(input.to_string()))?),
+        None => (number, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') {
         return Err(SizeError::Syntax(input.to_string()));
     }
     let factor =
         unit_factor(unit).ok_or_else(|| SizeError::Unit { input: input.to_string(), unit: unit.to_string() })?;
     let too_large = || SizeError::TooLarge(input.to_string());
-    let int_value: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| too_large())? };
-    let frac_value: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| too_large())? };
-    let scale = 10u128.checked_pow(frac.len() as u32).ok_or_else(too_large)?;
-    let frac_bytes = frac_value.checked_mul(factor).ok_or_else(too_large)?;
-    if frac_bytes % scale != 0 {
-        return Err(SizeError::Fraction(input.to_string()));
+    // value = digits * 10^shift * factor, with `digits` the mantissa without its point.
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let shift = i64::from(exponent) - frac.len() as i64;
+    if digits.is_empty() {
+        return Ok(0);
     }
-    let total = int_value.checked_mul(factor).and_then(|v| v.checked_add(frac_bytes / scale)).ok_or_else(too_large)?;
+    // More than 39 significant digits cannot be a u64 of bytes once scaled back.
+    if digits.len() as i64 + shift > 40 {
+        return Err(too_large());
+    }
+    let (kept, shift) = if digits.len() > 38 {
+        // u128 holds 38 digits: truncate the rest and shift by as much, which
+        // rounds down like the final division does.
+        let drop = digits.len() - 38;
+        (&digits[..38], shift + drop as i64)
+    } else {
+        (digits, shift)
+    };
+    let value: u128 = kept.parse().map_err(|_| SizeError::Syntax(input.to_string()))?;
+    let scaled = value.checked_mul(factor).ok_or_else(too_large)?;
+    let total = if shift >= 0 {
+        10u128.checked_pow(shift as u32).and_then(|p| scaled.checked_mul(p)).ok_or_else(too_large)?
+    } else {
+        match 10u128.checked_pow((-shift) as u32) {
+            Some(p) => scaled / p,
+            None => 0,
+        }
+    };
     u64::try_from(total).map_err(|_| too_large())
 }
 
@@ -92,6 +137,29 @@ mod tests {
         assert_eq!(parse_size(" 2 kB "), Ok(2000));
         assert_eq!(parse_size("0.5KiB"), Ok(512));
         assert_eq!(parse_size(".5KiB"), Ok(512));
+        assert_eq!(parse_size("1e9"), Ok(1_000_000_000));
+        assert_eq!(parse_size("1.5e3MiB"), Ok(1500 << 20));
+        assert_eq!(parse_size("2E+3"), Ok(2000));
+    }
+
+    #[test]
+    fn fractions_round_down_to_bytes() {
+        // 11.2 * 2^30 = 12025908428.8
+        assert_eq!(parse_size("11.2GiB"), Ok(12_025_908_428));
+        assert_eq!(parse_size("0.1GiB"), Ok(107_374_182));
+        assert_eq!(parse_size("0.3KiB"), Ok(307));
+        assert_eq!(parse_size("1e-3"), Ok(0));
+        assert_eq!(parse_size("12.5"), Ok(12));
+    }
+
+    #[test]
+    fn printed_sizes_paste_back_at_or_below_the_value() {
+        for bytes in [1u64, 1023, 1024, 94_371_840, 12_693_360_000, u64::MAX / 3] {
+            let printed = format_size(bytes);
+            let back = parse_size(&printed).unwrap();
+            assert!(back <= bytes, "{printed} -> {back} > {bytes}");
+            assert!(back as f64 >= bytes as f64 * 0.99, "{printed} -> {back} far below {bytes}");
+        }
     }
 
     #[test]
@@ -100,9 +168,11 @@ mod tests {
         assert!(matches!(parse_size("abc"), Err(SizeError::Syntax(_))));
         assert!(matches!(parse_size("1.2.3"), Err(SizeError::Syntax(_))));
         assert!(matches!(parse_size("-5"), Err(SizeError::Syntax(_))));
-        assert!(matches!(parse_size("0.3KiB"), Err(SizeError::Fraction(_))));
         assert!(matches!(parse_size("20000000TiB"), Err(SizeError::TooLarge(_))));
         assert!(matches!(parse_size("99999999999999999999999"), Err(SizeError::TooLarge(_))));
+        assert!(matches!(parse_size("1e400"), Err(SizeError::TooLarge(_))));
+        assert!(matches!(parse_size("e9"), Err(SizeError::Syntax(_))));
+        assert!(matches!(parse_size("1e"), Err(SizeError::Unit { .. })));
     }
 
     #[test]
