@@ -254,6 +254,30 @@ impl Chain {
         Ok(chain)
     }
 
+    /// The chain's identity as schedules record it: its name and a hash of
+    /// its numbers (input size, every field of every stage and of the loss;
+    /// FNV-1a, 64 bits, stable across platforms and versions). Two chains
+    /// with the same hash accept the same schedules. O(L).
+    pub fn id(&self) -> crate::schedule::ChainId {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |x: u64| {
+            for byte in x.to_le_bytes() {
+                hash = (hash ^ u64::from(byte)).wrapping_mul(PRIME);
+            }
+        };
+        eat(self.input_size);
+        eat(self.stages.len() as u64);
+        for s in self.stages.iter().chain([&self.loss]) {
+            eat(s.forward_time.to_bits());
+            eat(s.backward_time.to_bits());
+            for size in [s.output_size, s.saved_size, s.gradient_size, s.forward_overhead, s.backward_overhead] {
+                eat(size);
+            }
+        }
+        crate::schedule::ChainId { name: self.name.clone(), hash: format!("{hash:016x}") }
+    }
+
     /// The JSON form, readable again by [`Chain::from_json`].
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a chain always serializes")

@@ -10,6 +10,7 @@
 pub mod chain;
 pub mod exec;
 pub mod graph;
+pub mod problem;
 pub mod report;
 pub mod schedule;
 pub mod simulate;
@@ -20,6 +21,7 @@ pub mod synthetic;
 pub mod zoo;
 
 pub use chain::{Chain, ChainError, Stage};
+pub use problem::{Problem, ProblemError};
 pub use schedule::{Op, Schedule};
 pub use simulate::{Replay, SimulateError, simulate, simulate_within};
 pub use solve::{Algorithm, Solution, SolveError, SolveOptions, solve};

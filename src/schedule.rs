@@ -53,7 +53,10 @@ impl fmt::Display for Op {
 
 /// A notation token that is not an operation.
 #[derive(Debug, Error, PartialEq)]
-#[error("`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1")]
+#[error(
+    "`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1, or a run \
+     (F_none^2..35 forwards up, B^35..2 backwards down)"
+)]
 pub struct ParseOpError {
     /// The token as written.
     pub token: String,
@@ -111,6 +114,37 @@ impl TryFrom<OpJson> for Op {
     }
 }
 
+/// Which chain a schedule was computed for: its name and a hash of its
+/// content (every number of every stage and of the loss; names and metadata
+/// left out, since they change no schedule's validity).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainId {
+    /// The chain's name.
+    pub name: String,
+    /// 16 hex digits of FNV-1a over the chain's numbers ([`crate::Chain::id`]).
+    pub hash: String,
+}
+
+impl fmt::Display for ChainId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` (content hash {})", self.name, self.hash)
+    }
+}
+
+/// A schedule replayed on another chain than the one it names.
+#[derive(Debug, Error, PartialEq)]
+#[error(
+    "this schedule was computed for chain {expected}, not for chain {actual}: replay it on the chain it was \
+     computed for (or solve this chain with `remat solve`)"
+)]
+pub struct ChainMismatch {
+    /// The chain the schedule names.
+    pub expected: ChainId,
+    /// The chain it was given.
+    pub actual: ChainId,
+}
+
 /// A schedule as remat prints and reads it.
 ///
 /// `makespan` and `peak_memory` are the exact simulator's figures for
@@ -118,6 +152,10 @@ impl TryFrom<OpJson> for Op {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
+    /// The chain it was computed for (absent in files written by hand or by
+    /// older versions: those replay on any chain they are valid for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainId>,
     /// Which algorithm produced it (`persistent`, `exhaustive`, ...).
     pub algorithm: String,
     /// The memory budget it was computed for, in bytes.
@@ -130,9 +168,128 @@ pub struct Schedule {
     pub operations: Vec<Op>,
 }
 
-/// Writes a sequence in the paper's notation, space separated.
+impl Schedule {
+    /// Checks that the schedule was computed for `chain` (same content hash);
+    /// a schedule that names no chain passes.
+    pub fn check_chain(&self, chain: &crate::Chain) -> Result<(), ChainMismatch> {
+        match &self.chain {
+            Some(expected) if expected.hash != chain.id().hash => {
+                Err(ChainMismatch { expected: expected.clone(), actual: chain.id() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Writes a sequence in the paper's notation, space separated, one token per
+/// operation.
 pub fn notation(ops: &[Op]) -> String {
     ops.iter().map(Op::to_string).collect::<Vec<_>>().join(" ")
+}
+
+/// The paper's notation with runs folded: consecutive forwards of one kind on
+/// stages l, l+1, ..., m print as `F_none^l..m`, consecutive backwards
+/// l, l-1, ..., m as `B^l..m`. [`parse_operations`] reads it back. O(n).
+pub fn compact_notation(ops: &[Op]) -> String {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ops.len() {
+        let step: isize = if ops[i].is_forward() { 1 } else { -1 };
+        let mut j = i;
+        while j + 1 < ops.len()
+            && ops[j + 1].kind_name() == ops[i].kind_name()
+            && ops[j + 1].stage() as isize == ops[j].stage() as isize + step
+        {
+            j += 1;
+        }
+        tokens.push(if j == i {
+            ops[i].to_string()
+        } else {
+            format!("{}^{}..{}", ops[i].kind_name(), ops[i].stage(), ops[j].stage())
+        });
+        i = j + 1;
+    }
+    tokens.join(" ")
+}
+
+/// [`compact_notation`] broken into lines of at most `width` characters (a
+/// token longer than that gets a line of its own).
+pub fn wrapped_notation(ops: &[Op], width: usize) -> String {
+    let mut out = String::new();
+    let mut line_len = 0;
+    for token in compact_notation(ops).split(' ') {
+        if line_len > 0 && line_len + 1 + token.len() > width {
+            out.push('\n');
+            line_len = 0;
+        } else if line_len > 0 {
+            out.push(' ');
+            line_len += 1;
+        }
+        out.push_str(token);
+        line_len += token.len();
+    }
+    out
+}
+
+/// One line on what a chain schedule keeps and recomputes: how the first
+/// forward pass treats the stages (`F_ck`: checkpointed, listed by stage,
+/// the first six at most; `F_all`: recorded; `F_none`: dropped) and how
+/// many forwards run again. `stages` is L (the loss is not counted). O(n).
+pub fn summary(ops: &[Op], stages: usize) -> String {
+    let mut first: Vec<Option<Op>> = vec![None; stages + 2];
+    for &op in ops {
+        if op.is_forward() && op.stage() < first.len() && first[op.stage()].is_none() {
+            first[op.stage()] = Some(op);
+        }
+    }
+    let at = |kind: &str| -> Vec<usize> {
+        (1..=stages).filter(|&l| first[l].is_some_and(|op| op.kind_name() == kind)).collect()
+    };
+    let (all, ck, none) = (at("F_all"), at("F_ck"), at("F_none"));
+    let recomputed = ops.iter().filter(|op| op.is_forward()).count().saturating_sub(stages + 1);
+    let mut parts = Vec::new();
+    if !ck.is_empty() {
+        const SHOWN: usize = 6;
+        let mut list: Vec<String> = ck.iter().take(SHOWN).map(usize::to_string).collect();
+        if ck.len() > SHOWN {
+            list.push("...".into());
+        }
+        parts.push(format!("{} F_ck (at {})", ck.len(), list.join(", ")));
+    }
+    if !all.is_empty() {
+        parts.push(format!("{} F_all", all.len()));
+    }
+    if !none.is_empty() {
+        parts.push(format!("{} F_none", none.len()));
+    }
+    format!("{}; {recomputed} forwards recomputed", parts.join(", "))
+}
+
+/// Parses one notation token: an operation (`F_ck^3`) or a run
+/// (`F_none^2..35`, `B^35..2`), in the directions [`compact_notation`] writes.
+fn parse_token(token: &str) -> Result<Vec<Op>, ParseOpError> {
+    let Some((head, end)) = token.split_once("..") else {
+        return Ok(vec![token.parse()?]);
+    };
+    let err = || ParseOpError { token: token.to_string() };
+    let first: Op = head.parse().map_err(|_| err())?;
+    let end: usize = end.parse().map_err(|_| err())?;
+    let start = first.stage();
+    let stages: Vec<usize> = match first {
+        Op::B(_) if end <= start && end >= 1 => (end..=start).rev().collect(),
+        Op::B(_) => return Err(err()),
+        _ if end >= start => (start..=end).collect(),
+        _ => return Err(err()),
+    };
+    Ok(stages
+        .into_iter()
+        .map(|l| match first {
+            Op::FAll(_) => Op::FAll(l),
+            Op::FCk(_) => Op::FCk(l),
+            Op::FNone(_) => Op::FNone(l),
+            Op::B(_) => Op::B(l),
+        })
+        .collect())
 }
 
 /// Why a schedule file could not be read.
@@ -159,7 +316,8 @@ pub enum ScheduleParseError {
 /// Reads the operations of a schedule from any of the forms remat accepts: a
 /// schedule object (as written by `remat solve --json`), a bare JSON array of
 /// operations, or the paper's notation (`F_ck^1 F_none^2 ... B^1`, separated by
-/// spaces, commas or newlines).
+/// spaces, commas or newlines), runs such as `F_none^2..35` and `B^35..2`
+/// included.
 pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
     let trimmed = text.trim_start();
     let json_err = |e: serde_path_to_error::Error<serde_json::Error>| ScheduleParseError::Json {
@@ -174,11 +332,12 @@ pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(json_err)
     } else {
-        text.split(|c: char| c.is_whitespace() || c == ',')
-            .filter(|t| !t.is_empty())
-            .enumerate()
-            .map(|(i, t)| t.parse().map_err(|source| ScheduleParseError::Notation { index: i + 1, source }))
-            .collect()
+        let mut ops = Vec::new();
+        let tokens = text.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty());
+        for (i, t) in tokens.enumerate() {
+            ops.extend(parse_token(t).map_err(|source| ScheduleParseError::Notation { index: i + 1, source })?);
+        }
+        Ok(ops)
     }
 }
 
@@ -197,11 +356,51 @@ mod tests {
     #[test]
     fn json_forms() {
         let ops = vec![Op::FAll(1), Op::B(1)];
-        let s = Schedule { algorithm: "x".into(), budget: 10, makespan: 2.0, peak_memory: 5, operations: ops.clone() };
+        let s = Schedule {
+            chain: None,
+            algorithm: "x".into(),
+            budget: 10,
+            makespan: 2.0,
+            peak_memory: 5,
+            operations: ops.clone(),
+        };
         let j = serde_json::to_string(&s).unwrap();
         assert!(j.contains(r#"{"op":"F_all","stage":1}"#), "{j}");
         assert_eq!(parse_operations(&j).unwrap(), ops);
         assert_eq!(parse_operations(r#"[{"op": "B", "stage": 1}]"#).unwrap(), vec![Op::B(1)]);
+    }
+
+    #[test]
+    fn runs_fold_and_read_back() {
+        let mut ops: Vec<Op> = vec![Op::FCk(1)];
+        ops.extend((2..=35).map(Op::FNone));
+        ops.extend([Op::FAll(36), Op::B(36)]);
+        ops.extend((1..=35).rev().map(Op::B));
+        let text = compact_notation(&ops);
+        assert_eq!(text, "F_ck^1 F_none^2..35 F_all^36 B^36..1");
+        assert_eq!(parse_operations(&text).unwrap(), ops);
+        // Not a run: stages that do not follow each other, or other kinds.
+        let ops = vec![Op::FNone(1), Op::FNone(3), Op::FAll(4), Op::B(4), Op::B(2)];
+        assert_eq!(compact_notation(&ops), notation(&ops));
+        for bad in ["F_none^5..2", "B^2..5", "B^2..0", "F_all^1..x"] {
+            assert!(parse_operations(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn wrapping_keeps_lines_short_and_reads_back() {
+        let ops: Vec<Op> = (1..=300).flat_map(|l| [Op::FCk(l), Op::FAll(l + 1)]).collect();
+        let text = wrapped_notation(&ops, 80);
+        assert!(text.lines().all(|line| line.len() <= 80), "{text}");
+        assert_eq!(parse_operations(&text).unwrap(), ops);
+    }
+
+    #[test]
+    fn summary_names_what_is_kept() {
+        let ops = parse_operations("F_ck^1 F_none^2..3 F_all^4..5 B^5..4 F_ck^1 F_all^2..3 B^3..1").unwrap();
+        assert_eq!(summary(&ops, 4), "1 F_ck (at 1), 1 F_all, 2 F_none; 3 forwards recomputed");
+        let ops: Vec<Op> = (1..=20).map(Op::FCk).chain([Op::FAll(21)]).chain((1..=21).rev().map(Op::B)).collect();
+        assert_eq!(summary(&ops, 20), "20 F_ck (at 1, 2, 3, 4, 5, 6, ...); 0 forwards recomputed");
     }
 
     #[test]

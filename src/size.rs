@@ -6,9 +6,7 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq)]
 pub enum SizeError {
     /// Not a number followed by a unit.
-    #[error(
-        "`{0}` is not a size: write bytes (`123456`, `1e9`) or a number with a unit (`90MiB`, `11.2GiB`, `1.5GB`)"
-    )]
+    #[error("`{0}` is not a size: write bytes (`123456`, `1e9`) or a number with a unit (`90MiB`, `11.2GiB`, `1.5GB`)")]
     Syntax(String),
     /// A unit remat does not know, or an ambiguous one.
     #[error(

@@ -33,7 +33,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let chain = load_chain(&args.chain)?;
+    let chain = load_chain(&args.chain, "`remat compare`")?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     let cmp = compare(&chain, args.memory, &reported(), &opts)?;
     if args.json {

@@ -3,17 +3,18 @@
 //! algorithm. The logic lives in `remat::graph`; this prints.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use remat::Problem;
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::schedule::notation;
-use remat::graph::{Graph, GraphFile, GraphOptions, GraphSchedule, GraphSolveError, Outcome, looks_like_graph};
+use remat::graph::{Graph, GraphFile, GraphSchedule, GraphSolveError, Outcome};
 use remat::size::format_size;
 use remat::solve::Algorithm;
 
-use super::{Failure, Progress, load_chain, write_file};
+use super::Failure;
 
 /// Default MILP time limit, in seconds.
 const DEFAULT_TIME_LIMIT: &str = "300";
@@ -31,6 +32,22 @@ pub struct GraphArgs {
     /// there; fine for small graphs).
     #[arg(long, value_name = "NAME", value_parser = parse_backend)]
     lp_solver: Option<Backend>,
+}
+
+impl GraphArgs {
+    /// The LP/MILP options these flags ask for, reporting to `ticker`.
+    pub fn milp_options<'a>(&self, ticker: Option<&'a (dyn Fn(Duration) + Sync)>) -> MilpOptions<'a> {
+        MilpOptions {
+            backend: self.lp_solver.unwrap_or_else(Backend::best_available),
+            time_limit: self.time_limit.0,
+            ticker,
+        }
+    }
+
+    /// The time limit, if any.
+    pub fn time_limit(&self) -> Option<Duration> {
+        self.time_limit.0
+    }
 }
 
 /// A time limit, or none.
@@ -51,39 +68,6 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
     s.parse()
 }
 
-/// What `remat solve` asked for.
-pub struct Request<'a> {
-    /// The chain or graph file.
-    pub path: &'a Path,
-    /// The budget in bytes.
-    pub memory: u64,
-    /// The algorithm.
-    pub algorithm: Algorithm,
-    /// Memory slots for the chain solvers.
-    pub slots: usize,
-    /// JSON on stdout.
-    pub json: bool,
-    /// Also write the JSON here.
-    pub output: Option<&'a PathBuf>,
-    /// The graph options.
-    pub graph: &'a GraphArgs,
-}
-
-fn read(path: &Path, what: &str) -> Result<String, Failure> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read {what} file `{}`: {e}", path.display())))
-}
-
-/// Reads a graph file, printing its warnings.
-fn load_graph(path: &Path, text: &str) -> Result<GraphFile, Failure> {
-    let file = GraphFile::from_json(text)
-        .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", path.display())))?;
-    for w in file.warnings() {
-        eprintln!("warning: {}: {w}", path.display());
-    }
-    Ok(file)
-}
-
 impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
         match e {
@@ -99,12 +83,23 @@ impl From<GraphSolveError> for Failure {
 
 /// A spinner with the elapsed time against the time limit, on stderr when it
 /// is a terminal, shown only once the solve lasts over 300 ms.
-struct Ticker {
+pub struct Ticker {
     bar: Option<ProgressBar>,
 }
 
 impl Ticker {
-    fn new(what: String, limit: Option<Duration>) -> Ticker {
+    /// A ticker for the graph solver `algorithm` runs with `args`.
+    pub fn new(args: &GraphArgs, algorithm: Algorithm) -> Ticker {
+        let what = match algorithm {
+            Algorithm::CheckmateApprox => "LP relaxation and rounding",
+            Algorithm::Exhaustive => "exhaustive search",
+            _ => "Checkmate MILP",
+        };
+        let backend = args.lp_solver.unwrap_or_else(Backend::best_available);
+        Ticker::labelled(format!("{what} via {backend}"), args.time_limit.0)
+    }
+
+    fn labelled(what: String, limit: Option<Duration>) -> Ticker {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::hidden();
             let limit = limit.map_or("no time limit".to_string(), |l| format!("time limit {:.0} s", l.as_secs_f64()));
@@ -115,7 +110,8 @@ impl Ticker {
         Ticker { bar }
     }
 
-    fn tick(&self, elapsed: Duration) {
+    /// Called by the solver as time passes.
+    pub fn tick(&self, elapsed: Duration) {
         if let Some(bar) = &self.bar {
             if bar.is_hidden() && elapsed > Duration::from_millis(300) {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
@@ -133,88 +129,20 @@ impl Drop for Ticker {
     }
 }
 
-/// Solves `req.path` if it is a graph file, or a chain file asked for a
-/// graph-only algorithm (solved through its forward graph). Returns false,
-/// having done nothing, when the chain path of `remat solve` should run.
-pub fn try_solve(req: Request) -> Result<bool, Failure> {
-    let text = read(req.path, "chain or graph")?;
-    let file = if looks_like_graph(&text) {
-        load_graph(req.path, &text)?
-    } else if req.algorithm.is_graph_only() {
-        GraphFile::Forward(remat::graph::ForwardGraph::from_chain(&load_chain(req.path)?))
-    } else {
-        return Ok(false);
-    };
-    let backend = req.graph.lp_solver.unwrap_or_else(Backend::best_available);
-    let limit = req.graph.time_limit.0;
-    let what = match req.algorithm {
-        Algorithm::CheckmateApprox => "LP relaxation and rounding",
-        Algorithm::Exhaustive => "exhaustive search",
-        _ => "Checkmate MILP",
-    };
-    let ticker = Ticker::new(format!("{what} via {backend}"), limit);
-    let tick = |elapsed| ticker.tick(elapsed);
-    let chain_progress = Progress::new("chain DP");
-    let chain_update = |done, total| chain_progress.update(done, total);
-    let opts = GraphOptions {
-        milp: MilpOptions { backend, time_limit: limit, ticker: Some(&tick) },
-        slots: req.slots,
-        chain_progress: Some(&chain_update),
-    };
-    let outcome = remat::graph::solve(&file, req.memory, req.algorithm, &opts);
-    drop(ticker);
-    drop(chain_progress);
-    let outcome = outcome?;
-    if let Outcome::Graph { solution, .. } = &outcome {
-        for note in &solution.notes {
-            eprintln!("warning: {note}");
-        }
-    }
-    let json = match &outcome {
-        Outcome::Chain { solution, .. } => {
-            serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize")
-        }
-        Outcome::Graph { graph, solution, .. } => solution.schedule.to_json(graph),
-    };
-    if let Some(path) = req.output {
-        write_file(path, &(json.clone() + "\n"))?;
-    }
-    if req.json {
-        if req.algorithm == Algorithm::Auto {
-            let why = match &outcome {
-                Outcome::Chain { why, .. } | Outcome::Graph { why, .. } => why,
-            };
-            eprintln!("note: auto chose the {why}");
-        }
-        println!("{json}");
-        return Ok(true);
-    }
-    print_outcome(&file, &outcome, limit);
-    Ok(true)
-}
-
 fn percent_over(makespan: f64, base: f64) -> String {
     super::overhead(makespan, base).map(|o| format!(", {o}")).unwrap_or_default()
 }
 
-fn print_outcome(file: &GraphFile, outcome: &Outcome, limit: Option<Duration>) {
-    let kind = match file {
-        GraphFile::Forward(f) => format!("forward graph, {} nodes", f.len()),
-        GraphFile::Joint(g) => format!("joint graph, {} nodes", g.len()),
+/// Prints a graph solution (a chain solution is printed by `remat solve`).
+pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duration>) {
+    let nodes = match problem {
+        Problem::Graph(GraphFile::Forward(f)) => f.len(),
+        Problem::Graph(GraphFile::Joint(g)) => g.len(),
+        Problem::Chain(c) => c.len(),
     };
-    println!("graph:       {} ({kind})", file.name());
+    println!("graph:       {} ({}, {nodes} nodes)", problem.name(), problem.kind());
     match outcome {
-        Outcome::Chain { chain, solution, why } => {
-            println!("path:        {why}");
-            let s = &solution.schedule;
-            println!("algorithm:   {}", s.algorithm);
-            println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
-            let base = chain.store_all_time();
-            println!("makespan:    {:.2} (no recomputation: {base:.2}{})", s.makespan, percent_over(s.makespan, base));
-            println!("peak memory: {} ({} bytes)", format_size(s.peak_memory), s.peak_memory);
-            println!("schedule:    {} operations", s.operations.len());
-            println!("{}", remat::schedule::notation(&s.operations));
-        }
+        Outcome::Chain { .. } => unreachable!("chain solutions are printed by `remat solve`"),
         Outcome::Graph { graph, solution, why } => {
             println!("path:        {why}");
             let s = &solution.schedule;
@@ -269,24 +197,24 @@ fn print_outcome(file: &GraphFile, outcome: &Outcome, limit: Option<Duration>) {
 
 /// `remat simulate` on a graph file: replays a graph schedule (JSON as written
 /// by `remat solve --json`) on the joint graph (derived for a forward graph).
-/// Returns false when `graph_path` is not a graph file.
-pub fn try_simulate(graph_path: &Path, schedule_path: &Path, budget: Option<u64>, json: bool) -> Result<bool, Failure> {
-    let text = read(graph_path, "chain or graph")?;
-    if !looks_like_graph(&text) {
-        return Ok(false);
-    }
-    let file = load_graph(graph_path, &text)?;
-    let is_path = matches!(&file, GraphFile::Forward(f) if f.as_chain().is_ok());
+/// Returns false when the schedule is a chain schedule of a path graph (what
+/// `auto` returns for one), which the chain simulator replays instead.
+pub fn simulate_graph(
+    file: &GraphFile,
+    graph_path: &Path,
+    schedule_path: &Path,
+    budget: Option<u64>,
+    json: bool,
+) -> Result<bool, Failure> {
+    let is_path = matches!(file, GraphFile::Forward(f) if f.as_chain().is_ok());
     let graph: Graph = match file {
-        GraphFile::Joint(g) => g,
-        GraphFile::Forward(f) => remat::graph::joint::derive(&f)
+        GraphFile::Joint(g) => g.clone(),
+        GraphFile::Forward(f) => remat::graph::joint::derive(f)
             .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", graph_path.display())))?,
     };
-    let schedule_text = read(schedule_path, "schedule")?;
+    let schedule_text = remat::problem::read_input(schedule_path, "schedule file").map_err(Failure::input)?;
     let schedule = match GraphSchedule::from_json(&schedule_text, &graph) {
         Ok(schedule) => schedule,
-        // A chain schedule of a path graph (what `auto` returns for one): the
-        // chain simulator replays it on the chain form.
         Err(_) if is_path && remat::schedule::parse_operations(&schedule_text).is_ok() => return Ok(false),
         Err(e) => return Err(Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", schedule_path.display()))),
     };
@@ -329,22 +257,4 @@ pub fn try_simulate(graph_path: &Path, schedule_path: &Path, budget: Option<u64>
         }
     }
     Ok(true)
-}
-
-/// The chain of a chain file, or of a forward graph file that is a path (its
-/// chain form, as `remat solve` solves it).
-pub fn load_chain_or_path(path: &Path) -> Result<remat::Chain, Failure> {
-    let text = read(path, "chain or graph")?;
-    if !looks_like_graph(&text) {
-        return load_chain(path);
-    }
-    match load_graph(path, &text)? {
-        GraphFile::Forward(f) => f
-            .as_chain()
-            .cloned()
-            .map_err(|why| Failure::input(anyhow::anyhow!("graph file `{}` is not a chain: {why}", path.display()))),
-        GraphFile::Joint(_) => {
-            Err(Failure::input(anyhow::anyhow!("graph file `{}` is a joint graph, not a chain", path.display())))
-        }
-    }
 }

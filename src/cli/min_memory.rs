@@ -6,7 +6,7 @@ use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, min_budget, min_budget_for_makespan};
 
 use super::solve::parse_algorithm;
-use super::{CliResult, Failure, load_chain};
+use super::{CliResult, Failure, Progress, load_chain};
 
 /// Print the smallest memory budget any schedule can meet, and the smallest the
 /// chosen algorithm meets (with its slot rounding, and exactly).
@@ -19,16 +19,18 @@ use super::{CliResult, Failure, load_chain};
 pub struct Args {
     /// Chain file.
     chain: PathBuf,
-    /// Algorithm whose smallest budget to report.
-    #[arg(short, long, default_value = "persistent", value_parser = parse_algorithm)]
+    /// Algorithm whose smallest budget to report; auto (the default) is what
+    /// `remat solve` runs.
+    #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S the algorithm would use.
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
     slots: usize,
-    /// Also find the smallest budget at which the makespan is at most PCT
-    /// percent above store-all's (no recomputation): `--max-overhead 10` or
-    /// `10%`. One persistent table over budgets up to store-all's peak answers
-    /// it, to within one slot (store-all's peak / --slots bytes).
+    /// Also find the smallest budget at which `remat solve` (with this
+    /// --algorithm and --slots) meets a makespan at most PCT percent above
+    /// store-all's (no recomputation): `--max-overhead 10` or `10%`. A
+    /// bisection over bytes that solves at each step: `solve` meets the
+    /// overhead at the budget printed and not one byte below it.
     #[arg(long, value_name = "PCT", value_parser = percent_arg)]
     max_overhead: Option<f64>,
     /// Print the result as JSON.
@@ -49,7 +51,7 @@ pub fn run(args: Args) -> CliResult {
     if args.slots == 0 {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
     }
-    let chain = load_chain(&args.chain)?;
+    let chain = load_chain(&args.chain, "`remat min-memory`")?;
     let any = any_min_budget(&chain);
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =
@@ -58,7 +60,9 @@ pub fn run(args: Args) -> CliResult {
     let within = match args.max_overhead {
         Some(pct) => {
             let limit = chain.store_all_time() * (1.0 + pct / 100.0);
-            let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+            let progress = Progress::new("bisection over budgets");
+            let update = |done, total| progress.update(done, total);
+            let opts = SolveOptions { slots: args.slots, progress: Some(&update), ..SolveOptions::default() };
             Some((pct, min_budget_for_makespan(&chain, limit, args.algorithm, &opts)?))
         }
         None => None,
@@ -106,7 +110,13 @@ pub fn run(args: Args) -> CliResult {
             Some(sol) => {
                 let s = &sol.schedule;
                 let over = super::overhead(s.makespan, base).unwrap_or_else(|| "+0.0%".into());
-                println!("{label:<24} {} (makespan {:.2}, {over})", show(Some(s.budget)), s.makespan);
+                println!(
+                    "{label:<24} {} (makespan {:.2}, {over}; the schedule's peak: {} ({} bytes))",
+                    show(Some(s.budget)),
+                    s.makespan,
+                    format_size(s.peak_memory),
+                    s.peak_memory
+                );
             }
             None => println!("{label:<24} none (no schedule is that fast)"),
         }

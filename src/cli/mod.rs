@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use remat::Chain;
+use remat::{Chain, Problem};
 
 /// Exit code when the budget cannot be met.
 const EXIT_INFEASIBLE: u8 = 1;
@@ -139,16 +139,21 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
-/// Reads and validates a chain file, printing its warnings on stderr.
-pub fn load_chain(path: &Path) -> Result<Chain, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read chain file `{}`: {e}", path.display())))?;
-    let chain =
-        Chain::from_json(&text).map_err(|e| Failure::input(anyhow::anyhow!("chain file `{}`: {e}", path.display())))?;
-    for w in chain.warnings() {
+/// Reads an input once (a path, or `-` for standard input), recognises
+/// whether it is a chain or a graph, and prints its warnings on stderr.
+pub fn load_problem(path: &Path) -> Result<Problem, Failure> {
+    let problem = Problem::read(path).map_err(Failure::input)?;
+    for w in problem.warnings() {
         eprintln!("warning: {}: {w}", path.display());
     }
-    Ok(chain)
+    Ok(problem)
+}
+
+/// Reads a chain input (a forward graph that is a path counts as its chain);
+/// any other graph fails (exit 2) with a message naming `command` and what to
+/// run instead.
+pub fn load_chain(path: &Path, command: &str) -> Result<Chain, Failure> {
+    load_problem(path)?.into_chain(&path.display().to_string(), command).map_err(Failure::input)
 }
 
 /// The makespan's overhead over no recomputation, as `+1.3%`; `None` when the
@@ -161,18 +166,31 @@ pub fn overhead(makespan: f64, base: f64) -> Option<String> {
     })
 }
 
-/// Reads a schedule file (any form `parse_operations` accepts) and replays it
-/// on `chain`: the file's text, its operations and the replay, or a failure
-/// (exit 2) naming the file and the first invalid operation.
+/// Reads a schedule file (any form `parse_operations` accepts; `-` for
+/// standard input), checks that it was computed for `chain` when it names
+/// one, and replays it: the file's text, its operations and the replay, or a
+/// failure (exit 2) naming the file and what is wrong.
 pub fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<(String, Vec<remat::Op>, remat::Replay), Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read schedule file `{}`: {e}", path.display())))?;
+    let text = remat::problem::read_input(path, "schedule file").map_err(Failure::input)?;
     let ops = remat::schedule::parse_operations(&text)
         .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    if let Ok(recorded) = serde_json::from_str::<remat::Schedule>(&text) {
+        recorded
+            .check_chain(chain)
+            .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    }
     let replay = remat::simulate(chain, &ops).map_err(|e| {
         Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
     })?;
     Ok((text, ops, replay))
+}
+
+/// Fails (exit 2) when two inputs both read standard input.
+pub fn one_stdin(paths: &[&Path]) -> CliResult {
+    if paths.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        return Err(Failure::input(anyhow::anyhow!("only one input can be `-` (standard input)")));
+    }
+    Ok(())
 }
 
 /// Parses a SIZE argument for clap.

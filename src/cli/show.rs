@@ -34,7 +34,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let chain = load_chain(&args.chain)?;
+    super::one_stdin(&[&args.chain, &args.schedule])?;
+    let chain = load_chain(&args.chain, "`remat show`")?;
     let (text, _, replay) = replay_schedule_file(&chain, &args.schedule)?;
     let recorded = serde_json::from_str::<Schedule>(&text).ok();
     let budget = args.memory.or(recorded.as_ref().map(|s| s.budget));

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use remat::size::format_size;
 
-use super::{CliResult, Failure, replay_schedule_file, size_arg};
+use remat::Problem;
+
+use super::{CliResult, Failure, load_problem, replay_schedule_file, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
 ///
@@ -15,9 +17,11 @@ use super::{CliResult, Failure, replay_schedule_file, size_arg};
 /// (F_ck^1 F_none^2 F_all^3 ... B^1).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Chain file, or graph file (the schedule is then a graph schedule).
+    /// Chain file, or graph file (the schedule is then a graph schedule);
+    /// `-` reads standard input.
     chain: PathBuf,
-    /// Schedule file (JSON or notation).
+    /// Schedule file (JSON or notation, runs such as F_none^2..35 included);
+    /// `-` reads standard input.
     schedule: PathBuf,
     /// Also check the schedule against this budget (exit 1 if over).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
@@ -28,10 +32,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if super::graph::try_simulate(&args.chain, &args.schedule, args.memory, args.json)? {
+    super::one_stdin(&[&args.chain, &args.schedule])?;
+    let problem = load_problem(&args.chain)?;
+    if let Problem::Graph(file) = &problem
+        && super::graph::simulate_graph(file, &args.chain, &args.schedule, args.memory, args.json)?
+    {
         return Ok(());
     }
-    let chain = super::graph::load_chain_or_path(&args.chain)?;
+    let path = args.chain.display().to_string();
+    let chain = problem.into_chain(&path, "`remat simulate` of a chain schedule").map_err(Failure::input)?;
     let (_, ops, replay) = replay_schedule_file(&chain, &args.schedule)?;
     let within = args.memory.map(|b| replay.peak_memory <= b);
     if args.json {

@@ -2,10 +2,14 @@
 
 use std::path::PathBuf;
 
+use remat::graph::{GraphSolveError, Outcome};
+use remat::problem::Options;
+use remat::schedule::{summary, wrapped_notation};
 use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, memory_estimate, solve};
+use remat::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
+use remat::{Chain, Problem};
 
-use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
+use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
 
 /// Compute the fastest schedule of a chain that fits a memory budget.
 ///
@@ -15,7 +19,7 @@ use super::{CliResult, Failure, Progress, load_chain, size_arg, write_file};
 pub struct Args {
     /// Chain file (JSON: name, input_size, stages[], optional loss), or graph
     /// file (JSON with nodes[]: a forward graph, or a joint graph with
-    /// "joint": true; see the README).
+    /// "joint": true; see the README). `-` reads standard input.
     chain: PathBuf,
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
@@ -70,54 +74,99 @@ pub fn run(args: Args) -> CliResult {
             args.algorithm
         )));
     }
-    let request = super::graph::Request {
-        path: &args.chain,
-        memory: args.memory,
-        algorithm: args.algorithm,
-        slots: args.slots,
-        json: args.json,
-        output: args.output.as_ref(),
-        graph: &args.graph,
-    };
-    if super::graph::try_solve(request)? {
-        return Ok(());
-    }
-    let chain = load_chain(&args.chain)?;
+    let problem = load_problem(&args.chain)?;
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
-    let opts = SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments };
-    if let Some(bytes) = memory_estimate(&chain, args.memory, algorithm, &opts)
+    let ticker = super::graph::Ticker::new(&args.graph, algorithm);
+    let tick = |elapsed| ticker.tick(elapsed);
+    let opts = Options {
+        chain: SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments },
+        milp: args.graph.milp_options(Some(&tick)),
+    };
+    if let Problem::Chain(chain) = &problem
+        && let Some(bytes) = memory_estimate(chain, args.memory, algorithm, &opts.chain)
         && bytes >= LARGE_TABLE
     {
         eprintln!("note: the {algorithm} solver's table will take about {}", format_size(bytes));
     }
-    let result = solve(&chain, args.memory, algorithm, &opts);
+    let result = remat::problem::solve(&problem, args.memory, algorithm, &opts);
     drop(progress);
-    if let (true, Err(remat::SolveError::Infeasible { algorithm, budget, min_budget })) = (args.json, &result) {
-        // Scripts sweeping budgets get the answer on stdout too.
-        let out = serde_json::json!({
-            "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
-        });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-    }
-    let solution = result?;
-    let json = serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize");
+    drop(ticker);
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            if args.json
+                && let Some(out) = infeasible_json(&e)
+            {
+                // Scripts sweeping budgets get the answer on stdout too.
+                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+            }
+            return Err(e.into());
+        }
+    };
+    let json = match &outcome {
+        Outcome::Chain { solution, .. } => {
+            serde_json::to_string_pretty(&solution.schedule).expect("schedules serialize")
+        }
+        Outcome::Graph { graph, solution, .. } => {
+            for note in &solution.notes {
+                eprintln!("warning: {note}");
+            }
+            solution.schedule.to_json(graph)
+        }
+    };
     if let Some(path) = &args.output {
         write_file(path, &(json.clone() + "\n"))?;
     }
     if args.json {
+        let why = match &outcome {
+            Outcome::Chain { why, .. } | Outcome::Graph { why, .. } => why,
+        };
+        if algorithm == Algorithm::Auto && !why.is_empty() {
+            eprintln!("note: auto chose the {why}");
+        }
         println!("{json}");
         return Ok(());
     }
+    match &outcome {
+        Outcome::Chain { chain, solution, why } => print_chain_solution(chain, solution, why, args.slots),
+        Outcome::Graph { .. } => super::graph::print_outcome(&problem, &outcome, args.graph.time_limit()),
+    }
+    Ok(())
+}
+
+/// The `{"status": "infeasible", ...}` object `--json` prints for a budget
+/// no schedule of the algorithm meets, chain or graph alike.
+fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
+    let (algorithm, budget, min_budget, proven) = match e {
+        GraphSolveError::Chain(SolveError::Infeasible { algorithm, budget, min_budget }) => {
+            (*algorithm, *budget, *min_budget, true)
+        }
+        GraphSolveError::Infeasible { algorithm, budget, min_budget } => {
+            (*algorithm, *budget, min_budget.map(|m| m.bytes), min_budget.is_none_or(|m| m.proven))
+        }
+        _ => return None,
+    };
+    Some(serde_json::json!({
+        "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
+        "min_budget_proven": proven,
+    }))
+}
+
+/// Prints a chain schedule: what ran and why, its figures as replayed, what
+/// it keeps, and the schedule in compact notation.
+fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: usize) {
     let s = &solution.schedule;
     let base = chain.store_all_time();
-    let recomputed = s.operations.iter().filter(|op| op.is_forward()).count() - (chain.len() + 1);
     println!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
+    if !why.is_empty() {
+        println!("path:        {why}");
+    }
     let slots = if solution.slot_size == 1 {
         "exact bytes".to_string()
     } else {
-        format!("{} slots of {} bytes", args.slots, solution.slot_size)
+        format!("{slots} slots of {} bytes", solution.slot_size)
     };
     let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
     match &solution.reason {
@@ -134,7 +183,10 @@ pub fn run(args: Args) -> CliResult {
         s.peak_memory,
         solution.replay.peak_index + 1
     );
-    println!("schedule:    {} operations, {recomputed} recomputed forwards", s.operations.len());
-    println!("{}", remat::schedule::notation(&s.operations));
-    Ok(())
+    println!("schedule:    {} operations", s.operations.len());
+    println!("first pass:  {}", summary(&s.operations, chain.len()));
+    println!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));
 }
+
+/// Width of the printed schedule's lines.
+const NOTATION_WIDTH: usize = 100;

@@ -43,7 +43,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let chain = load_chain(&args.chain)?;
+    let chain = load_chain(&args.chain, "`remat sweep`")?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     let budgets = sweep::budgets(&chain, &reported(), &opts, args.from, args.to, args.steps)?;
     let progress = Progress::new("sweep");

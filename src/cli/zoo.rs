@@ -104,7 +104,7 @@ pub fn run(args: Args) -> CliResult {
             write_file(path, &text)?;
             let what = match &generated {
                 Generated::Chain(c) => format!("chain {} ({} stages + loss)", c.name(), c.len()),
-                Generated::Graph(g) => format!("forward graph {} ({} nodes)", g.name, g.nodes.len()),
+                Generated::Graph(g) => format!("forward graph {} ({} nodes)", g.name(), g.len()),
             };
             eprintln!("wrote {}: {what}", path.display());
         }

@@ -691,6 +691,11 @@ impl ForwardGraph {
         self.chain.metadata()
     }
 
+    /// Replaces the free-form metadata.
+    pub fn set_metadata(&mut self, metadata: serde_json::Value) {
+        self.chain.set_metadata(metadata);
+    }
+
     /// The chain form, when the graph is a path: node `v`'s only input is node
     /// `v-1` (node 0 reads the network input) and its only user is `v+1`.
     /// Node `v` becomes stage `v+1`, with a zero loss. O(n).

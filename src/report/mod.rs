@@ -11,4 +11,4 @@ pub mod sweep;
 pub use compare::{Comparison, Outcome, compare, reported};
 pub use gain::{SequentialGain, sequential_gain};
 pub use plot::{timeline_svg, tradeoff_svg};
-pub use sweep::{Sweep, persistent_curve, sweep};
+pub use sweep::{Sweep, sweep};

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{Outcome, outcome, outcome_of, skip_reason};
+use super::compare::{Outcome, outcome, skip_reason};
 use crate::chain::Chain;
 use crate::simulate::simulate;
 use crate::solve::baselines::segmented;
-use crate::solve::{Algorithm, SolveError, SolveOptions, min_budget, solve, solve_many};
+use crate::solve::{Algorithm, SolveError, SolveOptions, min_budget, solve};
 
 /// One budget of a curve.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -116,44 +116,10 @@ pub fn budgets(
     Ok(out)
 }
 
-/// The persistent DP's curve over `budgets` with `slots` slots, from
-/// [`solve_many`]: one table per band of budgets within a factor 2 (so about
-/// log2(largest / smallest) + 1 tables, not one per budget), each budget
-/// answered at its band's slot size (at most twice a separate solve's) and
-/// its schedule replayed. A budget the banded table finds infeasible is solved
-/// on its own, so the curve is feasible wherever a separate solve is (the
-/// sweep starts at exactly that smallest budget). `done()` is called once per
-/// budget as the points are collected. O(tables * S L^3).
-pub fn persistent_curve(
-    chain: &Chain,
-    budgets: &[u64],
-    slots: usize,
-    done: &(dyn Fn() + Sync),
-) -> Result<Vec<Point>, SolveError> {
-    let opts = SolveOptions { slots, ..SolveOptions::default() };
-    let results = match solve_many(chain, budgets, Algorithm::Persistent, &opts) {
-        Ok(results) => results,
-        Err(SolveError::TooLarge(reason)) => {
-            budgets.iter().map(|_| Err(SolveError::TooLarge(reason.clone()))).collect()
-        }
-        Err(e) => return Err(e),
-    };
-    budgets
-        .iter()
-        .zip(results)
-        .map(|(&budget, result)| {
-            let result = match result {
-                Err(SolveError::Infeasible { .. }) => solve(chain, budget, Algorithm::Persistent, &opts),
-                other => other,
-            };
-            done();
-            outcome_of(chain, result).map(|outcome| Point { budget, outcome })
-        })
-        .collect()
-}
-
-/// The curve of `algorithm` over `budgets` (in parallel over budgets);
-/// `done()` is called after each budget. O(budgets * the algorithm's cost).
+/// The curve of `algorithm` over `budgets` (in parallel over budgets): at
+/// each budget exactly what [`solve`] returns there, so a point of a sweep is
+/// the answer `remat solve` gives at that budget. `done()` is called after
+/// each budget. O(budgets * the algorithm's cost).
 pub fn curve_by_budget(
     chain: &Chain,
     budgets: &[u64],
@@ -218,8 +184,6 @@ pub fn sweep(
                 .iter()
                 .map(|&budget| Point { budget, outcome: Outcome::Skipped { reason: reason.clone() } })
                 .collect()
-        } else if algorithm == Algorithm::Persistent {
-            persistent_curve(chain, budgets, opts.slots, &done)?
         } else {
             curve_by_budget(chain, budgets, algorithm, opts, &done)?
         };
@@ -336,19 +300,33 @@ mod tests {
     }
 
     #[test]
-    fn persistent_curve_is_the_separate_solves_with_exact_slots() {
-        // With one-byte slots the banded tables answer exactly what separate
-        // solves do (with coarser slots they may differ by the rounding).
-        let c = crate::synthetic::small_chain(&mut crate::synthetic::Rng::new(11), 5, 9, 5);
-        let top = store_all_peak(&c);
-        let budgets: Vec<u64> = (top / 3..=top).step_by(3).collect();
-        let slots = top as usize;
-        let curve = persistent_curve(&c, &budgets, slots, &|| {}).unwrap();
-        let opts = SolveOptions { slots, ..SolveOptions::default() };
-        for (point, &budget) in curve.iter().zip(&budgets) {
-            assert_eq!(point.budget, budget);
-            let separate = outcome(&c, budget, Algorithm::Persistent, &opts).unwrap();
-            assert_eq!(point.outcome, separate, "at {budget}");
+    fn points_are_what_solve_returns_and_floating_is_never_slower() {
+        // Default slots (500): a point is the separate solve at its budget,
+        // slot rounding included, and the floating DP (a superset of the
+        // persistent schedules over the same slots) is never above persistent.
+        let c = network_like(7, 14);
+        let opts = SolveOptions::default();
+        let algorithms = [Algorithm::Persistent, Algorithm::Floating, Algorithm::Auto];
+        let b = budgets(&c, &algorithms, &opts, None, None, 12).unwrap();
+        let s = sweep(&c, &b, &algorithms, &opts, None).unwrap();
+        for curve in &s.curves {
+            let algorithm: Algorithm = curve.algorithm.parse().unwrap();
+            for point in &curve.points {
+                let separate = outcome(&c, point.budget, algorithm, &opts).unwrap();
+                assert_eq!(point.outcome, separate, "{algorithm} at {}", point.budget);
+            }
+        }
+        for (p, f) in s.curves[0].points.iter().zip(&s.curves[1].points) {
+            if let (Outcome::Solved { makespan: tp, .. }, Outcome::Solved { makespan: tf, .. }) =
+                (&p.outcome, &f.outcome)
+            {
+                assert!(tf <= &(tp + 1e-9 * tp), "floating {tf} > persistent {tp} at {}", p.budget);
+            }
+            assert!(
+                !matches!(f.outcome, Outcome::Infeasible { .. }) || matches!(p.outcome, Outcome::Infeasible { .. }),
+                "floating infeasible where persistent is not at {}",
+                p.budget
+            );
         }
     }
 

@@ -13,7 +13,6 @@ pub mod persistent;
 use std::fmt;
 use std::str::FromStr;
 
-use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::chain::Chain;
@@ -514,6 +513,7 @@ fn checked(
         return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
     }
     let schedule = Schedule {
+        chain: Some(chain.id()),
         algorithm: algorithm.name().to_string(),
         budget,
         makespan: replay.makespan,
@@ -646,116 +646,51 @@ fn check_memory(algorithm: Algorithm, needed: u64) -> Result<(), SolveError> {
     )))
 }
 
-/// Solves `chain` at each budget of `budgets` (in bytes), in the same order.
-///
-/// For `persistent`, one table answers every budget of a band: the budgets
-/// are cut into bands from the largest down, each holding the budgets down to
-/// half of its largest, and a band's table is built for its largest budget B
-/// (a slot of B / `opts.slots` bytes) and answers every budget b of the band
-/// at b / slot slots, at least `opts.slots / 2`. So k budgets spanning a
-/// ratio r cost about log2(r) + 1 tables instead of k, for answers at a slot
-/// size at most twice that of a separate solve at b (a separate solve can
-/// differ by that rounding, either way; with one-byte slots, `opts.slots` >=
-/// the largest budget, the answers are exactly the separate solves'). Other
-/// algorithms solve each budget separately, in parallel. Every schedule is
-/// replayed by the simulator; an infeasible budget gives
-/// [`SolveError::Infeasible`] with the smallest budget its band's table meets
-/// (or, if none, [`persistent::min_budget`]).
-///
-/// `opts.progress` sees the tables' work as one. Fails as a whole only for bad
-/// options or a table too large for memory. Time O(S L^3) per table plus O(L)
-/// per schedule.
-pub fn solve_many(
-    chain: &Chain,
-    budgets: &[u64],
-    algorithm: Algorithm,
-    opts: &SolveOptions,
-) -> Result<Vec<Result<Solution, SolveError>>, SolveError> {
-    if opts.slots == 0 {
-        return Err(SolveError::Options("--slots must be at least 1".into()));
-    }
-    if algorithm != Algorithm::Persistent {
-        let opts = SolveOptions { progress: None, ..*opts };
-        return Ok(budgets.par_iter().map(|&b| solve(chain, b, algorithm, &opts)).collect());
-    }
-    let mut order: Vec<usize> = (0..budgets.len()).collect();
-    order.sort_by(|&i, &j| budgets[j].cmp(&budgets[i]));
-    let mut bands: Vec<&[usize]> = Vec::new();
-    let mut rest = &order[..];
-    while let Some(&top) = rest.first() {
-        let len = rest.iter().take_while(|&&i| budgets[i] >= budgets[top].div_ceil(2)).count();
-        bands.push(&rest[..len]);
-        rest = &rest[len..];
-    }
-    let mut results: Vec<Option<Result<Solution, SolveError>>> = budgets.iter().map(|_| None).collect();
-    for (k, band) in bands.iter().enumerate() {
-        let offset = |done: u64, total: u64| {
-            if let Some(p) = opts.progress {
-                p(k as u64 * total + done, bands.len() as u64 * total);
-            }
-        };
-        let band_opts = SolveOptions { progress: Some(&offset), ..*opts };
-        let table = persistent_table(chain, budgets[band[0]], &band_opts)?;
-        let slot = table.slots().slot;
-        let min_budget = match table.min_budget_slots() {
-            Some(m) => Some(table.slots().bytes(m)),
-            None => persistent::min_budget(chain, opts.slots),
-        };
-        let solved: Vec<(usize, Result<Solution, SolveError>)> = band
-            .par_iter()
-            .map(|&i| {
-                let (budget, m) = (budgets[i], (budgets[i] / slot) as usize);
-                let result = match table.sequence(m) {
-                    Some(ops) => checked(chain, budget, algorithm, ops, slot, table.makespan(m)),
-                    None => Err(SolveError::Infeasible { algorithm, budget, min_budget }),
-                };
-                (i, result)
-            })
-            .collect();
-        for (i, result) in solved {
-            results[i] = Some(result);
-        }
-    }
-    Ok(results.into_iter().map(|r| r.expect("every budget is in a band")).collect())
-}
-
-/// The smallest budget at which `algorithm` has a makespan of at most
-/// `max_makespan`, with its schedule; `Ok(None)` when no budget does (below
+/// The smallest budget at which `solve(chain, budget, algorithm, opts)`
+/// returns a schedule with a makespan of at most `max_makespan`, with that
+/// schedule; `Ok(None)` when no budget up to store-all's peak does (below
 /// the store-all time no schedule can).
 ///
-/// For `persistent` one table over budgets up to store-all's peak P (slots of
-/// P / `opts.slots` bytes) answers it by a binary search on its makespan
-/// curve, so the budget is the smallest to within one slot of that size.
-/// Only `persistent` is supported.
+/// It runs exactly what [`solve`] runs (same algorithm, options and slot
+/// rounding at each budget), so the answer is one `remat solve` reproduces.
+/// A bisection over bytes between the any-schedule lower bound and
+/// store-all's peak keeps the invariant "meets at `hi`, not at `lo`", so the
+/// returned budget b meets the limit and b - 1 bytes does not (or is below
+/// what any schedule needs), even where the algorithm is not monotone in the
+/// budget. O(log2(peak) solves).
 pub fn min_budget_for_makespan(
     chain: &Chain,
     max_makespan: f64,
     algorithm: Algorithm,
     opts: &SolveOptions,
 ) -> Result<Option<Solution>, SolveError> {
-    if algorithm != Algorithm::Persistent {
-        return Err(SolveError::Options(format!(
-            "the smallest budget for a makespan is computed for persistent only, not {algorithm}"
-        )));
-    }
-    if opts.slots == 0 {
-        return Err(SolveError::Options("--slots must be at least 1".into()));
-    }
+    let meets = |budget: u64| -> Result<Option<Solution>, SolveError> {
+        match solve(chain, budget, algorithm, opts) {
+            Ok(s) if s.schedule.makespan <= max_makespan => Ok(Some(s)),
+            Ok(_) | Err(SolveError::Infeasible { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
     let n = chain.len() + 1;
     let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
-    let peak =
-        crate::simulate::simulate(chain, &store_all).map_err(|source| SolveError::Rejected { algorithm, source })?;
-    let table = persistent_table(chain, peak.peak_memory, opts)?;
-    if let Some(m) = table.min_budget_for_makespan(max_makespan) {
-        let ops = table.sequence(m).expect("a budget with a finite makespan is feasible");
-        let budget = table.slots().bytes(m);
-        return checked(chain, budget, algorithm, ops, table.slots().slot, table.makespan(m)).map(Some);
+    let peak = crate::simulate::simulate(chain, &store_all)
+        .map_err(|source| SolveError::Rejected { algorithm, source })?
+        .peak_memory;
+    let Some(mut best) = meets(peak)? else {
+        return Ok(None);
+    };
+    let (mut lo, mut hi) = (floating::any_peak_lower_bound(chain).saturating_sub(1), peak);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match meets(mid)? {
+            Some(s) => {
+                hi = mid;
+                best = s;
+            }
+            None => lo = mid,
+        }
     }
-    // Slot rounding can keep store-all itself out of the table.
-    if peak.makespan <= max_makespan {
-        return checked(chain, peak.peak_memory, algorithm, store_all, 1, peak.makespan).map(Some);
-    }
-    Ok(None)
+    Ok(Some(best))
 }
 
 /// The persistent table for budgets up to `budget` bytes, after the checks

@@ -4,7 +4,7 @@
 
 use crate::chain::{Chain, Stage};
 
-use super::lower::{Figures, ForwardGraph};
+use crate::graph::ForwardGraph;
 
 fn value<T: serde::Serialize + ?Sized>(x: &T) -> String {
     serde_json::to_string(x).expect("plain values serialize")
@@ -74,21 +74,16 @@ pub fn chain(chain: &Chain) -> String {
 
 /// The forward graph as compact JSON in issue 6's format.
 pub fn graph(graph: &ForwardGraph) -> String {
-    let nodes: Vec<String> = graph
-        .nodes
-        .iter()
-        .map(|n| {
-            let mut fields = vec![("name", value(&n.name)), ("inputs", value(&n.inputs))];
-            stage_fields(&figures_stage(&n.figures), &mut fields);
+    let nodes: Vec<String> = (0..graph.len())
+        .map(|v| {
+            let inputs: Vec<&str> = graph.inputs(v).iter().map(|&u| graph.node_name(u)).collect();
+            let mut fields = vec![("name", value(graph.node_name(v))), ("inputs", value(&inputs))];
+            stage_fields(graph.stage(v), &mut fields);
             object(&fields)
         })
         .collect();
-    let head = [("name", value(&graph.name)), ("input_size", value(&graph.input_size))];
-    document(&head, "nodes", &nodes, graph.metadata.iter().map(metadata).collect())
-}
-
-fn figures_stage(f: &Figures) -> Stage {
-    f.stage("")
+    let head = [("name", value(graph.name())), ("input_size", value(&graph.input_size()))];
+    document(&head, "nodes", &nodes, graph.metadata().iter().map(|m| metadata(m)).collect())
 }
 
 #[cfg(test)]

@@ -203,9 +203,11 @@ pub struct GraphNode {
     pub figures: Figures,
 }
 
-/// A forward graph: nodes in topological order, the last one the result.
+/// A lowered forward graph: nodes in topological order, the last one the
+/// result. [`LoweredGraph::validate`] turns it into the library's
+/// [`crate::graph::ForwardGraph`], which is what the zoo hands out.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ForwardGraph {
+pub struct LoweredGraph {
     /// The graph's name.
     pub name: String,
     /// Bytes of the network input.
@@ -214,6 +216,22 @@ pub struct ForwardGraph {
     pub nodes: Vec<GraphNode>,
     /// Free-form provenance.
     pub metadata: Option<serde_json::Value>,
+}
+
+impl LoweredGraph {
+    /// The library's validated forward graph of these nodes (times rounded as
+    /// in the chain files, see [`Figures::stage`]).
+    pub fn validate(self) -> Result<crate::graph::ForwardGraph, crate::graph::GraphError> {
+        let index: std::collections::HashMap<&str, usize> =
+            self.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let inputs = self.nodes.iter().map(|n| n.inputs.iter().map(|name| index[name.as_str()]).collect()).collect();
+        let stages = self.nodes.iter().map(|n| n.figures.stage(&n.name)).collect();
+        let mut graph = crate::graph::ForwardGraph::new(self.name, self.input_size, stages, inputs)?;
+        if let Some(m) = self.metadata {
+            graph.set_metadata(m);
+        }
+        Ok(graph)
+    }
 }
 
 fn input_names(srcs: &[Src], name_of: impl Fn(usize) -> String) -> Vec<String> {
@@ -233,7 +251,7 @@ fn input_names(srcs: &[Src], name_of: impl Fn(usize) -> String) -> Vec<String> {
 ///
 /// A node that reads the network input together with other nodes lists only
 /// the other nodes: the input is resident throughout.
-pub fn layer_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> ForwardGraph {
+pub fn layer_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> LoweredGraph {
     let nodes = net
         .nodes
         .iter()
@@ -250,7 +268,7 @@ pub fn layer_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> Forwa
             },
         })
         .collect();
-    ForwardGraph { name: name.to_string(), input_size: net.input_size(), nodes, metadata: None }
+    LoweredGraph { name: name.to_string(), input_size: net.input_size(), nodes, metadata: None }
 }
 
 fn figures_times(net: &Net, i: usize, device: Device, dtype: Dtype) -> Figures {
@@ -261,7 +279,7 @@ fn figures_times(net: &Net, i: usize, device: Device, dtype: Dtype) -> Figures {
 /// The forward graph with one node per block (and one for the loss), each with
 /// the same figures as the chain's stage. For a network that is a chain, this
 /// graph is a path and its nodes are the chain's stages.
-pub fn block_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> ForwardGraph {
+pub fn block_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> LoweredGraph {
     let owner = |j: usize| {
         net.blocks.iter().chain(&net.loss).find(|b| b.nodes.contains(&j)).map(|b| b.name.clone()).expect("covered")
     };
@@ -275,7 +293,7 @@ pub fn block_graph(net: &Net, name: &str, device: Device, dtype: Dtype) -> Forwa
             figures: figures(net, block.nodes.clone(), device, dtype),
         })
         .collect();
-    ForwardGraph { name: name.to_string(), input_size: net.input_size(), nodes, metadata: None }
+    LoweredGraph { name: name.to_string(), input_size: net.input_size(), nodes, metadata: None }
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub mod densenet;
 pub mod device;
 pub mod gpt2;
 pub mod inception;
-mod json;
+pub(crate) mod json;
 pub mod lower;
 pub mod net;
 pub mod resnet;
@@ -58,8 +58,9 @@ use thiserror::Error;
 
 use crate::chain::Chain;
 
+use crate::graph::ForwardGraph;
 pub use device::{Device, Dtype};
-pub use lower::{ForwardGraph, GraphNode};
+pub use lower::{GraphNode, LoweredGraph};
 pub use net::Net;
 
 use net::Builder;
@@ -559,7 +560,7 @@ pub fn generate(spec: &Spec) -> Result<Generated, ZooError> {
                 Granularity::Layers => lower::layer_graph(&net, &name, spec.device, spec.dtype),
             };
             graph.metadata = Some(meta);
-            Generated::Graph(graph)
+            Generated::Graph(graph.validate().map_err(|e| ZooError::Network(e.to_string()))?)
         }
     })
 }
