@@ -1,4 +1,4 @@
-//! The chain model of `MODEL.md`: stages 1..=L, the loss as stage L+1, and the
+//! The chain of [the model](crate::model): stages 1..=L, the loss as stage L+1, and the
 //! JSON form they are read from and written to.
 //!
 //! A [`Chain`] can only be built through [`Chain::new`] or [`Chain::from_json`],
@@ -12,7 +12,7 @@ use thiserror::Error;
 
 /// One stage (a layer or block of layers) of a chain, or the loss.
 ///
-/// Field names are those of the JSON chain format (see `MODEL.md`).
+/// Field names are those of the JSON chain format (see [the model](crate::model)).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Stage {
     /// Optional human-readable name (e.g. `layer3.2`); not used by solvers.
@@ -234,7 +234,7 @@ impl Chain {
         Ok(chain)
     }
 
-    /// Parses and validates a chain from the JSON format of `MODEL.md`.
+    /// Parses and validates a chain from the JSON format of [the model](crate::model).
     ///
     /// Errors name the offending field by its path, e.g.
     /// `stages[2].output_size (stage 3): invalid value: integer -5, expected u64`.

@@ -1,15 +1,81 @@
 //! remat: optimal activation rematerialization (gradient checkpointing)
 //! schedules for training deep networks under a memory budget.
 //!
-//! The data flows one way: a file becomes a validated [`Chain`], a solver turns
-//! the chain and a budget into a [`Schedule`], and the exact [`simulate()`]
-//! replays the schedule in bytes before anything is shown.
+//! Training keeps every forward activation for the backward pass; when that
+//! does not fit, some activations are dropped and recomputed. remat computes
+//! which, so that training is as fast as possible within the budget, and
+//! proves each answer by replaying it in an exact simulator.
+//!
+//! # Example
+//!
+//! ```
+//! use remat::{Algorithm, Chain, SolveOptions, solve};
+//!
+//! // Two stages and a loss: times in ms, sizes in bytes.
+//! let chain = Chain::from_json(r#"{
+//!     "name": "two-layers", "input_size": 100,
+//!     "stages": [
+//!         {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+//!         {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}
+//!     ]
+//! }"#)?;
+//! let solution = solve(&chain, 700, Algorithm::Auto, &SolveOptions::default())?;
+//! // The schedule was replayed by the simulator: its peak is within budget.
+//! assert!(solution.schedule.peak_memory <= 700);
+//! println!("{}", remat::schedule::compact_notation(&solution.schedule.operations));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How data flows
+//!
+//! A file becomes a validated [`Problem`] ([`Problem::read`]: a [`Chain`] or a
+//! graph, read once, from a path or standard input); [`problem::solve`] routes
+//! it to the chain solvers ([`solve()`]) or the graph solvers
+//! ([`graph::solve`]); whatever a solver returns is replayed by the exact
+//! simulator ([`simulate()`], [`graph::simulate()`]) before it is handed out, and
+//! the front ends (the `remat` command, the Python package) only print or run
+//! it. [The model](crate::model) is the contract all of them follow.
+//!
+//! # Modules
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`model`] | the rematerialization model: stages, the four operations, memory, slots |
+//! | [`problem`] | what an input file holds, read once, and the one solve entry |
+//! | [`chain`] | the chain and its JSON form, validated with errors naming the field |
+//! | [`schedule`] | operations, schedules (which name their chain), notation |
+//! | [`simulate`](mod@simulate) | the exact replay in bytes: the judge of every chain schedule |
+//! | [`slots`] | budgets in bytes to memory slots for the dynamic programs |
+//! | [`solve`](mod@solve) | every chain algorithm behind [`solve()`], `auto`'s policy, minimum budgets |
+//! | [`graph`] | forward and joint graphs, their simulator, the Checkmate MILP and LP rounding |
+//! | [`exec`] | an ndarray executor that runs schedules and proves the model in Rust |
+//! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
+//! | [`report`] | `compare` and `sweep` tables, SVG plots |
+//! | [`size`] | byte sizes as people write them (`11.2GiB`) |
+//!
+//! # Algorithms and their cost
+//!
+//! L is the number of stages, S the number of memory slots (500 by default).
+//!
+//! | algorithm | computes | time | memory |
+//! |---|---|---|---|
+//! | `exhaustive` | the optimum over every schedule, exact in bytes | exponential (at most 14 stages) | exponential |
+//! | `floating` | the optimum over nested schedules | O(S L^4) | O(S L^3) |
+//! | `persistent` | the optimum over persistent schedules (Rotor) | O(S L^3) | O(S L^2) |
+//! | `auto` | exhaustive up to 10 stages, else floating or persistent fitted by replay, beside the cheap baselines | that of its DP | that of its DP |
+//! | `revolve` | the best checkpoint-only (AD model) persistent schedule | O(S L^3) | O(S L^2) |
+//! | `store-all`, `sequential`, `chen-sqrt`, `chen-greedy` | baselines | O(L) to O(L^3) | O(L) |
+//! | `checkmate` | the optimum staged schedule of a graph (MILP) | exponential worst case | O(n^2) variables |
+//! | `checkmate-approx` | LP relaxation with two-phase rounding | polynomial (one LP) | O(n^2) variables |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod chain;
 pub mod exec;
 pub mod graph;
+pub mod model {
+    #![doc = include_str!("../docs/model.md")]
+}
 pub mod problem;
 pub mod report;
 pub mod schedule;

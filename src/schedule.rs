@@ -6,7 +6,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// One operation of `MODEL.md`'s table on stage `l` (1..=L+1, L+1 = loss).
+/// One operation of [the model](crate::model)'s table on stage `l` (1..=L+1, L+1 = loss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "OpJson", try_from = "OpJson")]
 pub enum Op {

@@ -1,6 +1,6 @@
 //! The exact simulator: replays an operation sequence on a chain in bytes.
 //!
-//! This is the judge of every schedule remat shows. It follows `MODEL.md`'s
+//! This is the judge of every schedule remat shows. It follows [the model](crate::model)'s
 //! operation table to the letter and is deliberately strict where the table is
 //! silent:
 //! - a forward may not create a value that is already in memory (that would hold

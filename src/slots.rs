@@ -103,7 +103,7 @@ impl SlotChain {
     }
 
     /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:
-    /// w_d^t + w_abar^s + o_f^s (`MODEL.md`: the gradient is delta^t, not delta^s).
+    /// w_d^t + w_abar^s + o_f^s ([the model](crate::model): the gradient is delta^t, not delta^s).
     pub fn forward_all_need(&self, s: usize, t: usize) -> usize {
         self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.forward_overhead[s])
     }

@@ -13,7 +13,7 @@ use common::exact;
 
 /// Index of the first forward whose input is not the highest activation held.
 fn first_non_nested(chain: &Chain, ops: &[Op]) -> Option<usize> {
-    // 0: absent, 1: plain a^l, 2: abar^l (MODEL.md's operation table).
+    // 0: absent, 1: plain a^l, 2: abar^l (docs/model.md's operation table).
     let mut held = vec![0u8; chain.len() + 2];
     held[0] = 1;
     for (i, &op) in ops.iter().enumerate() {

@@ -5,7 +5,7 @@
 //! escapes the account: activations a^l, recorded data abar^l, gradients
 //! delta^l, and the temporaries an operation makes and frees (its transient
 //! workspace). Parameters and their gradients are plain arrays owned by the
-//! stages and are not counted: `MODEL.md` leaves them outside the budget.
+//! stages and are not counted: [the model](crate::model) leaves them outside the budget.
 //!
 //! Around each operation the executor takes a mark ([`Ledger::begin_op`]) and
 //! closes it ([`Ledger::end_op`]); the close reports the operation's figure in

@@ -2,7 +2,7 @@
 //! check that the model holds.
 //!
 //! A network is a [`Sequential`] of boxed [`Stage`]s (stages 1..=L of
-//! `MODEL.md`) followed by a [`Loss`] (stage L+1). [`profile`] measures it the
+//! [the model](crate::model)) followed by a [`Loss`] (stage L+1). [`profile`] measures it the
 //! way Rotor does (paper section 5.1) and produces a [`Chain`](crate::Chain);
 //! [`execute`] interprets a schedule's operations with exactly the simulator's
 //! semantics while a [`Ledger`] counts every tensor it holds; [`Checkpointed`]
@@ -18,7 +18,7 @@
 //!   its results. Its size is measured by the ledger (the peak of live bytes
 //!   minus what is stored when the operation ends), never declared.
 //!
-//! `MODEL.md` has one forward overhead o_f per stage for `F_all`, `F_ck` and
+//! [the model](crate::model) has one forward overhead o_f per stage for `F_all`, `F_ck` and
 //! `F_none`, but a stage with internal intermediates uses more workspace in a
 //! forward that does not record (its intermediates are temporaries there) than
 //! in one that does (they are results there). The profile therefore takes o_f
@@ -31,7 +31,7 @@
 //! exceed the accounted figure.
 //!
 //! Parameters, their gradients and the loss target are held outside the ledger:
-//! the budget of `MODEL.md` leaves them out.
+//! the budget of [the model](crate::model) leaves them out.
 //!
 //! Numerical reproducibility: every stage computes the same operations in the
 //! same order whether it records or not, and backwards always run B^{L+1} ...

@@ -25,7 +25,7 @@ pub struct Baseline {
     pub name: String,
     /// The schedule.
     pub staged: Staged,
-    /// Its makespan (sum of C_i R[t][i]).
+    /// Its makespan (sum of `C_i R[t][i]`).
     pub cost: f64,
     /// Its peak as the MILP counts memory (input included): it is a feasible
     /// warm start exactly when this fits the budget.

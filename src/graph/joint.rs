@@ -12,7 +12,7 @@
 //! The network input is resident throughout (`input_size` of the joint graph),
 //! as in the chain model, where a^0 stays until B^1.
 //!
-//! How this relates to the chain model (`MODEL.md`): a forward node's value is
+//! How this relates to the chain model ([the model](crate::model)): a forward node's value is
 //! what a *recorded* forward keeps (abar, `saved_size` bytes), so the joint
 //! model has no counterpart of F_ck/F_none's smaller plain outputs; and a
 //! gradient node holds the gradients of all of `v`'s inputs until the last of

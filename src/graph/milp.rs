@@ -1,4 +1,4 @@
-//! The Checkmate MILP (`MODEL.md`, General graphs; Checkmate §4.2-4.7),
+//! The Checkmate MILP ([the model](crate::model), General graphs; Checkmate §4.2-4.7),
 //! modelled with good_lp and solved by microlp (pure Rust, always built in) or
 //! HiGHS (`--features highs`).
 //!
@@ -146,7 +146,7 @@ pub enum MilpError {
 pub struct MilpSolution {
     /// The solution's R and S, rounded to booleans.
     pub staged: Staged,
-    /// Its objective, sum of C_i R[t][i].
+    /// Its objective, sum of `C_i R[t][i]`.
     pub objective: f64,
     /// The best proven lower bound on the objective, when known.
     pub bound: Option<f64>,

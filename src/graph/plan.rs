@@ -120,7 +120,7 @@ impl Staged {
         }
     }
 
-    /// Sum of C_i R[t][i]: the MILP's objective for this schedule.
+    /// Sum of `C_i R[t][i]`: the MILP's objective for this schedule.
     pub fn cost(&self, graph: &Graph) -> f64 {
         (0..self.len()).map(|t| (0..=t).filter(|&i| self.r[t][i]).map(|i| graph.node(i).cost).sum::<f64>()).sum()
     }

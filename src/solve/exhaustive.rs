@@ -1,7 +1,7 @@
 //! Exhaustive search: the shortest path over memory states, exact in bytes.
 //!
 //! This is the oracle every other solver is tested against: it explores every
-//! valid sequence of `MODEL.md`'s operation table (as the simulator accepts
+//! valid sequence of [the model](crate::model)'s operation table (as the simulator accepts
 //! them) and so finds the true optimum, feasibility included.
 //!
 //! A state is how each activation a^0..a^{L+1} is held (absent, plain, saved)

@@ -1,5 +1,5 @@
 //! The persistent dynamic program: Rotor's Algorithms 3 and 4 with the
-//! corrections of `MODEL.md`.
+//! corrections of [the model](crate::model).
 //!
 //! C(s, t, m) is the fastest persistent way to turn {a^{s-1}, delta^t} into
 //! {delta^{s-1}} using at most m slots besides a^{s-1}. Either the chain starts

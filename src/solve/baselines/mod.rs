@@ -1,5 +1,5 @@
 //! The baselines: the schedules other tools would run, written as ordinary
-//! operation sequences of `MODEL.md` so that [`crate::solve::solve`] replays them
+//! operation sequences of [the model](crate::model) so that [`crate::solve::solve`] replays them
 //! with the exact simulator like any other schedule. No figure of a baseline
 //! is ever taken from anywhere but that replay.
 //!

@@ -6,7 +6,7 @@
 //! stage, here with the loss) normally. Under `checkpoint` a segment runs
 //! without recording and keeps only its input; during the backward it is
 //! recomputed from that input with recording, then back-propagated. In
-//! `MODEL.md`'s operations this is the segmented schedule of
+//! [the model](crate::model)'s operations this is the segmented schedule of
 //! [`super::segmented`] with checkpoints a^g, a^{2g}, .., a^{(K-1)g}, g = L // K:
 //!
 //! `F_ck^1 F_none^2 .. F_none^g  F_ck^{g+1} .. F_none^{2g} ..  F_all^{(K-1)g+1} .. F_all^{L+1}
