@@ -48,7 +48,7 @@
 //! | [`slots`] | budgets in bytes to memory slots for the dynamic programs |
 //! | [`solve`](mod@solve) | every chain algorithm behind [`solve()`], `auto`'s policy, minimum budgets |
 //! | [`graph`] | forward and joint graphs, their simulator, the Checkmate MILP and LP rounding |
-//! | [`exec`] | an ndarray executor that runs schedules and proves the model in Rust |
+//! | `exec` | an ndarray executor that runs schedules and proves the model in Rust (feature `exec`) |
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
 //! | [`size`] | byte sizes as people write them (`11.2GiB`) |
@@ -71,6 +71,7 @@
 #![warn(missing_docs)]
 
 pub mod chain;
+#[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
 pub mod model {
