@@ -6,7 +6,8 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use remat::report::reported;
 use remat::report::sweep::{budgets, store_all_peak, sweep};
-use remat::solve::{Algorithm, SolveOptions, persistent, solve};
+use remat::solve::dp;
+use remat::solve::{Algorithm, SolveOptions, solve};
 use remat::synthetic::network_like;
 
 fn bench(c: &mut Criterion) {
@@ -14,7 +15,7 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     for len in [100, 300] {
         let chain = network_like(42, len);
-        let min = persistent::min_peak_exact(&chain);
+        let min = dp::min_peak_exact::<dp::Persistent>(&chain);
         let budget = min + (store_all_peak(&chain) - min) / 2;
         for algorithm in [Algorithm::Sequential, Algorithm::Revolve, Algorithm::ChenGreedy] {
             group.bench_with_input(BenchmarkId::new(algorithm.name(), len), &budget, |b, &budget| {

@@ -8,6 +8,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rayon::ThreadPoolBuilder;
 use remat::Op;
 use remat::slots::{SlotChain, Slots};
+use remat::solve::dp;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, floating, solve};
 use remat::synthetic::network_like;
 
@@ -19,7 +20,7 @@ fn bench(c: &mut Criterion) {
         let n = len + 1;
         let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
         let peak = remat::simulate(&chain, &store_all).expect("valid").peak_memory;
-        let min = floating::min_peak_exact(&chain);
+        let min = dp::min_peak_exact::<dp::Floating>(&chain);
         let budget = min + (peak - min) / 2;
         let est = floating::Plan::new(SlotChain::new(&chain, Slots::new(budget, DEFAULT_SLOTS))).estimate();
         eprintln!(

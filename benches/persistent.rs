@@ -18,6 +18,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rayon::ThreadPoolBuilder;
 use remat::Chain;
 use remat::slots::{SlotChain, Slots};
+use remat::solve::dp;
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
 use remat::synthetic::network_like;
 
@@ -26,7 +27,7 @@ const SLOTS: usize = 500;
 /// Halfway between the smallest budget the DP meets and store-all's peak.
 fn budget(chain: &Chain) -> u64 {
     let peak = reference::store_all_peak(chain);
-    let min = persistent::min_budget(chain, SLOTS).expect("feasible");
+    let min = dp::min_budget::<dp::Persistent>(chain, SLOTS).expect("feasible");
     min + (peak - min) / 2
 }
 

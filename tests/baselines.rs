@@ -4,7 +4,8 @@
 //! persistent DP (exact slots) is never slower.
 
 use remat::solve::baselines::BASELINES;
-use remat::solve::{Algorithm, SolveError, SolveOptions, persistent, solve};
+use remat::solve::dp;
+use remat::solve::{Algorithm, SolveError, SolveOptions, solve};
 use remat::synthetic::{Rng, small_chain};
 use remat::{Chain, simulate_within};
 
@@ -26,7 +27,7 @@ fn baselines_replay_within_budget_and_persistent_is_never_slower() {
     for i in 0..CHAINS {
         let chain = small_chain(&mut rng, 1 + i % 7, 9, 6);
         let top = store_all_peak(&chain);
-        let bottom = persistent::min_peak_exact(&chain).saturating_sub(1);
+        let bottom = dp::min_peak_exact::<dp::Persistent>(&chain).saturating_sub(1);
         for budget in bottom..=top {
             let optimal = solve(&chain, budget, Algorithm::Persistent, &exact()).ok().map(|s| s.schedule.makespan);
             for &algorithm in BASELINES {
@@ -72,7 +73,7 @@ fn baselines_on_network_like_chains() {
     for seed in 0..6 {
         let chain = remat::synthetic::network_like(seed, 10 + 7 * seed as usize);
         let top = store_all_peak(&chain);
-        let bottom = persistent::min_peak_exact(&chain);
+        let bottom = dp::min_peak_exact::<dp::Persistent>(&chain);
         for step in 0..=8 {
             let budget = bottom + (top - bottom) * step / 8;
             for &algorithm in BASELINES {
@@ -95,7 +96,10 @@ fn revolve_refuses_a_table_larger_than_memory() {
     assert!(estimate > 1 << 36, "{estimate}");
     match remat::solve::solve(&chain, budget, remat::solve::Algorithm::Revolve, &opts) {
         Err(remat::solve::SolveError::TooLarge(msg)) => {
-            assert!(msg.contains("revolve's table would take about") && msg.contains("use fewer --slots"), "{msg}")
+            assert!(
+                msg.contains("the revolve DP's tables would take about") && msg.contains("use fewer --slots"),
+                "{msg}"
+            )
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }

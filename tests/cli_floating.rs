@@ -56,8 +56,8 @@ fn oversized_tables_are_refused_with_the_estimate() {
         .args(["solve", file.path().to_str().unwrap(), "--memory", "8GiB", "-a", "floating", "--slots", "10000000"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("the floating DP would need about"))
-        .stderr(predicate::str::contains("Use fewer --slots"))
+        .stderr(predicate::str::contains("the floating DP's tables would take about"))
+        .stderr(predicate::str::contains("use fewer --slots"))
         .stderr(predicate::str::contains("--algorithm persistent"));
 }
 

@@ -2,8 +2,9 @@
 //! `auto`'s choice, determinism, and schedules replayed on network-like chains.
 
 use remat::Op;
+use remat::solve::dp;
 use remat::solve::{
-    AUTO_EXHAUSTIVE_STAGES, Algorithm, SolveError, SolveOptions, auto_choice, floating, min_budget, persistent, solve,
+    AUTO_EXHAUSTIVE_STAGES, Algorithm, SolveError, SolveOptions, auto_choice, floating, min_budget, solve,
 };
 use remat::synthetic::network_like;
 
@@ -26,7 +27,9 @@ fn refuses_tables_that_would_not_fit_and_says_what_to_do() {
     let err = solve(&chain, budget, Algorithm::Floating, &opts(10_000_000)).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, SolveError::TooLarge(_)), "{msg}");
-    for needle in ["floating DP would need about", "200 stages at 10000000 slots", "fewer --slots", "persistent"] {
+    for needle in
+        ["floating DP's tables would take about", "200 stages at 10000000 slots", "fewer --slots", "persistent"]
+    {
         assert!(msg.contains(needle), "`{needle}` missing from: {msg}");
     }
     // The figure it names is the plan's estimate, far over any machine.
@@ -69,8 +72,8 @@ fn auto_prefers_exact_then_floating_then_persistent() {
 fn never_slower_than_persistent_on_network_like_chains() {
     for (seed, len) in [(3, 20), (4, 35), (5, 50)] {
         let chain = network_like(seed, len);
-        let (min, all) = (persistent::min_peak_exact(&chain), store_all_peak(&chain));
-        assert!(floating::min_peak_exact(&chain) <= min);
+        let (min, all) = (dp::min_peak_exact::<dp::Persistent>(&chain), store_all_peak(&chain));
+        assert!(dp::min_peak_exact::<dp::Floating>(&chain) <= min);
         for budget in [min, min + (all - min) / 10, min + (all - min) / 2, all] {
             let f = solve(&chain, budget, Algorithm::Floating, &opts(500));
             let p = solve(&chain, budget, Algorithm::Persistent, &opts(500));
@@ -84,7 +87,7 @@ fn never_slower_than_persistent_on_network_like_chains() {
         // Its own smallest budget with 500 slots is feasible, and slot rounding
         // only costs memory.
         let m = min_budget(&chain, Algorithm::Floating, &opts(500)).unwrap().unwrap();
-        assert!(m >= floating::min_peak_exact(&chain));
+        assert!(m >= dp::min_peak_exact::<dp::Floating>(&chain));
         assert!(solve(&chain, m, Algorithm::Floating, &opts(500)).is_ok());
     }
 }
@@ -92,7 +95,7 @@ fn never_slower_than_persistent_on_network_like_chains() {
 #[test]
 fn same_schedule_whatever_the_thread_count() {
     let chain = network_like(7, 45);
-    let budget = persistent::min_peak_exact(&chain) * 5 / 4;
+    let budget = dp::min_peak_exact::<dp::Persistent>(&chain) * 5 / 4;
     let run = |threads| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         pool.install(|| solve(&chain, budget, Algorithm::Floating, &opts(400)).unwrap().schedule)

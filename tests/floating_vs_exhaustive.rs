@@ -6,6 +6,7 @@
 //! and feasibility) and `exhaustive::fastest` (every sequence: the DP may only
 //! be slower where no optimum is nested; see `tests/floating_limits.rs`).
 
+use remat::solve::dp;
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, floating, solve};
 use remat::synthetic::{Rng, small_chain};
 
@@ -40,7 +41,7 @@ fn floating_is_the_nested_optimum_and_never_worse_than_persistent() {
         let chain = small_chain(&mut rng, 1 + i % MAX_LEN, 8, 5);
         let (min_any, _) = exhaustive::min_peak(&chain);
         let nested_min = exhaustive::min_peak_nested(&chain).0;
-        assert_eq!(floating::min_peak_exact(&chain), nested_min, "nested min peak: {chain:?}");
+        assert_eq!(dp::min_peak_exact::<dp::Floating>(&chain), nested_min, "nested min peak: {chain:?}");
         assert!(floating::any_peak_lower_bound(&chain) <= min_any, "lower bound: {chain:?}");
         let with_exact_slots = remat::solve::min_budget(&chain, Algorithm::Floating, &exact(nested_min));
         assert_eq!(with_exact_slots.unwrap(), Some(nested_min), "exact slots: the smallest budget is exact");

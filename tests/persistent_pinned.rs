@@ -16,7 +16,8 @@ use rayon::prelude::*;
 use reference::{Reference, store_all_peak};
 use remat::Chain;
 use remat::slots::{SlotChain, Slots};
-use remat::solve::persistent::{self, Table};
+use remat::solve::dp;
+use remat::solve::persistent::Table;
 
 const SLOTS: usize = 500;
 
@@ -94,7 +95,7 @@ fn chain_files() -> Vec<String> {
 /// smallest budget the DP meets with 500 slots to store-all's peak.
 fn budgets(chain: &Chain) -> [u64; 2] {
     let peak = store_all_peak(chain);
-    let min = persistent::min_budget(chain, SLOTS).unwrap();
+    let min = dp::min_budget::<dp::Persistent>(chain, SLOTS).unwrap();
     [min + (peak - min) / 10, min + (peak - min) / 2]
 }
 

@@ -73,7 +73,7 @@ fn equals_reference_on_network_like_chains() {
     for (len, slots) in [(20, 500), (40, 200), (64, 100), (90, 60)] {
         let chain = network_like(len as u64, len);
         let peak = store_all_peak(&chain);
-        let min = remat::solve::persistent::min_peak_exact(&chain);
+        let min = remat::solve::dp::min_peak_exact::<remat::solve::dp::Persistent>(&chain);
         for budget in [min, (min + peak) / 2, peak] {
             compare(&chain, budget, slots);
         }
@@ -90,7 +90,7 @@ fn f32_costs_would_change_results() {
     for seed in 0..40 {
         let chain = network_like(seed, 12 + seed as usize % 20);
         let peak = store_all_peak(&chain);
-        let min = remat::solve::persistent::min_peak_exact(&chain);
+        let min = remat::solve::dp::min_peak_exact::<remat::solve::dp::Persistent>(&chain);
         let sc = SlotChain::new(&chain, Slots::new(min + (peak - min) / 3, 100));
         let wide = Reference::<f64>::build(sc.clone());
         let narrow = Reference::<f32>::build(sc.clone());

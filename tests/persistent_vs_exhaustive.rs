@@ -2,7 +2,8 @@
 //! budget from infeasible to store-all, with exact slots (slot = 1 byte).
 
 use remat::simulate_within;
-use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, persistent, solve};
+use remat::solve::dp;
+use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, solve};
 use remat::synthetic::{Rng, small_chain};
 
 mod common;
@@ -24,7 +25,7 @@ fn persistent_is_valid_and_never_beats_exhaustive() {
         let lo = min_any.saturating_sub(1);
         let profile = profile(&chain, lo, store_all, exhaustive::fastest);
         assert_eq!(profile[0].is_some(), lo == min_any, "min_peak is the feasibility threshold");
-        let persistent_min = persistent::min_peak_exact(&chain);
+        let persistent_min = dp::min_peak_exact::<dp::Persistent>(&chain);
         for budget in lo..=store_all {
             cases += 1;
             let oracle = profile[(budget - lo) as usize];

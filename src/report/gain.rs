@@ -31,6 +31,7 @@ use super::compare::COMPARE_EXHAUSTIVE_MAX_STAGES;
 use super::sweep::{SequentialPoint, sequential_points};
 use crate::chain::Chain;
 use crate::solve::baselines::faster;
+use crate::solve::dp;
 use crate::solve::fit::fitted;
 use crate::solve::{Algorithm, SolveError, SolveOptions, auto_choice, solve};
 
@@ -86,12 +87,12 @@ pub fn optimum_within(chain: &Chain, budget: u64, slots: usize) -> Result<(Optio
         };
     }
     let opts = SolveOptions { slots, ..SolveOptions::default() };
-    let persistent = fitted(chain, budget, slots, Algorithm::Persistent, None)?.map(|f| f.replay.makespan);
+    let persistent = fitted::<dp::Persistent>(chain, budget, slots, None)?.map(|f| f.replay.makespan);
     if auto_choice(chain, budget, &opts).algorithm != Algorithm::Floating {
         return Ok((persistent, "persistent"));
     }
     // A floating table over the memory limit leaves persistent's answer.
-    let floating = fitted(chain, budget, slots, Algorithm::Floating, None).ok().flatten().map(|f| f.replay.makespan);
+    let floating = fitted::<dp::Floating>(chain, budget, slots, None).ok().flatten().map(|f| f.replay.makespan);
     let best = [persistent, floating].into_iter().flatten().min_by(f64::total_cmp);
     Ok((best, "floating"))
 }

@@ -12,34 +12,8 @@
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::simulate::{Replay, simulate};
-use crate::size::format_size;
-use crate::slots::{SlotChain, Slots};
-use crate::solve::{Algorithm, Progress, SolveError, floating, persistent};
-
-/// A filled slot table that answers every budget up to its own, as the
-/// persistent and floating DPs build them.
-pub(crate) trait SlotTable {
-    fn makespan(&self, budget: usize) -> f64;
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>>;
-}
-
-impl SlotTable for persistent::Table {
-    fn makespan(&self, budget: usize) -> f64 {
-        persistent::Table::makespan(self, budget)
-    }
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        persistent::Table::sequence(self, budget)
-    }
-}
-
-impl SlotTable for floating::Table {
-    fn makespan(&self, budget: usize) -> f64 {
-        floating::Table::makespan(self, budget)
-    }
-    fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        floating::Table::sequence(self, budget)
-    }
-}
+use crate::solve::dp::{self, SlotDp, SlotTable};
+use crate::solve::{Progress, SolveError};
 
 /// A schedule found by [`fitted`].
 pub struct Fitted {
@@ -54,63 +28,32 @@ pub struct Fitted {
     pub slots_above: usize,
 }
 
-/// The fastest schedule `algorithm` (persistent or floating) with `slots`
-/// slots finds whose *replayed* peak fits `budget` bytes. One table is built
-/// with slots of budget/`slots` bytes up to min(2L+4, S/4) slots above the
-/// budget (rounding up costs at most one slot per value held at once, so 2L+4
-/// at most, and far fewer in practice: the fits found on the chains in
+/// The fastest schedule `D` (persistent or floating) with `slots` slots
+/// finds whose *replayed* peak fits `budget` bytes. One table is built with
+/// slots of budget/`slots` bytes up to min(2L+4, S/4) slots above the budget
+/// (rounding up costs at most one slot per value held at once, so 2L+4 at
+/// most, and far fewer in practice: the fits found on the chains in
 /// `chains/` were at most 43 slots up), and every budget of it from `budget`
 /// upward whose schedule is faster than the best so far is replayed; the
 /// fastest that fits in bytes wins, so the result is never slower than the
 /// DP's own answer at `budget`. `Ok(None)` when none fits. The cost of one
-/// solve of the algorithm with 1.25 S slots at most.
+/// solve of `D` with 1.25 S slots at most.
 ///
-/// Errors: [`SolveError::TooLarge`] when the table would exceed the memory a
-/// solve may use ([`floating::memory_limit`]).
-///
-/// # Panics
-/// If `algorithm` is neither persistent nor floating.
-pub fn fitted(
+/// Errors: those of [`dp::SlotDp::check`], and [`SolveError::TooLarge`] when
+/// the table would exceed the memory a solve may use.
+pub fn fitted<D: SlotDp>(
     chain: &Chain,
     budget: u64,
     slots: usize,
-    algorithm: Algorithm,
     progress: Option<Progress>,
 ) -> Result<Option<Fitted>, SolveError> {
     let slot = (budget / slots.max(1) as u64).max(1);
     let base = (budget / slot) as usize;
     let extra = (2 * chain.len() + 4).min(slots / 4).max(4);
-    let sc = SlotChain::new(chain, Slots::with_slot((base + extra) as u64 * slot, slot));
-    let top = sc.slots.budget;
-    let too_large = |needed: u64| {
-        SolveError::TooLarge(format!(
-            "the {algorithm} DP's tables would take about {} (the limit is {}, half of this machine's memory); \
-             use fewer --slots",
-            format_size(needed),
-            format_size(floating::memory_limit())
-        ))
+    let Some(table) = dp::table_up_to::<D>(chain, (base + extra) as u64 * slot, slot, slots, progress)? else {
+        return Ok(None);
     };
-    let table: Box<dyn SlotTable> = match algorithm {
-        Algorithm::Persistent => {
-            let needed = persistent::table_bytes_estimate(&sc);
-            if needed > floating::memory_limit() {
-                return Err(too_large(needed));
-            }
-            Box::new(persistent::Table::build(sc, progress))
-        }
-        Algorithm::Floating => {
-            let plan = floating::Plan::new(sc);
-            if !plan.feasible() {
-                return Ok(None);
-            }
-            let needed = plan.estimate().table_bytes;
-            if needed > floating::memory_limit() {
-                return Err(too_large(needed));
-            }
-            Box::new(plan.fill(progress))
-        }
-        other => panic!("{other} has no slot table"),
-    };
+    let top = table.slots().budget;
     let mut best: Option<Fitted> = None;
     for m in base..=top {
         let time = table.makespan(m);
@@ -129,7 +72,7 @@ pub fn fitted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::solve::{SolveOptions, solve};
+    use crate::solve::{Algorithm, SolveOptions, solve};
 
     /// Fitted by replay, the DP reaches schedules as tight as their exact
     /// peak, where the plain DP's rounding needs more memory.
@@ -137,7 +80,7 @@ mod tests {
     fn fitted_persistent_reaches_tight_budgets() {
         let c = crate::synthetic::network_like(8, 20);
         let sequential = solve(&c, u64::MAX, Algorithm::Sequential, &seg(2)).unwrap().schedule;
-        let f = fitted(&c, sequential.peak_memory, 500, Algorithm::Persistent, None).unwrap().unwrap();
+        let f = fitted::<dp::Persistent>(&c, sequential.peak_memory, 500, None).unwrap().unwrap();
         let (ops, replay) = (f.ops, f.replay);
         assert!(replay.peak_memory <= sequential.peak_memory);
         assert!(replay.makespan <= sequential.makespan + 1e-9);

@@ -621,24 +621,6 @@ impl Table {
     }
 }
 
-/// The smallest budget, in bytes, of any nested sequence (exact, no slots).
-/// O(L^4); the caller keeps L within [`MAX_STAGES`].
-pub fn min_peak_exact(chain: &Chain) -> u64 {
-    Plan::new(SlotChain::new(chain, Slots::with_slot(u64::MAX, 1))).min_peak() as u64
-}
-
-/// True when the program with `slots` slots finds a schedule at `budget` bytes.
-pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
-    Plan::new(SlotChain::new(chain, Slots::new(budget, slots))).feasible()
-}
-
-/// The smallest budget in bytes at which the program with `slots` slots finds
-/// a schedule, up to slot rounding (see [`crate::slots::smallest_feasible_budget`]).
-/// O(L^4 log M).
-pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
-    crate::slots::smallest_feasible_budget(min_peak_exact(chain), slots, |b| feasible(chain, b, slots))
-}
-
 /// A lower bound, in bytes, of the peak of every valid sequence (nested or
 /// not), from what any sequence must do: a^0 stays until B^1; each B^l holds
 /// delta^l, abar^l, a^{l-1}, delta^{l-1}; each F_all^l holds its input and some
@@ -704,7 +686,7 @@ mod tests {
     #[test]
     fn threshold_is_where_the_table_turns_finite() {
         let c = chain();
-        let p = min_peak_exact(&c);
+        let p = crate::solve::dp::min_peak_exact::<crate::solve::dp::Floating>(&c);
         let table = Plan::new(SlotChain::new(&c, Slots::new(100, 100))).fill(None);
         let first = (0..=100).find(|&m| table.makespan(m).is_finite()).unwrap();
         assert_eq!(first as u64, p);

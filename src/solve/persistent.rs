@@ -63,7 +63,6 @@
 
 use rayon::prelude::*;
 
-use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
 
@@ -571,31 +570,10 @@ pub(crate) fn min_peak_of_family(sc: &SlotChain, keep_all: bool) -> usize {
     sc.output[0].saturating_add(p[at(1, n)])
 }
 
-/// The smallest budget, in bytes, of any persistent sequence (exact, no slots).
-pub fn min_peak_exact(chain: &Chain) -> u64 {
-    let sc = SlotChain::new(chain, Slots::with_slot(u64::MAX, 1));
-    min_peak_slots(&sc) as u64
-}
-
-/// True when the DP with `slots` slots finds a schedule at `budget` bytes.
-pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
-    let disc = Slots::new(budget, slots);
-    min_peak_slots(&SlotChain::new(chain, disc)) <= disc.budget
-}
-
-/// The smallest budget in bytes at which the DP with `slots` slots finds a
-/// schedule (verified feasible), found by bisection above the exact minimum
-/// [`min_peak_exact`]; slot rounding makes feasibility nearly but not exactly
-/// monotone in the budget, so this is the smallest up to that rounding.
-/// `None` if no budget works (fewer slots than values a schedule must hold).
-/// O(L^3 log M).
-pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
-    crate::slots::smallest_feasible_budget(min_peak_exact(chain), slots, |budget| feasible(chain, budget, slots))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::Chain;
     use crate::chain::Stage;
     use crate::simulate::simulate;
 
@@ -614,7 +592,7 @@ mod tests {
     fn min_peak_matches_table_threshold() {
         let stages = vec![Stage::simple(1.0, 1.0, 5, 9), Stage::simple(2.0, 1.0, 2, 7), Stage::simple(1.0, 3.0, 6, 6)];
         let chain = Chain::new("c", 3, stages, Stage::zero_loss()).unwrap();
-        let p = min_peak_exact(&chain);
+        let p = crate::solve::dp::min_peak_exact::<crate::solve::dp::Persistent>(&chain);
         let table = Table::build(SlotChain::new(&chain, Slots::new(100, 100)), None);
         let first = (0..=100).find(|&m| table.makespan(m).is_finite()).unwrap();
         assert_eq!(first as u64, p);

@@ -27,8 +27,8 @@ use rayon::prelude::*;
 use super::Plan;
 use crate::chain::Chain;
 use crate::schedule::Op;
-use crate::slots::{SlotChain, Slots, smallest_feasible_budget};
-use crate::solve::{Algorithm, SolveError, SolveOptions};
+use crate::slots::{SlotChain, Slots};
+use crate::solve::{SolveError, SolveOptions};
 
 /// Longest chain the u16 split codes can describe.
 pub const MAX_STAGES: usize = u16::MAX as usize - 2;
@@ -44,6 +44,11 @@ pub struct Table {
 }
 
 impl Table {
+    /// The discretization the table was built with.
+    pub fn slots(&self) -> Slots {
+        self.sc.slots
+    }
+
     fn at(&self, s: usize, t: usize) -> usize {
         (s - 1) * self.sc.n + (t - 1)
     }
@@ -137,19 +142,6 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
     crate::solve::persistent::min_peak_of_family(sc, false)
 }
 
-/// True when the table with `slots` slots finds a schedule at `budget` bytes.
-pub fn feasible(chain: &Chain, budget: u64, slots: usize) -> bool {
-    let disc = Slots::new(budget, slots);
-    min_peak_slots(&SlotChain::new(chain, disc)) <= disc.budget
-}
-
-/// The smallest budget in bytes at which revolve with `slots` slots finds a
-/// schedule (see [`smallest_feasible_budget`]). O(L^3 log M).
-pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
-    let exact = min_peak_slots(&SlotChain::new(chain, Slots::with_slot(u64::MAX, 1))) as u64;
-    smallest_feasible_budget(exact, slots, |budget| feasible(chain, budget, slots))
-}
-
 /// Bytes of the table [`Table::build`] fills for `sc`: one row of an `f64`
 /// cost and a `u16` split per budget in slots, for every (s, t) with s <= t.
 /// O(1).
@@ -158,38 +150,21 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     cells.saturating_mul(sc.slots.budget as u64 + 1).saturating_mul(10)
 }
 
-/// The revolve schedule of `chain` under `budget` bytes with `opts.slots`.
+/// The revolve schedule of `chain` under `budget` bytes with `opts.slots`
+/// (through the shared slot-DP path, [`crate::solve::dp`]).
 pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, SolveError> {
-    if chain.len() > MAX_STAGES {
-        return Err(SolveError::TooLarge(format!(
-            "revolve handles at most {MAX_STAGES} stages; this chain has {}",
-            chain.len()
-        )));
-    }
-    let slots = Slots::new(budget, opts.slots);
-    let sc = SlotChain::new(chain, slots);
-    if min_peak_slots(&sc) > slots.budget {
-        let min_budget = min_budget(chain, opts.slots);
-        return Err(SolveError::Infeasible { algorithm: Algorithm::Revolve, budget, min_budget });
-    }
-    let needed = table_bytes_estimate(&sc);
-    if needed > crate::solve::floating::memory_limit() {
-        return Err(SolveError::TooLarge(format!(
-            "revolve's table would take about {} (the limit is {}, half of this machine's memory); use fewer --slots",
-            crate::size::format_size(needed),
-            crate::size::format_size(crate::solve::floating::memory_limit())
-        )));
-    }
-    let table = Table::build(sc, opts.progress);
-    let ops = table.sequence(slots.budget).expect("feasible by the min-peak check");
-    Ok(Plan { ops, makespan: table.makespan(slots.budget), slot_size: slots.slot, detail: None })
+    let (ops, slot_size, makespan) =
+        crate::solve::dp::solve_dp::<crate::solve::dp::Revolve>(chain, budget, opts.slots, opts.progress)?;
+    Ok(Plan { ops, makespan, slot_size, detail: None })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::simulate::{simulate, simulate_within};
-    use crate::solve::{persistent, solve};
+    use crate::solve::Algorithm;
+    use crate::solve::dp::{self, Revolve};
+    use crate::solve::solve;
     use crate::synthetic::{Rng, small_chain};
 
     /// Every schedule of the family for sub-chain s..=t, by brute force.
@@ -225,7 +200,7 @@ mod tests {
             let c = small_chain(&mut rng, 1 + i % 5, 8, 5);
             let replays: Vec<_> = family(1, c.len() + 1).iter().map(|ops| simulate(&c, ops).unwrap()).collect();
             let min_peak = replays.iter().map(|r| r.peak_memory).min().unwrap();
-            assert_eq!(min_budget(&c, usize::MAX), Some(min_peak), "{c:?}");
+            assert_eq!(dp::min_budget::<Revolve>(&c, usize::MAX), Some(min_peak), "{c:?}");
             let top = replays.iter().map(|r| r.peak_memory).max().unwrap();
             for budget in min_peak.saturating_sub(1)..=top {
                 let brute =
@@ -250,9 +225,9 @@ mod tests {
     #[test]
     fn slots_min_budget_is_feasible() {
         let c = crate::synthetic::network_like(3, 12);
-        let m = min_budget(&c, 50).unwrap();
-        assert!(feasible(&c, m, 50));
-        assert!(m >= persistent::min_peak_exact(&c));
+        let m = dp::min_budget::<Revolve>(&c, 50).unwrap();
+        assert!(dp::feasible::<Revolve>(&c, m, 50));
+        assert!(m >= dp::min_peak_exact::<dp::Persistent>(&c));
         let sol = solve(&c, m, Algorithm::Revolve, &SolveOptions { slots: 50, ..SolveOptions::default() }).unwrap();
         assert!(sol.schedule.peak_memory <= m);
         // Every forward but the loss's runs at least twice.

@@ -1,0 +1,156 @@
+//! Smallest budgets: what an algorithm needs, what any schedule needs, and
+//! what a makespan limit needs; table-size estimates.
+
+use crate::chain::Chain;
+use crate::schedule::Op;
+use crate::slots::{SlotChain, Slots};
+use crate::solve::dp::{self, DpPlan, SlotDp};
+use crate::solve::{
+    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, auto_choice, baselines, check_exhaustive_size,
+    check_slots, exhaustive, floating, graph_only, solve,
+};
+
+/// The smallest budget, in bytes, at which `algorithm` finds a schedule with
+/// these options. For `exhaustive` it is exact (and the smallest budget any
+/// schedule can meet).
+pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
+    check_slots(opts)?;
+    match algorithm {
+        Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
+        Algorithm::Persistent => {
+            dp::Persistent::check(chain, opts.slots)?;
+            Ok(dp::min_budget::<dp::Persistent>(chain, opts.slots))
+        }
+        Algorithm::Exhaustive => {
+            check_exhaustive_size(chain)?;
+            Ok(Some(exhaustive::min_peak(chain).0))
+        }
+        Algorithm::Floating => {
+            dp::Floating::check(chain, opts.slots)?;
+            Ok(dp::min_budget::<dp::Floating>(chain, opts.slots))
+        }
+        Algorithm::Auto => {
+            // The choice depends on the budget only through the slot count's
+            // range of budgets; judge it at the smallest budget persistent meets.
+            let probe = dp::min_peak_exact::<dp::Persistent>(chain);
+            let choice = auto_choice(chain, probe, opts).algorithm;
+            let mut best = min_budget(chain, choice, opts)?;
+            if choice != Algorithm::Exhaustive {
+                // auto also runs the cheap baselines, which need no slot rounding.
+                for &b in AUTO_BASELINES {
+                    if let Some(m) = min_budget(chain, b, opts)? {
+                        best = Some(best.map_or(m, |x| x.min(m)));
+                    }
+                }
+            }
+            Ok(best)
+        }
+        baseline => baselines::min_budget(chain, baseline, opts),
+    }
+}
+
+/// What is known of the smallest budget, in bytes, of any valid schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnyMinimum {
+    /// No valid schedule fits below this.
+    pub lower: u64,
+    /// A schedule fits at this budget; equal to `lower` when exact.
+    pub upper: u64,
+    /// How it was established.
+    pub method: &'static str,
+}
+
+/// The smallest budget of any valid schedule: exact when the nested minimum of
+/// the floating DP meets [`floating::any_peak_lower_bound`] (any length up to
+/// [`floating::MAX_STAGES`]; O(L^4)) or when the chain is small enough for
+/// exhaustive search (up to [`exhaustive::MAX_STAGES`] stages); otherwise a
+/// lower bound and the nested (or, over [`floating::MAX_STAGES`], persistent)
+/// minimum. Not every optimum is nested (see `floating`), so the nested
+/// minimum alone is only an upper bound.
+pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
+    let lower = floating::any_peak_lower_bound(chain);
+    let (upper, method) = if chain.len() <= floating::MAX_STAGES {
+        (dp::min_peak_exact::<dp::Floating>(chain), "floating DP, meeting a lower bound")
+    } else {
+        (dp::min_peak_exact::<dp::Persistent>(chain), "persistent DP, meeting a lower bound")
+    };
+    if upper == lower {
+        return AnyMinimum { lower, upper, method };
+    }
+    if chain.len() <= exhaustive::MAX_STAGES {
+        let exact = exhaustive::min_peak(chain).0;
+        return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
+    }
+    let method = if chain.len() <= floating::MAX_STAGES {
+        "lower bound to the floating DP's nested minimum"
+    } else {
+        "lower bound to the persistent DP's minimum"
+    };
+    AnyMinimum { lower, upper, method }
+}
+
+/// Memory, in bytes, that solving `chain` at `budget` with `algorithm` is
+/// expected to take (its tables), computed before solving in O(L^2); `None`
+/// for algorithms without such an estimate (floating's plan is itself
+/// O(L^4), so it checks its own tables while solving). [`solve`] refuses, with
+/// [`SolveError::TooLarge`], a slot DP whose estimate exceeds
+/// [`floating::memory_limit`] (half of the machine's memory).
+pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<u64> {
+    match algorithm {
+        Algorithm::Persistent => Some(table_bytes::<dp::Persistent>(chain, budget, opts)),
+        Algorithm::Revolve => Some(table_bytes::<dp::Revolve>(chain, budget, opts)),
+        Algorithm::Auto => memory_estimate(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
+        _ => None,
+    }
+}
+
+fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {
+    D::plan(SlotChain::new(chain, Slots::new(budget, opts.slots))).table_bytes()
+}
+
+/// The smallest budget at which `solve(chain, budget, algorithm, opts)`
+/// returns a schedule with a makespan of at most `max_makespan`, with that
+/// schedule; `Ok(None)` when no budget up to store-all's peak does (below
+/// the store-all time no schedule can).
+///
+/// It runs exactly what [`solve`] runs (same algorithm, options and slot
+/// rounding at each budget), so the answer is one `remat solve` reproduces.
+/// A bisection over bytes between the any-schedule lower bound and
+/// store-all's peak keeps the invariant "meets at `hi`, not at `lo`", so the
+/// returned budget b meets the limit and b - 1 bytes does not (or is below
+/// what any schedule needs), even where the algorithm is not monotone in the
+/// budget. O(log2(peak) solves).
+pub fn min_budget_for_makespan(
+    chain: &Chain,
+    max_makespan: f64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Option<Solution>, SolveError> {
+    let meets = |budget: u64| -> Result<Option<Solution>, SolveError> {
+        match solve(chain, budget, algorithm, opts) {
+            Ok(s) if s.schedule.makespan <= max_makespan => Ok(Some(s)),
+            Ok(_) | Err(SolveError::Infeasible { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let n = chain.len() + 1;
+    let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let peak = crate::simulate::simulate(chain, &store_all)
+        .map_err(|source| SolveError::Rejected { algorithm, source })?
+        .peak_memory;
+    let Some(mut best) = meets(peak)? else {
+        return Ok(None);
+    };
+    let (mut lo, mut hi) = (floating::any_peak_lower_bound(chain).saturating_sub(1), peak);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match meets(mid)? {
+            Some(s) => {
+                hi = mid;
+                best = s;
+            }
+            None => lo = mid,
+        }
+    }
+    Ok(Some(best))
+}

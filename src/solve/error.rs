@@ -1,0 +1,57 @@
+//! Why a chain solve returned no schedule.
+
+use thiserror::Error;
+
+use crate::simulate::SimulateError;
+use crate::size::format_size;
+use crate::solve::Algorithm;
+
+/// Why no schedule came back.
+#[derive(Debug, Error)]
+pub enum SolveError {
+    /// No schedule of this algorithm fits the budget.
+    #[error("{}", infeasible_message(*algorithm, *budget, *min_budget))]
+    Infeasible {
+        /// The algorithm asked.
+        algorithm: Algorithm,
+        /// The budget asked, in bytes.
+        budget: u64,
+        /// The smallest budget at which this algorithm finds a schedule, if known.
+        min_budget: Option<u64>,
+    },
+    /// The instance is too large for the algorithm or for memory.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Bad options (zero slots...).
+    #[error("{0}")]
+    Options(String),
+    /// The solver produced a schedule the simulator rejected: a bug in remat.
+    #[error("internal error: the {algorithm} schedule failed its replay ({source}); please report this")]
+    Rejected {
+        /// The algorithm at fault.
+        algorithm: Algorithm,
+        /// What the simulator said.
+        source: SimulateError,
+    },
+    /// The solver's makespan differs from its schedule's replay: a bug in remat.
+    #[error(
+        "internal error: {algorithm} predicted makespan {predicted} but its schedule replays at {replayed}; please report this"
+    )]
+    Mispredicted {
+        /// The algorithm at fault.
+        algorithm: Algorithm,
+        /// What the solver claimed.
+        predicted: f64,
+        /// What the simulator measured.
+        replayed: f64,
+    },
+}
+
+fn infeasible_message(algorithm: Algorithm, budget: u64, min_budget: Option<u64>) -> String {
+    let mut msg = format!("no {algorithm} schedule fits in {} ({budget} bytes)", format_size(budget));
+    match min_budget {
+        Some(m) => msg += &format!("; the smallest budget it can meet is {} ({m} bytes)", format_size(m)),
+        None => msg += "; no budget works with these options",
+    }
+    msg
+}
