@@ -17,7 +17,7 @@ use clap::Parser;
 use ndarray::Array2;
 use remat::Op;
 use remat::exec::layers::{LayerNorm, Linear, MeanSquaredError, Residual, Tanh};
-use remat::exec::{Budget, Checkpointed, ExecError, Outcome, Sequential, Stage as _, store_all_operations};
+use remat::exec::{Budget, Checkpointed, ExecError, Sequential, Stage as _, StepResult, store_all_operations};
 use remat::size::{format_size, parse_size};
 use remat::solve::{Algorithm, SolveError};
 use remat::synthetic::Rng;
@@ -85,7 +85,7 @@ fn network(args: &Args, rng: &mut Rng) -> Sequential {
     net.with(LayerNorm::new(width)).with(Linear::new(width, OUTPUTS, rng))
 }
 
-fn max_difference(a: &Outcome, b: &Outcome) -> f32 {
+fn max_difference(a: &StepResult, b: &StepResult) -> f32 {
     let pairs = a.gradients.iter().zip(&b.gradients).chain([(&a.input_gradient, &b.input_gradient)]);
     pairs.flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
 }

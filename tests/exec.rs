@@ -10,8 +10,8 @@ use ndarray::Array2;
 use remat::exec::layers::{Gelu, LayerNorm, Linear, MeanSquaredError, Relu, Residual, Tanh};
 use remat::exec::{Budget, Checkpointed, Trace};
 use remat::exec::{
-    ExecError, Ledger, Outcome, ProfileOptions, Record, Sequential, Shape, ShapeError, Stage, Tensor, execute, profile,
-    store_all_operations,
+    ExecError, Ledger, ProfileOptions, Record, Sequential, Shape, ShapeError, Stage, StepResult, Tensor, execute,
+    profile, store_all_operations,
 };
 use remat::schedule::parse_operations;
 use remat::solve::{Algorithm, SolveError, SolveOptions, min_budget};
@@ -71,7 +71,7 @@ fn bits(a: &Array2<f32>) -> Vec<u32> {
     a.iter().map(|v| v.to_bits()).collect()
 }
 
-fn assert_same_numbers(got: &Outcome, reference: &Outcome, context: &str) {
+fn assert_same_numbers(got: &StepResult, reference: &StepResult, context: &str) {
     assert_eq!(got.loss.to_bits(), reference.loss.to_bits(), "{context}: loss");
     assert_eq!(got.gradients.len(), reference.gradients.len(), "{context}: number of gradients");
     for (i, (g, r)) in got.gradients.iter().zip(&reference.gradients).enumerate() {

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use remat::report::{Outcome, compare, reported};
+use remat::report::{Verdict, compare, reported};
 use remat::size::format_size;
 use remat::solve::{DEFAULT_SLOTS, SolveOptions};
 
@@ -41,14 +41,14 @@ pub fn run(args: Args) -> CliResult {
     } else {
         print!("{}", cmp.table());
     }
-    if cmp.rows.iter().any(|r| matches!(r.outcome, Outcome::Solved { .. })) {
+    if cmp.rows.iter().any(|r| matches!(r.verdict, Verdict::Solved { .. })) {
         return Ok(());
     }
     let lowest = cmp
         .rows
         .iter()
-        .filter_map(|r| match r.outcome {
-            Outcome::Infeasible { min_budget } => min_budget,
+        .filter_map(|r| match r.verdict {
+            Verdict::Infeasible { min_budget } => min_budget,
             _ => None,
         })
         .min();

@@ -4,7 +4,7 @@
 use ndarray::Array2;
 
 use super::layers::MeanSquaredError;
-use super::{ExecError, Loss, Outcome, ProfileOptions, Sequential, Shape, execute, profile, store_all_operations};
+use super::{ExecError, Loss, ProfileOptions, Sequential, Shape, StepResult, execute, profile, store_all_operations};
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::simulate::{Replay, simulate};
@@ -111,7 +111,7 @@ impl<L: Loss> Checkpointed<L> {
     /// the measured memory trace, which has been checked equal to the
     /// simulator's prediction (an error names the first operation that differs).
     /// The parameters are not updated (see [`Sequential::sgd_step`]).
-    pub fn step(&mut self, input: &Array2<f32>, target: &Array2<f32>) -> Result<Outcome, ExecError> {
+    pub fn step(&mut self, input: &Array2<f32>, target: &Array2<f32>) -> Result<StepResult, ExecError> {
         self.check_batch(input, target)?;
         run(
             &mut self.net,
@@ -132,7 +132,7 @@ impl<L: Loss> Checkpointed<L> {
         ops: &[Op],
         input: &Array2<f32>,
         target: &Array2<f32>,
-    ) -> Result<Outcome, ExecError> {
+    ) -> Result<StepResult, ExecError> {
         self.check_batch(input, target)?;
         let replay = simulate(&self.chain, ops)?;
         run(&mut self.net, &self.loss, &self.chain, ops, &replay, input, target)
@@ -206,7 +206,7 @@ fn run(
     replay: &Replay,
     input: &Array2<f32>,
     target: &Array2<f32>,
-) -> Result<Outcome, ExecError> {
+) -> Result<StepResult, ExecError> {
     let outcome = execute(net, loss, chain, ops, input, target)?;
     outcome.trace.check(replay)?;
     Ok(outcome)

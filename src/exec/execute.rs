@@ -88,7 +88,7 @@ impl Trace {
 
 /// The result of running a schedule for one batch.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub struct StepResult {
     /// The loss value.
     pub loss: f32,
     /// dLoss/dparameter for every parameter, in [`Sequential`]'s parameter order.
@@ -141,7 +141,7 @@ pub fn execute(
     ops: &[Op],
     input: &Array2<f32>,
     target: &Array2<f32>,
-) -> Result<Outcome, ExecError> {
+) -> Result<StepResult, ExecError> {
     let n = net.len() + 1;
     if chain.len() != net.len() {
         return Err(ExecError::ChainMismatch(format!(
@@ -231,7 +231,7 @@ pub fn execute(
     }
     let peak = steps.iter().map(|s| s.during.total()).fold(initial.total(), u64::max);
     let trace = Trace { initial, steps, peak, live_peak: ledger.peak() };
-    Ok(Outcome { loss: loss_value, gradients: net.gradients(), input_gradient: grad.array().clone(), trace })
+    Ok(StepResult { loss: loss_value, gradients: net.gradients(), input_gradient: grad.array().clone(), trace })
 }
 
 /// The error for a tensor that outlived the operation that made it.

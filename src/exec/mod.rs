@@ -45,7 +45,7 @@ mod ledger;
 mod profile;
 
 pub use checkpointed::{Budget, Checkpointed, Options};
-pub use execute::{MeasuredStep, Outcome, Trace, execute, store_all_operations};
+pub use execute::{MeasuredStep, StepResult, Trace, execute, store_all_operations};
 pub use ledger::{ELEMENT_BYTES, Kind, Ledger, OpMemory, Tensor};
 pub use profile::{ProfileOptions, profile};
 

@@ -12,7 +12,7 @@ use crate::solve::{Algorithm, Solution, SolveError, SolveOptions, solve};
 /// What one algorithm gave.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Verdict {
     /// A schedule, replayed by the simulator within the budget.
     Solved {
         /// The replay's makespan.
@@ -46,7 +46,7 @@ pub struct Row {
     pub algorithm: String,
     /// Its result.
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub verdict: Verdict,
     /// Wall-clock time of the solve, replay included, in seconds (this figure
     /// alone varies from run to run).
     pub solve_seconds: f64,
@@ -121,26 +121,26 @@ pub fn skip_reason(
     }
 }
 
-/// Runs `algorithm` and turns the answer into an [`Outcome`]: infeasible and
-/// too-large answers are outcomes; any other error (bad options, or a
+/// Runs `algorithm` and turns the answer into an [`Verdict`]: infeasible and
+/// too-large answers are verdicts; any other error (bad options, or a
 /// schedule the simulator rejected, which is a bug) is returned.
-pub fn outcome(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Outcome, SolveError> {
-    outcome_of(chain, solve(chain, budget, algorithm, opts))
+pub fn verdict(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Verdict, SolveError> {
+    verdict_of(chain, solve(chain, budget, algorithm, opts))
 }
 
-/// The [`Outcome`] of a solve's result: its figures, infeasible with the
+/// The [`Verdict`] of a solve's result: its figures, infeasible with the
 /// smallest budget, or skipped when too large; other errors pass through.
-pub fn outcome_of(chain: &Chain, result: Result<Solution, SolveError>) -> Result<Outcome, SolveError> {
+pub fn verdict_of(chain: &Chain, result: Result<Solution, SolveError>) -> Result<Verdict, SolveError> {
     match result {
-        Ok(sol) => Ok(Outcome::Solved {
+        Ok(sol) => Ok(Verdict::Solved {
             makespan: sol.schedule.makespan,
             overhead_percent: overhead_percent(sol.schedule.makespan, chain.store_all_time()),
             peak_memory: sol.schedule.peak_memory,
             slot_size: sol.slot_size,
             detail: sol.detail,
         }),
-        Err(SolveError::Infeasible { min_budget, .. }) => Ok(Outcome::Infeasible { min_budget }),
-        Err(SolveError::TooLarge(reason)) => Ok(Outcome::Skipped { reason }),
+        Err(SolveError::Infeasible { min_budget, .. }) => Ok(Verdict::Infeasible { min_budget }),
+        Err(SolveError::TooLarge(reason)) => Ok(Verdict::Skipped { reason }),
         Err(e) => Err(e),
     }
 }
@@ -159,12 +159,12 @@ pub fn compare(
     for &algorithm in algorithms {
         let start = Instant::now();
         let skip = skip_reason(chain, budget, algorithm, opts, COMPARE_EXHAUSTIVE_MAX_STAGES, "compare");
-        let outcome = match skip {
-            Some(reason) => Outcome::Skipped { reason },
-            None => outcome(chain, budget, algorithm, opts)?,
+        let verdict = match skip {
+            Some(reason) => Verdict::Skipped { reason },
+            None => verdict(chain, budget, algorithm, opts)?,
         };
         let solve_seconds = start.elapsed().as_secs_f64();
-        rows.push(Row { algorithm: algorithm.name().to_string(), outcome, solve_seconds });
+        rows.push(Row { algorithm: algorithm.name().to_string(), verdict, solve_seconds });
     }
     Ok(Comparison {
         chain: chain.name().to_string(),
@@ -205,8 +205,8 @@ impl Comparison {
         let mut lines = vec![header.map(String::from).to_vec()];
         for row in &self.rows {
             let time = format_seconds(row.solve_seconds);
-            let line = match &row.outcome {
-                Outcome::Solved { makespan, overhead_percent, peak_memory, slot_size, detail } => {
+            let line = match &row.verdict {
+                Verdict::Solved { makespan, overhead_percent, peak_memory, slot_size, detail } => {
                     let mut notes: Vec<String> = detail.iter().cloned().collect();
                     if *slot_size > 1 {
                         notes.push(format!("{} slots of {slot_size} B", self.slots));
@@ -220,14 +220,14 @@ impl Comparison {
                         notes.join("; "),
                     ]
                 }
-                Outcome::Infeasible { min_budget } => {
+                Verdict::Infeasible { min_budget } => {
                     let note = match min_budget {
                         Some(m) => format!("infeasible: needs at least {} ({m} bytes)", format_size(*m)),
                         None => "infeasible at any budget with these options".to_string(),
                     };
                     vec![row.algorithm.clone(), "-".into(), "-".into(), "-".into(), time, note]
                 }
-                Outcome::Skipped { reason } => {
+                Verdict::Skipped { reason } => {
                     vec![
                         row.algorithm.clone(),
                         "-".into(),
@@ -277,11 +277,11 @@ mod tests {
         let c = chain();
         let cmp = compare(&c, 32, &reported(), &SolveOptions::default()).unwrap();
         assert_eq!(cmp.rows.len(), Algorithm::ALL.len(), "every algorithm, auto included");
-        let row = |name: &str| cmp.rows.iter().find(|r| r.algorithm == name).unwrap().outcome.clone();
+        let row = |name: &str| cmp.rows.iter().find(|r| r.algorithm == name).unwrap().verdict.clone();
         // Store-all needs 42 bytes (sequential's unit test traces it by hand).
-        assert_eq!(row("store-all"), Outcome::Infeasible { min_budget: Some(42) });
+        assert_eq!(row("store-all"), Verdict::Infeasible { min_budget: Some(42) });
         match row("sequential") {
-            Outcome::Solved { makespan, overhead_percent, peak_memory, detail, .. } => {
+            Verdict::Solved { makespan, overhead_percent, peak_memory, detail, .. } => {
                 assert_eq!((makespan, peak_memory), (38.0, 32));
                 assert!((overhead_percent.unwrap() - 100.0 * 3.0 / 35.0).abs() < 1e-9);
                 assert_eq!(detail.as_deref(), Some("K = 2 segments"));
@@ -302,11 +302,11 @@ mod tests {
     #[test]
     fn exhaustive_is_skipped_on_long_chains() {
         let c = crate::synthetic::network_like(1, 20);
-        let o = outcome(&c, u64::MAX / 4, Algorithm::Exhaustive, &SolveOptions::default()).unwrap();
-        assert!(matches!(o, Outcome::Skipped { reason } if reason.contains("at most 14 stages")));
+        let o = verdict(&c, u64::MAX / 4, Algorithm::Exhaustive, &SolveOptions::default()).unwrap();
+        assert!(matches!(o, Verdict::Skipped { reason } if reason.contains("at most 14 stages")));
         let c = crate::synthetic::network_like(1, 13);
         let cmp = compare(&c, u64::MAX / 4, &[Algorithm::Exhaustive], &SolveOptions::default()).unwrap();
-        let Outcome::Skipped { reason } = &cmp.rows[0].outcome else { panic!("{cmp:?}") };
+        let Verdict::Skipped { reason } = &cmp.rows[0].verdict else { panic!("{cmp:?}") };
         assert!(reason.contains("at most 12 stages") && reason.contains("this chain has 13"), "{reason}");
         assert!(reason.contains("remat solve --algorithm exhaustive"), "{reason}");
     }

@@ -3,7 +3,7 @@
 //! points, as in the Rotor paper's figures 6-8) and the memory timeline of one
 //! schedule (stacked by kind, as in its figure 2).
 
-use super::compare::Outcome;
+use super::compare::Verdict;
 use super::svg::{Anchor, Scale, Svg, byte_unit, nice_ticks, tick_label};
 use super::sweep::Sweep;
 use crate::simulate::{Memory, Replay};
@@ -128,14 +128,14 @@ pub fn tradeoff_svg(sweep: &Sweep) -> String {
         let mut pts: Vec<(u64, f64)> = curve
             .points
             .iter()
-            .filter_map(|p| match p.outcome {
-                Outcome::Solved { makespan, peak_memory, .. } => Some((peak_memory, makespan)),
+            .filter_map(|p| match p.verdict {
+                Verdict::Solved { makespan, peak_memory, .. } => Some((peak_memory, makespan)),
                 _ => None,
             })
             .collect();
         pts.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
         pts.dedup();
-        if curve.points.iter().any(|p| matches!(p.outcome, Outcome::Skipped { .. })) {
+        if curve.points.iter().any(|p| matches!(p.verdict, Verdict::Skipped { .. })) {
             skipped.push(&curve.algorithm);
         }
         series.push((curve.algorithm.clone(), pts));

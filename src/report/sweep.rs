@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{Outcome, outcome, skip_reason};
+use super::compare::{Verdict, skip_reason, verdict};
 use crate::chain::Chain;
 use crate::simulate::simulate;
 use crate::solve::baselines::segmented;
@@ -21,7 +21,7 @@ pub struct Point {
     pub budget: u64,
     /// What the algorithm gave there.
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub verdict: Verdict,
 }
 
 /// One algorithm over every budget of the sweep.
@@ -131,7 +131,7 @@ pub fn curve_by_budget(
     budgets
         .par_iter()
         .map(|&budget| {
-            let point = outcome(chain, budget, algorithm, &opts).map(|outcome| Point { budget, outcome });
+            let point = verdict(chain, budget, algorithm, &opts).map(|verdict| Point { budget, verdict });
             done();
             point
         })
@@ -182,7 +182,7 @@ pub fn sweep(
         let points = if let Some(reason) = skip {
             budgets
                 .iter()
-                .map(|&budget| Point { budget, outcome: Outcome::Skipped { reason: reason.clone() } })
+                .map(|&budget| Point { budget, verdict: Verdict::Skipped { reason: reason.clone() } })
                 .collect()
         } else {
             curve_by_budget(chain, budgets, algorithm, opts, &done)?
@@ -222,8 +222,8 @@ impl Sweep {
         let opt = |v: Option<String>| v.unwrap_or_default();
         for curve in &self.curves {
             for p in &curve.points {
-                let (status, makespan, peak, overhead, min, detail) = match &p.outcome {
-                    Outcome::Solved { makespan, overhead_percent, peak_memory, detail, .. } => (
+                let (status, makespan, peak, overhead, min, detail) = match &p.verdict {
+                    Verdict::Solved { makespan, overhead_percent, peak_memory, detail, .. } => (
                         "solved",
                         csv_time(*makespan),
                         peak_memory.to_string(),
@@ -231,7 +231,7 @@ impl Sweep {
                         String::new(),
                         opt(detail.clone()),
                     ),
-                    Outcome::Infeasible { min_budget } => (
+                    Verdict::Infeasible { min_budget } => (
                         "infeasible",
                         String::new(),
                         String::new(),
@@ -239,7 +239,7 @@ impl Sweep {
                         opt(min_budget.map(|m| m.to_string())),
                         String::new(),
                     ),
-                    Outcome::Skipped { reason } => {
+                    Verdict::Skipped { reason } => {
                         ("skipped", String::new(), String::new(), String::new(), String::new(), reason.clone())
                     }
                 };
@@ -279,14 +279,14 @@ mod tests {
         let s = sweep(&c, &budgets, &algorithms, &opts, None).unwrap();
         assert_eq!(s.sequential_points.len(), 12);
         let persistent = &s.curves[0];
-        assert!(matches!(persistent.points[0].outcome, Outcome::Solved { .. }));
+        assert!(matches!(persistent.points[0].verdict, Verdict::Solved { .. }));
         // Store-all fits only at its own peak, the last budget.
         let store_all: Vec<bool> =
-            s.curves[1].points.iter().map(|p| matches!(p.outcome, Outcome::Solved { .. })).collect();
+            s.curves[1].points.iter().map(|p| matches!(p.verdict, Verdict::Solved { .. })).collect();
         assert_eq!(store_all, [false, false, false, false, false, false, false, false, true]);
         for curve in &s.curves {
             for p in &curve.points {
-                if let Outcome::Solved { peak_memory, .. } = p.outcome {
+                if let Verdict::Solved { peak_memory, .. } = p.verdict {
                     assert!(peak_memory <= p.budget);
                 }
             }
@@ -312,18 +312,18 @@ mod tests {
         for curve in &s.curves {
             let algorithm: Algorithm = curve.algorithm.parse().unwrap();
             for point in &curve.points {
-                let separate = outcome(&c, point.budget, algorithm, &opts).unwrap();
-                assert_eq!(point.outcome, separate, "{algorithm} at {}", point.budget);
+                let separate = verdict(&c, point.budget, algorithm, &opts).unwrap();
+                assert_eq!(point.verdict, separate, "{algorithm} at {}", point.budget);
             }
         }
         for (p, f) in s.curves[0].points.iter().zip(&s.curves[1].points) {
-            if let (Outcome::Solved { makespan: tp, .. }, Outcome::Solved { makespan: tf, .. }) =
-                (&p.outcome, &f.outcome)
+            if let (Verdict::Solved { makespan: tp, .. }, Verdict::Solved { makespan: tf, .. }) =
+                (&p.verdict, &f.verdict)
             {
                 assert!(tf <= &(tp + 1e-9 * tp), "floating {tf} > persistent {tp} at {}", p.budget);
             }
             assert!(
-                !matches!(f.outcome, Outcome::Infeasible { .. }) || matches!(p.outcome, Outcome::Infeasible { .. }),
+                !matches!(f.verdict, Verdict::Infeasible { .. }) || matches!(p.verdict, Verdict::Infeasible { .. }),
                 "floating infeasible where persistent is not at {}",
                 p.budget
             );
