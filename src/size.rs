@@ -44,8 +44,21 @@ fn unit_factor(unit: &str) -> Option<u128> {
 /// Parses a size: a decimal number (`1.5`, `90`) followed by an optional unit.
 ///
 /// Decimal arithmetic is exact: `1.5GB` is 1500000000 bytes; a result that is
-/// not a whole number of bytes is an error, not silently rounded.
+/// not a whole number of bytes is an error, not silently rounded. O(length).
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
+    parse(input, false)
+}
+
+/// Parses a size like [`parse_size`], but rounds a fraction of a byte down
+/// instead of refusing it: `11.2GiB` is 12025908428 bytes (12025908428.8
+/// exactly). Meant for budgets, where the fraction of a byte could never be
+/// used and a user writing `11.2GiB` should not have to find a multiple of
+/// 5 that is exact. Every other error is [`parse_size`]'s. O(length).
+pub fn parse_size_floor(input: &str) -> Result<u64, SizeError> {
+    parse(input, true)
+}
+
+fn parse(input: &str, round_down: bool) -> Result<u64, SizeError> {
     let s = input.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (number, unit) = (&s[..split], s[split..].trim());
@@ -60,7 +73,7 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let frac_value: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| too_large())? };
     let scale = 10u128.checked_pow(frac.len() as u32).ok_or_else(too_large)?;
     let frac_bytes = frac_value.checked_mul(factor).ok_or_else(too_large)?;
-    if frac_bytes % scale != 0 {
+    if frac_bytes % scale != 0 && !round_down {
         return Err(SizeError::Fraction(input.to_string()));
     }
     let total = int_value.checked_mul(factor).and_then(|v| v.checked_add(frac_bytes / scale)).ok_or_else(too_large)?;
@@ -103,6 +116,19 @@ mod tests {
         assert!(matches!(parse_size("0.3KiB"), Err(SizeError::Fraction(_))));
         assert!(matches!(parse_size("20000000TiB"), Err(SizeError::TooLarge(_))));
         assert!(matches!(parse_size("99999999999999999999999"), Err(SizeError::TooLarge(_))));
+    }
+
+    #[test]
+    fn floor_rounds_fractions_of_a_byte_down() {
+        // 11.2 * 2^30 = 12025908428.8
+        assert_eq!(parse_size_floor("11.2GiB"), Ok(12_025_908_428));
+        assert_eq!(parse_size_floor("0.3KiB"), Ok(307));
+        assert_eq!(parse_size_floor("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size_floor("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size_floor("0.0000001B"), Ok(0));
+        assert!(matches!(parse_size_floor("11.2G"), Err(SizeError::Unit { .. })));
+        assert!(matches!(parse_size_floor("-1GiB"), Err(SizeError::Syntax(_))));
+        assert!(matches!(parse_size_floor("20000000TiB"), Err(SizeError::TooLarge(_))));
     }
 
     #[test]
