@@ -89,10 +89,13 @@ class Checkpointed(nn.Module):
             will take; None assumes Adam (two tensors per parameter).
         preserve_rng: replay RNG state on recomputation (turn off only for
             stages that use no randomness, to save the state copies).
+        chain: a chain measured before (:func:`profile`, or ``remat.Chain.load``
+            of a saved one) to solve on instead of profiling, for every input.
 
     Raises:
         TypeError: ``module`` is not a sequence of modules.
-        ValueError: ``memory`` is not a size, or ``"auto"`` without a GPU.
+        ValueError: ``memory`` is not a size, or ``"auto"`` without a GPU, or
+            ``chain`` has another number of stages than ``module``.
         remat.InfeasibleError: (when solving) no schedule fits ``memory``; its
             ``min_budget`` is the smallest budget that does.
     """
@@ -108,6 +111,7 @@ class Checkpointed(nn.Module):
         repeat: int = 3,
         optimizer_state_bytes: int | None = None,
         preserve_rng: bool = True,
+        chain: remat.Chain | None = None,
     ) -> None:
         super().__init__()
         stages = stages_of(module)
@@ -122,6 +126,9 @@ class Checkpointed(nn.Module):
         self.repeat = repeat
         self.optimizer_state_bytes = optimizer_state_bytes
         self.preserve_rng = preserve_rng
+        if chain is not None and len(chain) != len(stages):
+            raise ValueError(f"the chain has {len(chain)} stages and the module {len(stages)}")
+        self._chain = chain
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._last: Plan | None = None
         if sample_input is not None:
@@ -188,12 +195,17 @@ class Checkpointed(nn.Module):
             budget, note = self.auto_budget(x.device)
         else:
             budget, note = self.memory, f"memory={self.memory!r} as given"
-        chain = profile(self.module, x, repeat=self.repeat)
+        chain = self._chain if self._chain is not None else profile(self.module, x, repeat=self.repeat)
         schedule = remat.solve(chain, budget, algorithm=self.algorithm, slots=self.slots)
         plan = Plan(chain, schedule, budget, note)
         self._plans[key] = plan
         self._last = plan
         return plan
+
+    @property
+    def plans(self) -> dict[tuple[Any, ...], Plan]:
+        """Every plan made so far, by (shape, dtype, device, training, autocast)."""
+        return dict(self._plans)
 
     @property
     def chain(self) -> remat.Chain | None:

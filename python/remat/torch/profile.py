@@ -191,9 +191,10 @@ def profile(
     is run on the output of the previous one, on the sample's device and dtype
     and in the module's current mode (``train()`` or ``eval()``), and measured:
 
-    - ``forward_time`` / ``backward_time``: median of ``repeat`` runs, in ms
-      (CUDA events on a GPU, ``time.perf_counter`` on the CPU). The forward is
-      the recording one (with autograd), the backward gets a gradient of ones.
+    - ``forward_time`` / ``backward_time``: median of ``repeat`` runs after a
+      warm-up run, in ms (CUDA events on a GPU, ``time.perf_counter`` on the
+      CPU). The forward is the recording one (with autograd), the backward gets
+      a gradient of ones.
     - ``output_size``: bytes of the output's storage (or of its elements if it
       is a view of the stage's input).
     - ``saved_size``: bytes of the distinct storages autograd saves for the
@@ -294,7 +295,7 @@ def _profile_stage(
     saved_bytes = 0
     grad_bytes = 0
     in_grad_bytes = 0
-    for _ in range(repeat):
+    for run in range(repeat + 1):  # run 0 warms up (allocator, kernels); not timed
         for p in params:
             p.grad = None
         xl = x.detach().requires_grad_(needs_input_grad)
@@ -308,10 +309,12 @@ def _profile_stage(
             # Time a forward alone: the measuring mode slows small operators down.
             with meter.timed():
                 y2 = run_stage(stages, i, xl)
-            fwd_ms.append(meter.ms)
+            if run:
+                fwd_ms.append(meter.ms)
             del y2
             if not y.requires_grad:
                 bwd_ms.append(0.0)
+                del y, saved, xl
                 continue
             dy = torch.ones_like(y)
             with meter.measure():
@@ -326,7 +329,8 @@ def _profile_stage(
             dy = torch.ones_like(y)
             with meter.timed():
                 torch.autograd.backward(y, dy)
-            bwd_ms.append(meter.ms)
+            if run:
+                bwd_ms.append(meter.ms)
             del y, dy, xl
     for p in params:
         p.grad = None
