@@ -21,7 +21,6 @@ Run (under a minute on two cores):
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from collections.abc import Callable
@@ -52,7 +51,9 @@ def make_model() -> nn.Sequential:
     return nn.Sequential(*[Residual(WIDTH) for _ in range(BLOCKS)], nn.Linear(WIDTH, 10))
 
 
-def step(model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor) -> float:
+def step(
+    model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor
+) -> float:
     """One forward and backward; returns the loss."""
     for p in params:
         p.grad = None
@@ -61,7 +62,9 @@ def step(model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Paramete
     return loss.item()
 
 
-def peak_bytes(model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor) -> int:
+def peak_bytes(
+    model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor
+) -> int:
     """Peak live bytes of one step, the input batch included (as remat's budget counts it),
     parameter gradients excluded (as the budget excludes them)."""
     with rt.LiveBytes() as live:
@@ -70,7 +73,13 @@ def peak_bytes(model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Pa
     return live.peak + x.numel() * x.element_size()
 
 
-def step_ms(model: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor, n: int = 3) -> float:
+def step_ms(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    params: list[nn.Parameter],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n: int = 3,
+) -> float:
     """Median wall time of n steps, in ms."""
     times = []
     for _ in range(n):
@@ -117,8 +126,10 @@ def main() -> None:
     print(f"largest gradient difference from the plain model: {diff}")
 
     measured = peak_bytes(model, params, x, y)
-    print(f"peak: predicted {mib(model.schedule.peak_memory)}, measured {mib(measured)} "
-          f"(the criterion's log-softmax is outside the chain)")
+    print(
+        f"peak: predicted {mib(model.schedule.peak_memory)}, measured {mib(measured)} "
+        f"(the criterion's log-softmax is outside the chain)"
+    )
 
     # checkpoint_sequential at the same memory. With K segments it recomputes
     # every stage but the last segment's, so the fewest segments whose measured

@@ -226,7 +226,7 @@ def test_memory_auto_on_cpu_is_a_clear_error() -> None:
 
 
 def test_not_a_sequence_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="nn.Sequential"):
+    with pytest.raises(TypeError, match=r"nn\.Sequential"):
         rt.Checkpointed(nn.Linear(3, 3), 10**6)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="stage 2 is a str"):
         rt.Checkpointed([nn.Linear(3, 3), "relu"], 10**6)  # type: ignore[list-item]

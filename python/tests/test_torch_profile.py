@@ -105,7 +105,7 @@ def test_non_tensor_output_is_a_type_error() -> None:
 
 def test_sample_must_be_a_tensor_and_repeat_positive() -> None:
     model = nn.Sequential(nn.Linear(4, 4))
-    with pytest.raises(TypeError, match="sample_input must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"sample_input must be a torch\.Tensor, got list"):
         rt.profile(model, [[1.0] * 4])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="repeat must be at least 1, got 0"):
         rt.profile(model, torch.randn(2, 4), repeat=0)

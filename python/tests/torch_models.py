@@ -43,9 +43,7 @@ def cnn(batch: int = 8) -> Case:
     """Conv + BatchNorm + ReLU + Dropout blocks, then a linear classifier."""
 
     def block(cin: int, cout: int, p: float) -> nn.Sequential:
-        return nn.Sequential(
-            nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.Dropout2d(p)
-        )
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.Dropout2d(p))
 
     def make() -> nn.Sequential:
         torch.manual_seed(3)

@@ -11,7 +11,7 @@ from torch import nn
 
 import remat
 
-from .executor import run_schedule
+from .executor import autocast_enabled, run_schedule
 from .profile import profile, stages_of
 
 __all__ = ["Checkpointed", "Plan"]
@@ -138,7 +138,7 @@ class Checkpointed(nn.Module):
 
     @staticmethod
     def _key(x: torch.Tensor, training: bool) -> tuple[Any, ...]:
-        return (tuple(x.shape), x.dtype, x.device, training, torch.is_autocast_enabled(x.device.type))
+        return (tuple(x.shape), x.dtype, x.device, training, autocast_enabled(x.device.type))
 
     def auto_budget(self, device: torch.device) -> tuple[int, str]:
         """The budget ``memory="auto"`` gives on ``device``, and its arithmetic.

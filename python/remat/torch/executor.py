@@ -25,8 +25,9 @@ Why the results equal the plain module's:
   masks repeat and the global generator ends where the plain forward leaves it.
   This is what ``torch.utils.checkpoint`` does per checkpointed segment.
 - Buffers: a recomputation copies the stage's buffers first and puts them back
-  after (``torch.utils.checkpoint`` does not, so it updates BatchNorm twice), so BatchNorm running statistics (and ``num_batches_tracked``) move once
-  per step, by the first run. In training mode BatchNorm normalises with the
+  after, so BatchNorm running statistics (and ``num_batches_tracked``) move
+  once per step, by the first run (``torch.utils.checkpoint`` does not do
+  this: its recomputation updates them a second time). In training mode BatchNorm normalises with the
   batch's statistics, so the recomputed output is the same.
 - Autocast: the autocast state of the caller's forward is captured and
   re-entered for the forwards that run in ``backward`` (autograd runs
@@ -49,18 +50,33 @@ from torch import nn
 
 from .profile import run_stage
 
-__all__ = ["ScheduleRunner", "run_schedule"]
+__all__ = ["ScheduleRunner", "autocast_enabled", "run_schedule"]
 
 Op = tuple[str, int]
 
 
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` ("cpu" or "cuda"), on torch >= 2.1."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4: one function per device type
+        if device_type == "cpu":
+            return bool(torch.is_autocast_cpu_enabled())
+        return bool(torch.is_autocast_enabled())
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype:
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except AttributeError:  # torch < 2.4
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype()
+        return torch.get_autocast_gpu_dtype()
+
+
 def _autocast_state() -> list[tuple[str, torch.dtype]]:
     """The device types for which autocast is on now, with their dtypes."""
-    on = []
-    for dev in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(dev):
-            on.append((dev, torch.get_autocast_dtype(dev)))
-    return on
+    return [(dev, _autocast_dtype(dev)) for dev in ("cpu", "cuda") if autocast_enabled(dev)]
 
 
 @contextlib.contextmanager

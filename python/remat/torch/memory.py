@@ -99,9 +99,7 @@ class LiveBytes(TorchDispatchMode):
         for p in parameters:
             if p.requires_grad:
                 self._hooks.append(
-                    p.register_post_accumulate_grad_hook(
-                        lambda q: self.exclude(q.grad) if q.grad is not None else None
-                    )
+                    p.register_post_accumulate_grad_hook(lambda q: self.exclude(q.grad) if q.grad is not None else None)
                 )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]

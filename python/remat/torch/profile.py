@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -88,9 +88,7 @@ def output_bytes(y: torch.Tensor, x: torch.Tensor) -> int:
 
 
 @contextlib.contextmanager
-def preserved_state(
-    stages: Sequence[nn.Module], devices: Sequence[torch.device]
-) -> Iterator[None]:
+def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]) -> Iterator[None]:
     """Runs a block and then puts back what running the stages changes: the RNG
     state (CPU and the given CUDA devices), every buffer (BatchNorm running
     statistics) and every parameter's ``.grad``."""
@@ -155,12 +153,11 @@ class _Meter:
             self.ms = (time.perf_counter() - t0) * 1e3
 
 
-def _saved_storages(
-    stage: nn.Module, x: torch.Tensor, run: Callable[[], Any]
-) -> tuple[Any, dict[int, int]]:
-    """Runs a recording forward and returns its output and the storages autograd
-    keeps for the backward (data pointer -> bytes), parameters, buffers and the
-    stage's input excluded."""
+def _saved_storages(stages: Sequence[nn.Module], index: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[int, int]]:
+    """Runs a recording forward of stage ``index`` on ``x`` and returns its output
+    and the storages autograd keeps for the backward (data pointer -> bytes),
+    the stage's parameters and buffers and its input excluded."""
+    stage = stages[index]
     own = {storage_key(t) for t in list(stage.parameters()) + list(stage.buffers())}
     own.add(storage_key(x))
     saved: dict[int, int] = {}
@@ -173,7 +170,7 @@ def _saved_storages(
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = run()
+        y = run_stage(stages, index, x)
     return y, saved
 
 
@@ -192,7 +189,7 @@ def profile(
     and in the module's current mode (``train()`` or ``eval()``), and measured:
 
     - ``forward_time`` / ``backward_time``: median of ``repeat`` runs after a
-      warm-up run, in ms (CUDA events on a GPU, ``time.perf_counter`` on the
+      warm-up run (not measured at all), in ms (CUDA events on a GPU, ``time.perf_counter`` on the
       CPU). The forward is the recording one (with autograd), the backward gets
       a gradient of ones.
     - ``output_size``: bytes of the output's storage (or of its elements if it
@@ -231,11 +228,13 @@ def profile(
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     device = sample_input.device
     x = sample_input.detach()
+    names = _names(module, stages)
     records: list[dict[str, Any]] = []
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
-        for i, stage in enumerate(stages):
+        for i in range(len(stages)):
             records.append(_profile_stage(stages, i, x, repeat, device))
+            records[-1]["name"] = names[i]
             with torch.no_grad():
                 x = run_stage(stages, i, x)
     chain = {
@@ -244,8 +243,7 @@ def profile(
         "stages": records,
         "metadata": {
             "source": "remat.torch.profile",
-            "device": str(device)
-            + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+            "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
             "dtype": str(sample_input.dtype).removeprefix("torch."),
             "batch": int(sample_input.shape[0]) if sample_input.dim() > 0 else 1,
             "input_shape": list(sample_input.shape),
@@ -258,14 +256,22 @@ def profile(
     return remat.Chain.from_dict(chain)
 
 
+def _names(module: nn.Module | Sequence[nn.Module], stages: Sequence[nn.Module]) -> list[str]:
+    """The children's names of an nn.Sequential built from an OrderedDict, else
+    ``"3:Linear"`` (position and class)."""
+    named = list(module.named_children()) if isinstance(module, nn.Module) else []
+    if len(named) == len(stages) and not all(n.isdigit() for n, _ in named):
+        return [n for n, _ in named]
+    return [f"{i + 1}:{type(s).__name__}" for i, s in enumerate(stages)]
+
+
 def run_stage(stages: Sequence[nn.Module], index: int, x: torch.Tensor) -> torch.Tensor:
     """Calls stage ``index`` on ``x``; a failure names the stage and the input shape."""
     try:
         y = stages[index](x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         raise ValueError(
-            f"stage {stage_name(stages, index)} failed on an input of shape {tuple(x.shape)} "
-            f"and dtype {x.dtype}: {e}"
+            f"stage {stage_name(stages, index)} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}"
         ) from e
     return check_output(y, stages, index)
 
@@ -279,6 +285,10 @@ def _profile_stage(
     needs_input_grad = x.is_floating_point() or x.is_complex()
 
     # Forward without autograd (F_ck, F_none): peak beyond the output it leaves.
+    # A first run, not measured, keeps one-time allocations (a GPU library's
+    # workspace, lazily initialised state) out of the figures.
+    with torch.no_grad():
+        run_stage(stages, i, x)
     nograd_peak = 0
     out_bytes = 0
     for _ in range(repeat):
@@ -301,8 +311,9 @@ def _profile_stage(
         xl = x.detach().requires_grad_(needs_input_grad)
         with torch.enable_grad():
             with meter.measure():
-                y, saved = _saved_storages(stage, xl, lambda: run_stage(stages, i, xl))
-            fwd_peak = max(fwd_peak, meter.peak)
+                y, saved = _saved_storages(stages, i, xl)
+            if run:
+                fwd_peak = max(fwd_peak, meter.peak)
             saved[storage_key(y)] = output_bytes(y, x)
             saved_bytes = sum(saved.values())
             grad_bytes = y.numel() * y.element_size()
@@ -319,7 +330,8 @@ def _profile_stage(
             dy = torch.ones_like(y)
             with meter.measure():
                 torch.autograd.backward(y, dy)
-            bwd_peak = max(bwd_peak, meter.peak)
+            if run:
+                bwd_peak = max(bwd_peak, meter.peak)
             if xl.grad is not None:
                 in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
             del y, dy, saved
@@ -335,7 +347,6 @@ def _profile_stage(
     for p in params:
         p.grad = None
     return {
-        "name": f"{i + 1}:{type(stage).__name__}",
         "forward_time": statistics.median(fwd_ms),
         "backward_time": statistics.median(bwd_ms),
         "output_size": out_bytes,
