@@ -366,7 +366,8 @@ def test_min_memory_matches_the_command_line(fc6: remat.Chain, resnet50: remat.C
 def test_schedule_json_round_trips_through_simulate(fc6: remat.Chain, tmp_path: Path) -> None:
     schedule = remat.solve(fc6, "95MiB", "persistent")
     text = schedule.to_json()
-    for form in [schedule, text, str(schedule), schedule.operations]:
+    forms: list[remat.Schedule | str | list[tuple[str, int]]] = [schedule, text, str(schedule), schedule.operations]
+    for form in forms:
         replay = remat.simulate(fc6, form)
         assert replay.makespan == schedule.makespan
         assert replay.peak_memory == schedule.peak_memory
@@ -501,3 +502,25 @@ def test_stub_file_and_marker_ship_with_the_package() -> None:
     for name in remat.__all__:
         if name != "__version__":
             assert name in stub, f"{name} missing from _core.pyi"
+
+
+def test_readme_python_quick_start_runs_and_its_figures_are_true(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Python quick start", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the block loads chains/rotor-fc6.json
+    try:
+        exec(compile(block, "README.md", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    schedule, chain = namespace["schedule"], namespace["chain"]
+    # The figures the block's comments quote.
+    assert f"{schedule.makespan}, {schedule.peak_memory}" in block
+    assert f"# {remat.min_memory(chain)}: no schedule fits below" in block
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [str(schedule), str(remat.min_memory(chain))]
+    assert str(schedule).startswith("F_ck^1 F_none^2 F_none^3 F_all^4") and str(schedule).endswith("B^1")
+    assert str(schedule.operations[:2]).replace("'", '"') in block
+    assert len(namespace["rows"]) == len(remat.compare(chain, "90MiB"))
