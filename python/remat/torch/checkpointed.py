@@ -191,6 +191,7 @@ class Checkpointed(nn.Module):
         if cached is not None:
             self._last = cached
             return cached
+        budget: int | str
         if self.memory == "auto":
             budget, note = self.auto_budget(x.device)
         else:
@@ -259,6 +260,7 @@ class Checkpointed(nn.Module):
             x.requires_grad or any(p.requires_grad for p in self.module.parameters())
         )
         if not needs_grad:
-            return self.module(x)
+            out: torch.Tensor = self.module(x)
+            return out
         plan = self.plan(x)
         return run_schedule(list(self.module), plan.schedule.operations, x, preserve_rng=self.preserve_rng)

@@ -261,7 +261,8 @@ class _ScheduleFunction(torch.autograd.Function):
         runner: ScheduleRunner = ctx.runner
         ctx.runner = None
         dx = runner.backward(grad_output)
-        return (None, dx) + (None,) * ctx.n_params
+        n: int = ctx.n_params
+        return (None, dx, *([None] * n))
 
 
 def run_schedule(
@@ -277,4 +278,5 @@ def run_schedule(
     naming the missing value."""
     runner = ScheduleRunner(stages, operations, preserve_rng=preserve_rng)
     params = [p for s in stages for p in s.parameters() if p.requires_grad]
-    return _ScheduleFunction.apply(runner, x, *params)
+    out: torch.Tensor = _ScheduleFunction.apply(runner, x, *params)
+    return out

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 
-class LiveBytes(TorchDispatchMode):
+class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Tracks live bytes of the storages created while it is active.
 
     Use as a context manager::
@@ -46,7 +46,7 @@ class LiveBytes(TorchDispatchMode):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.current = 0
         self.peak = 0
         # id(storage) -> (weak reference, bytes). The weak reference's callback
@@ -71,7 +71,11 @@ class LiveBytes(TorchDispatchMode):
         if key in self._live:
             return
         nbytes = st.nbytes()
-        ref = weakref.ref(st, lambda _r, k=key: self._freed(k))
+
+        def freed(_ref: weakref.ref[Any], k: int = key) -> None:
+            self._freed(k)
+
+        ref = weakref.ref(st, freed)
         self._live[key] = (ref, nbytes)
         self.current += nbytes
         self.peak = max(self.peak, self.current)
@@ -96,11 +100,15 @@ class LiveBytes(TorchDispatchMode):
         parameters, which remat's budget does not count. Hooks are removed when
         the block ends.
         """
+
+        def accumulated(q: torch.Tensor) -> None:
+            if q.grad is not None:
+                self.exclude(q.grad)
+
         for p in parameters:
             if p.requires_grad:
-                self._hooks.append(
-                    p.register_post_accumulate_grad_hook(lambda q: self.exclude(q.grad) if q.grad is not None else None)
-                )
+                hook = p.register_post_accumulate_grad_hook(accumulated)  # type: ignore[no-untyped-call]
+                self._hooks.append(hook)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -122,4 +130,4 @@ class LiveBytes(TorchDispatchMode):
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        return super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
