@@ -15,6 +15,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -474,6 +475,37 @@ def test_solves_in_threads_agree_with_serial_solves(resnet50: remat.Chain) -> No
     for t in threads:
         t.join()
     assert [results[i] for i in range(len(budgets))] == serial
+
+
+def test_solve_releases_the_gil() -> None:
+    """While one thread solves, another runs Python code.
+
+    Deterministic, not timed: with a switch interval far longer than the test,
+    the solving thread gives the GIL up only where the binding releases it, so
+    the main thread can see the solve unfinished only if the solve runs
+    without the GIL. (The solve takes about a second, so the main thread has
+    ample time to take the GIL the solver let go.)
+    """
+    chain = remat.Chain.load(ROOT / "chains" / "resnet101-224-b8.json")
+    entered = threading.Event()
+    results: list[remat.Schedule] = []
+
+    def work() -> None:
+        entered.set()
+        results.append(remat.solve(chain, "6GiB", "floating", slots=1500))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        entered.wait()
+        unfinished_while_main_ran = not results
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert unfinished_while_main_ran
+    assert results[0].peak_memory <= 6 << 30
 
 
 def test_everything_public_has_a_docstring() -> None:
