@@ -224,12 +224,15 @@ class Checkpointed(nn.Module):
         p = self._last
         if p is None:
             return "no plan yet: call the module (or pass sample_input) first"
-        stages = p.chain.to_dict()["stages"]
+        d = p.chain.to_dict()
+        stages = d["stages"]
+        meta = d.get("metadata") or {}
         lines = [
             p.budget_note,
             f"budget {_fmt(int(p.budget)) if isinstance(p.budget, int) else p.budget}"
             f" for activations, gradients and workspace",
-            f"chain: {len(stages)} stages measured on {p.chain.to_dict().get('metadata', {})}",
+            f"chain: {len(stages)} stages measured on {meta.get('device', '?')}, {meta.get('dtype', '?')},"
+            f" batch {meta.get('batch', '?')} ({meta.get('mode', '?')} mode)",
         ]
         for s in stages:
             lines.append(
