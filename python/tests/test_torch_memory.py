@@ -72,10 +72,13 @@ def test_measured_peak_matches_prediction_and_halves_the_plain_module() -> None:
         assert ours.schedule is not None
         predicted = ours.schedule.peak_memory
         assert predicted <= plain_peak // 2
-        # Tolerance: the model's accounting is exact for this executor except for
-        # the criterion's own memory (its saved log-softmax and the scalar loss),
-        # which is outside the chain.
-        assert predicted <= measured <= predicted + slack, (algorithm, measured, predicted, slack)
+        # Tolerance: the model's accounting is exact for this executor but for two
+        # things. Above: the criterion's own memory (its saved log-softmax and the
+        # scalar loss) is outside the chain. Below: the model counts delta^0 while
+        # B^1 runs, which autograd does not compute when the input needs no
+        # gradient (here it does not), so a peak at B^1 is input_size lower.
+        low = predicted - chain.to_dict()["input_size"]
+        assert low <= measured <= predicted + slack, (algorithm, measured, predicted, slack)
         assert measured <= 0.55 * plain_peak
 
 
@@ -86,5 +89,6 @@ def test_store_all_measures_as_predicted() -> None:
     measured = measured_peak(ours, case)
     assert ours.schedule is not None
     predicted = ours.schedule.peak_memory
-    assert predicted <= measured <= predicted + criterion_bytes(case, torch.Size([64, 10]))
+    low = predicted - chain.to_dict()["input_size"]  # see the test above
+    assert low <= measured <= predicted + criterion_bytes(case, torch.Size([64, 10]))
     assert remat.simulate(chain, ours.schedule).peak_memory == predicted
