@@ -3,9 +3,12 @@ simulator predicts and against the plain module."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 import torch
 from torch import nn
-from torch_models import Case, deep_mlp
+from torch_models import Case, cnn, deep_mlp, transformer
 
 import remat
 import remat.torch as rt
@@ -92,3 +95,25 @@ def test_store_all_measures_as_predicted() -> None:
     low = predicted - chain.to_dict()["input_size"]  # see the test above
     assert low <= measured <= predicted + criterion_bytes(case, torch.Size([64, 10]))
     assert remat.simulate(chain, ours.schedule).peak_memory == predicted
+
+
+@pytest.mark.parametrize("make_case", [cnn, transformer, deep_mlp])
+def test_every_model_measures_within_the_model_accounting(make_case: Callable[[], Case]) -> None:
+    case = make_case()
+    chain = rt.profile(case.make(), case.x, repeat=1)
+    d = chain.to_dict()
+    plain_peak = measured_peak(case.make(), case)
+    budget = max(plain_peak // 2, remat.min_memory(chain, "auto"))
+    ours = rt.Checkpointed(case.make(), budget, chain=chain)
+    measured = measured_peak(ours, case)
+    assert ours.schedule is not None
+    predicted = ours.schedule.peak_memory
+    out_shape = torch.Size(case.target.shape) if case.target.is_floating_point() else torch.Size([len(case.x), 10])
+    # Above: the criterion's memory (outside the chain). Below: delta^0 (see
+    # above), and one forward_overhead: the model has one o_f per stage, the
+    # larger of the forward with and without autograd, while a recording
+    # forward keeps its intermediates (they are in abar) instead of holding
+    # them as transient, so an F_all's real figure can be lower by up to o_f.
+    low = predicted - d["input_size"] - max(s["forward_overhead"] for s in d["stages"])
+    assert low <= measured <= predicted + criterion_bytes(case, out_shape), (measured, predicted)
+    assert measured < plain_peak

@@ -107,35 +107,50 @@ def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]
 
 
 class _Meter:
-    """Time and peak new bytes of a block: CUDA events and allocator statistics on
-    a GPU, perf_counter and :class:`LiveBytes` on the CPU."""
+    """Times blocks and measures peaks of bytes: CUDA events and allocator
+    statistics on a GPU, perf_counter and :class:`LiveBytes` on the CPU.
+
+    Inside :meth:`window`, :meth:`mark` returns the largest number of bytes
+    alive since the previous mark (or the window's start) above the number alive
+    then, frees included: while a backward runs, the saved tensors it releases
+    make room, as they do when the executor runs the same backward."""
 
     def __init__(self, device: torch.device, parameters: Sequence[nn.Parameter]) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
         self.parameters = parameters
         self.ms = 0.0
-        self.peak = 0
+        self._base = 0
+        self._live: LiveBytes | None = None
 
     @contextlib.contextmanager
-    def measure(self) -> Iterator[None]:
+    def window(self) -> Iterator[None]:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            base = torch.cuda.memory_allocated(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
             yield
-            end.record()
-            torch.cuda.synchronize(self.device)
-            self.ms = start.elapsed_time(end)
-            self.peak = max(0, torch.cuda.max_memory_allocated(self.device) - base)
         else:
             with LiveBytes() as live:
                 live.exclude_parameter_gradients(self.parameters)
-                yield
-            self.peak = live.peak
+                self._live, self._base = live, 0
+                try:
+                    yield
+                finally:
+                    self._live = None
+
+    def mark(self) -> int:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device) - self._base
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            assert self._live is not None, "mark() outside window()"
+            peak = self._live.peak - self._base
+            self._base = self._live.current
+            self._live.reset_peak()
+        return max(0, peak)
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
@@ -201,8 +216,9 @@ def profile(
     - ``gradient_size``: bytes of the gradient of the output (its elements).
     - ``forward_overhead``: the largest number of new bytes alive during a
       forward (with or without autograd) beyond what it leaves behind.
-    - ``backward_overhead``: the same for the backward, beyond the input's
-      gradient. Parameter gradients are not counted once accumulated into
+    - ``backward_overhead``: the largest number of bytes alive during the
+      backward beyond those alive when it starts and the input's gradient
+      (the saved tensors it frees as it goes make room). Parameter gradients are not counted once accumulated into
       ``.grad`` (remat's budget leaves parameters out), only while computed.
 
     On the CPU the bytes come from :class:`~remat.torch.memory.LiveBytes`, on a
@@ -292,10 +308,10 @@ def _profile_stage(
     nograd_peak = 0
     out_bytes = 0
     for _ in range(repeat):
-        with torch.no_grad(), meter.measure():
+        with torch.no_grad(), meter.window():
             y = run_stage(stages, i, x)
+            nograd_peak = max(nograd_peak, meter.mark())
         out_bytes = output_bytes(y, x)
-        nograd_peak = max(nograd_peak, meter.peak)
         del y
 
     fwd_ms: list[float] = []
@@ -305,45 +321,49 @@ def _profile_stage(
     saved_bytes = 0
     grad_bytes = 0
     in_grad_bytes = 0
-    for run in range(repeat + 1):  # run 0 warms up (allocator, kernels); not timed
+    for run in range(repeat + 1):  # run 0 warms up (allocator, kernels): not counted
         for p in params:
             p.grad = None
+        # Memory: a recording forward, then its backward, in one window so that
+        # the backward's figure sees the saved tensors it frees.
         xl = x.detach().requires_grad_(needs_input_grad)
-        with torch.enable_grad():
-            with meter.measure():
-                y, saved = _saved_storages(stages, i, xl)
-            if run:
-                fwd_peak = max(fwd_peak, meter.peak)
+        with torch.enable_grad(), meter.window():
+            y, saved = _saved_storages(stages, i, xl)
+            f_peak = meter.mark()
             saved[storage_key(y)] = output_bytes(y, x)
             saved_bytes = sum(saved.values())
             grad_bytes = y.numel() * y.element_size()
-            # Time a forward alone: the measuring mode slows small operators down.
-            with meter.timed():
-                y2 = run_stage(stages, i, xl)
-            if run:
-                fwd_ms.append(meter.ms)
-            del y2
-            if not y.requires_grad:
-                bwd_ms.append(0.0)
-                del y, saved, xl
-                continue
-            dy = torch.ones_like(y)
-            with meter.measure():
+            if y.requires_grad:
+                dy = torch.ones_like(y)
+                meter.mark()
                 torch.autograd.backward(y, dy)
-            if run:
-                bwd_peak = max(bwd_peak, meter.peak)
-            if xl.grad is not None:
-                in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
-            del y, dy, saved
-            xl = x.detach().requires_grad_(needs_input_grad)
-            with torch.enable_grad():
-                y = run_stage(stages, i, xl)
+                b_peak = meter.mark()
+                if xl.grad is not None:
+                    in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
+                del dy
+            else:
+                b_peak = 0
+            del y
+        if run:
+            fwd_peak = max(fwd_peak, f_peak)
+            bwd_peak = max(bwd_peak, b_peak)
+        # Time: the same runs without measuring (the tracking mode slows
+        # small operators down).
+        xl = x.detach().requires_grad_(needs_input_grad)
+        with torch.enable_grad(), meter.timed():
+            y = run_stage(stages, i, xl)
+        f_ms = meter.ms
+        b_ms = 0.0
+        if y.requires_grad:
             dy = torch.ones_like(y)
             with meter.timed():
                 torch.autograd.backward(y, dy)
-            if run:
-                bwd_ms.append(meter.ms)
-            del y, dy, xl
+            b_ms = meter.ms
+            del dy
+        del y, xl
+        if run:
+            fwd_ms.append(f_ms)
+            bwd_ms.append(b_ms)
     for p in params:
         p.grad = None
     return {
