@@ -42,7 +42,7 @@ Why the results equal the plain module's:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -115,8 +115,10 @@ class ScheduleRunner:
         operations: Sequence[Op],
         *,
         preserve_rng: bool = True,
+        on_op: Callable[[str, int], None] | None = None,
     ) -> None:
         self.stages = stages
+        self.on_op = on_op
         self.L = len(stages)
         self.ops = list(operations)
         self.preserve_rng = preserve_rng
@@ -218,6 +220,8 @@ class ScheduleRunner:
                 self._forward(kind, l)
             else:
                 raise ValueError(f"unknown operation {kind!r} in the schedule")
+            if self.on_op is not None:
+                self.on_op(kind, l)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Runs the operations before B^{L+1} from a^0 = ``x`` and returns a^L."""
@@ -271,12 +275,14 @@ def run_schedule(
     x: torch.Tensor,
     *,
     preserve_rng: bool = True,
+    on_op: Callable[[str, int], None] | None = None,
 ) -> torch.Tensor:
     """Runs ``operations`` on ``stages`` from input ``x``: returns a^L, whose
     backward runs the rest of the schedule. Validity of the schedule is the
     solver's and simulator's job; an invalid one fails with a RuntimeError
-    naming the missing value."""
-    runner = ScheduleRunner(stages, operations, preserve_rng=preserve_rng)
+    naming the missing value. ``on_op(kind, stage)`` is called after each
+    operation (to measure memory operation by operation)."""
+    runner = ScheduleRunner(stages, operations, preserve_rng=preserve_rng, on_op=on_op)
     params = [p for s in stages for p in s.parameters() if p.requires_grad]
     out: torch.Tensor = _ScheduleFunction.apply(runner, x, *params)
     return out
