@@ -37,6 +37,14 @@ Why the results equal the plain module's:
   accumulated into ``.grad`` by an inner ``torch.autograd.backward`` per stage,
   as reentrant ``torch.utils.checkpoint`` does, so use ``loss.backward()``
   (``torch.autograd.grad`` with respect to the parameters does not see them).
+
+Memory: after every operation before ``B^{L+1}`` the runner holds exactly the
+bytes the simulator predicts (tested operation by operation with
+:class:`~remat.torch.LiveBytes`). Two things differ, both outside the chain:
+the criterion's own tensors, and delta^L, which autograd keeps alive until
+the Function's ``backward`` (the whole rest of the schedule) returns, where
+the model frees it after ``B^L``. The caller's reference to the input batch
+also keeps a^0 alive after an ``F_none^1``.
 """
 
 from __future__ import annotations
