@@ -218,7 +218,10 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=1, help="batch multiplier (e.g. 16 on a GPU)")
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     fractions = [float(f) for f in args.fractions.split(",")]
     print(
