@@ -254,3 +254,32 @@ def test_chain_with_another_number_of_stages_is_refused() -> None:
     chain = chain_of(CASES["mlp"])
     with pytest.raises(ValueError, match=f"the chain has {len(chain)} stages and the module 2"):
         rt.Checkpointed(nn.Sequential(nn.Linear(32, 4), nn.ReLU()), 10**6, chain=chain)
+
+
+def test_stages_without_gradient_and_a_list_of_modules() -> None:
+    # The first stages have no parameters and the input needs no gradient: their
+    # outputs do not require one, so their backwards have nothing to do. The
+    # second Linear is frozen. A plain list of modules works like nn.Sequential.
+    def make() -> list[nn.Module]:
+        torch.manual_seed(0)
+        frozen = nn.Linear(16, 16).requires_grad_(False)
+        return [nn.ReLU(), nn.Tanh(), nn.Linear(8, 16), frozen, nn.ReLU(), nn.Linear(16, 4)]
+
+    x = torch.randn(6, 8)
+    plain = nn.Sequential(*make())
+    plain(x).square().sum().backward()
+    stages = make()
+    chain = rt.profile(stages, x, repeat=1)
+    ours = rt.Checkpointed(stages, min_budget(chain, "persistent"), algorithm="persistent", chain=chain)
+    ours(x).square().sum().backward()
+    assert ours.schedule is not None and forwards(ours.schedule, 6) > 6
+    assert stages[3].weight.grad is None
+    assert_same_state_partial(plain, ours.module)
+
+
+def assert_same_state_partial(plain: nn.Module, ours: nn.Module) -> None:
+    """Like assert_same_state, for models with frozen parameters."""
+    for (name, p), q in zip(plain.named_parameters(), ours.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None and q.grad is not None:
+            assert torch.equal(p.grad, q.grad), name
