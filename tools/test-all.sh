@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, Rust and Python, in one command on a fresh machine:
 #
-#   tools/test-all.sh
+#   tools/test-all.sh                # everything
+#   tools/test-all.sh --python-only  # skip `cargo test` (still builds the CLI the tests compare with)
 #
 # 1. `cargo test` (the library, the command line, the README's examples);
 # 2. a virtualenv ($REMAT_VENV, default .venv) with maturin, pytest, ruff,
@@ -25,20 +26,34 @@ python="${PYTHON:-python3}"
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "cargo test"
-cargo test --locked
+case "${1:-}" in
+    "") python_only=false ;;
+    --python-only) python_only=true ;;
+    *) echo "usage: tools/test-all.sh [--python-only]" >&2; exit 2 ;;
+esac
+
+if $python_only; then
+    step "cargo build --bin remat"
+    cargo build --locked --bin remat
+else
+    step "cargo test"
+    cargo test --locked
+fi
 
 step "Python environment ($venv)"
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
     { echo "error: remat's Python package needs Python >= 3.9 ($python is $("$python" --version))" >&2; exit 2; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 py="$venv/bin/python"
+# As `activate` does: the build backend runs `maturin` from PATH.
+export PATH="$venv/bin:$PATH"
 missing=()
 "$py" -c 'import maturin' 2>/dev/null || missing+=("maturin>=1.9,<2")
 "$py" -c 'import pytest' 2>/dev/null || missing+=("pytest")
 "$py" -c 'import ruff' 2>/dev/null || missing+=("ruff")
 "$py" -c 'import mypy' 2>/dev/null || missing+=("mypy")
 "$py" -c 'import torch' 2>/dev/null || missing+=("torch")
+"$py" -c 'import numpy' 2>/dev/null || missing+=("numpy")  # torch warns without it
 if [ ${#missing[@]} -gt 0 ]; then
     "$py" -m pip install --quiet --upgrade pip
     echo "installing: ${missing[*]}"
@@ -55,7 +70,7 @@ step "ruff check, ruff format --check, mypy"
 "$py" -m mypy --config-file "$root/pyproject.toml"
 
 step "pytest python/tests"
-# The CLI the core tests compare with: built by `cargo test` above.
+# The CLI the core tests compare with: built by `cargo test` (or build) above.
 export REMAT_BIN="$CARGO_TARGET_DIR/debug/remat"
 # Run from outside python/ so that `import remat` is the installed package.
 status=0
