@@ -2,15 +2,15 @@
 
 import os
 from collections.abc import Sequence
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, Literal, SupportsIndex, overload
 
 from typing_extensions import TypeAlias
 
 __version__: Final[str]
 DEFAULT_SLOTS: Final[int]
 
-#: Bytes (an int >= 0) or a size string such as "90MiB", "8GiB", "11.2GiB".
-Size: TypeAlias = int | str
+#: Bytes (an int >= 0, or any integer with __index__) or a size string such as "90MiB", "8GiB", "11.2GiB".
+Size: TypeAlias = int | SupportsIndex | str
 #: One operation of a schedule: ("F_ck", 1), ("F_none", 2), ("F_all", 3), ("B", 3).
 Operation: TypeAlias = tuple[str, int]
 Algorithm: TypeAlias = Literal[

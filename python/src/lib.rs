@@ -71,7 +71,7 @@ fn solve_error(py: Python<'_>, e: SolveError) -> PyErr {
     }
 }
 
-/// A size argument: an int of bytes (>= 0) or a string with a unit (`"8GiB"`,
+/// A size argument: an integer of bytes (>= 0) or a string with a unit (`"8GiB"`,
 /// `"11.2GiB"`: a fraction of a byte is rounded down). `what` names it in
 /// messages.
 fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
@@ -80,7 +80,8 @@ fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
             "{what} must be bytes (an int) or a size string like \"8GiB\", got a bool"
         )));
     }
-    if obj.is_instance_of::<PyInt>() {
+    // Python ints, and integers of other libraries (numpy, torch) through `__index__`.
+    if obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")? {
         return obj.extract::<u64>().map_err(|_| {
             PyValueError::new_err(format!("{what} must be a number of bytes from 0 to {}, got {obj}", u64::MAX))
         });

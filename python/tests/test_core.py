@@ -227,6 +227,23 @@ def test_bad_sizes(fc6: remat.Chain, size: Any, error: type[Exception], message:
         remat.solve(fc6, size)
 
 
+class Index:
+    """An integer of another library (numpy.int64, a 0-d integer tensor): it has ``__index__``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_integers_of_other_libraries_are_sizes(fc6: remat.Chain) -> None:
+    assert remat.parse_size(Index(90 * MIB)) == 90 * MIB
+    assert remat.solve(fc6, Index(90 * MIB)).budget == 90 * MIB
+    with pytest.raises(ValueError, match="memory must be a number of bytes from 0"):
+        remat.solve(fc6, Index(-1))
+
+
 def test_format_size() -> None:
     assert remat.format_size(512) == "512 B"
     assert remat.format_size(90 * MIB) == "90.00 MiB"
