@@ -197,6 +197,12 @@ impl PyChain {
         other.cast::<PyChain>().is_ok_and(|o| o.get().inner.to_json() == self.inner.to_json())
     }
 
+    /// Consistent with `==`: the hash of the JSON form (chains are immutable,
+    /// so they can key a dict of solutions).
+    fn __hash__(&self) -> u64 {
+        crate::hash_text(&self.inner.to_json())
+    }
+
     /// Pickles (and copies) through the JSON form.
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
         Ok((slf.get_type().getattr("from_json")?, (slf.get().inner.to_json(),)))

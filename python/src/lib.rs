@@ -95,6 +95,14 @@ fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     )))
 }
 
+/// A hash of `text` that is the same in every process (SipHash with fixed keys).
+fn hash_text(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
 fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
     name.parse().map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
 }

@@ -151,6 +151,11 @@ impl PySchedule {
         )
     }
 
+    /// Consistent with `==`: the hash of the JSON form (schedules are immutable).
+    fn __hash__(&self) -> u64 {
+        crate::hash_text(&self.to_json())
+    }
+
     /// Pickles (and copies) through the JSON form and the solver details.
     #[allow(clippy::type_complexity)]
     fn __reduce__<'py>(

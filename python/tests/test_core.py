@@ -140,6 +140,9 @@ def test_dict_json_and_pickle_round_trips(fc6: remat.Chain, tmp_path: Path) -> N
     other["stages"][0]["forward_time"] += 1
     assert remat.Chain.from_dict(other) != fc6
     assert fc6 != "rotor-fc6"
+    # Immutable, so hashable consistently with ==.
+    assert hash(remat.Chain.from_json(fc6.to_json())) == hash(fc6)
+    assert len({fc6, remat.Chain.from_dict(fc6.to_dict()), remat.Chain.from_dict(other)}) == 2
 
 
 @pytest.mark.parametrize(
@@ -402,6 +405,8 @@ def test_schedule_json_round_trips_through_simulate(fc6: remat.Chain, tmp_path: 
     copied = pickle.loads(pickle.dumps(schedule))
     assert copied == schedule and copied.slot_size == schedule.slot_size
     assert copy.deepcopy(schedule) == schedule
+    assert hash(copied) == hash(schedule)
+    assert {copied: 1}[schedule] == 1
 
 
 def test_replay_memory_is_the_simulators(fc6: remat.Chain) -> None:
