@@ -213,7 +213,7 @@ def test_explain_shows_budget_schedule_and_prediction() -> None:
     case = CASES["mlp"]
     ours = rt.Checkpointed(case.make(), "1MiB", sample_input=case.x)
     text = ours.explain()
-    assert "memory='1MiB' as given" in text
+    assert "memory=1048576 bytes (1.00 MiB) as given" in text
     assert str(ours.schedule) in text
     assert "predicted peak" in text
 
@@ -245,6 +245,8 @@ def test_budget_below_the_minimum_names_the_smallest_budget() -> None:
 
 
 def test_bad_memory_values_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="`lots` is not a size"):
+        rt.Checkpointed(nn.Sequential(nn.Linear(2, 2)), "lots")
     for bad in (0, -5, 1.5, True):
         with pytest.raises(ValueError, match="memory"):
             rt.Checkpointed(nn.Sequential(nn.Linear(2, 2)), bad)  # type: ignore[arg-type]

@@ -120,7 +120,9 @@ class Checkpointed(nn.Module):
             raise ValueError(f"memory must be bytes (int), a size string or 'auto', got {memory!r}")
         if isinstance(memory, int) and memory <= 0:
             raise ValueError(f"memory must be positive, got {memory}")
-        self.memory = memory
+        if isinstance(memory, str) and memory != "auto":
+            memory = remat.parse_size(memory)  # a ValueError now rather than at the first step
+        self.memory: int | str = memory
         self.algorithm = algorithm
         self.slots = slots
         self.repeat = repeat
@@ -195,7 +197,7 @@ class Checkpointed(nn.Module):
         if self.memory == "auto":
             budget, note = self.auto_budget(x.device)
         else:
-            budget, note = self.memory, f"memory={self.memory!r} as given"
+            budget, note = self.memory, f"memory={self.memory} bytes ({_fmt(int(self.memory))}) as given"
         chain = self._chain if self._chain is not None else profile(self.module, x, repeat=self.repeat)
         schedule = remat.solve(chain, budget, algorithm=self.algorithm, slots=self.slots)
         plan = Plan(chain, schedule, budget, note)
