@@ -285,3 +285,18 @@ def assert_same_state_partial(plain: nn.Module, ours: nn.Module) -> None:
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None and q.grad is not None:
             assert torch.equal(p.grad, q.grad), name
+
+
+def test_memory_auto_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU here: the free-memory query is replaced, the arithmetic is real.
+    model = nn.Sequential(nn.Linear(100, 100), nn.Linear(100, 10))  # 11110 parameters, 44440 bytes
+    model[1].weight.grad = torch.zeros_like(model[1].weight)  # 4000 bytes already allocated
+    ours = rt.Checkpointed(model, "auto")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2_000_000, 8_000_000))
+    budget, note = ours.auto_budget(torch.device("cuda", 0))
+    grads_to_come = 44440 - 4000
+    adam = 2 * 44440
+    assert budget == 2_000_000 - grads_to_come - adam - 2_000_000 // 20
+    assert "Adam: 2 x parameters" in note and "5% fragmentation margin" in note
+    ours = rt.Checkpointed(model, "auto", optimizer_state_bytes=0)
+    assert ours.auto_budget(torch.device("cuda", 0))[0] == 2_000_000 - grads_to_come - 100_000
