@@ -1,44 +1,38 @@
 #!/usr/bin/env python3
-"""Measure a network's chain on a real GPU and write it in remat's chain format.
+"""Measure a network of remat's zoo and write it in remat's chain format.
 
 The network is split into the same stages as `remat zoo` (Rotor's nn.Sequential
 sequentialization, see chains/README.md), so a measured file and the estimate
-line up stage by stage. For each stage, on the GPU, the script measures:
+line up stage by stage. The stages are measured by `remat.torch.profile` (see
+its documentation for every field): times are medians of --repeat runs (CUDA
+events on a GPU, perf_counter on the CPU); saved_size counts the distinct
+storages autograd keeps (saved_tensors_hooks), the stage's parameters, buffers
+and input excluded, its output included; transient overheads come from the
+CUDA allocator's peak on a GPU and from remat.torch.LiveBytes on the CPU. The
+loss is measured the same way, as a one-stage chain on the network's output.
 
-  forward_time / backward_time  median of --repeat runs, CUDA events, in ms
-  output_size                   bytes of the output tensor
-  saved_size                    bytes the recording forward leaves allocated
-                                (output + what autograd keeps), from
-                                torch.cuda.memory_allocated
-  forward_overhead              peak during the forward above what it leaves
-                                (the larger of the recording and no-grad forwards)
-  backward_overhead             peak during the backward above what it starts
-                                with plus the input's gradient
+(The script used to take saved_size from torch.cuda.memory_allocated, which
+also counted parameter-sized and library workspace allocations: a 256x1024
+Linear stage at batch 256 was reported as 5,242,880 bytes instead of its
+1,048,576-byte output.)
 
-as Rotor does (rotor/inspection.py). Parameter gradients are allocated by a
-warm-up backward before measuring, so they are not counted (parameters are
-outside remat's budget). With --saved-hooks it also counts what autograd keeps
-with torch.autograd.graph.saved_tensors_hooks (distinct storages, the stage's
-input excluded), which needs no GPU and checks remat's saved_size model.
-
-Usage (on a machine with a CUDA GPU, PyTorch and torchvision; GPT-2 needs
-`transformers`):
+Usage (needs the remat Python package, PyTorch and torchvision; GPT-2 needs
+`transformers`; a CUDA GPU is used when there is one):
 
     python tools/profile_chain.py resnet50 --batch 32 --image 224 \\
         -o chains/measured/resnet50-224-b32-a100.json \\
         --compare chains/resnet50-224-b32.json
 
 --compare prints, stage by stage, the measured figures against the estimate
-and the ratios of the totals. Nothing here was run when the committed chains
-were made (no GPU was available); measured files must say which GPU made them,
-and this script records that in their metadata.
+and the ratios of the totals. Measured files record the device that made them
+in their metadata.
 """
 
 import argparse
 import contextlib
 import json
-import statistics
 import sys
+from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -129,8 +123,19 @@ def inception_stages(_name):
     stages += BasicConvSplit.stages("Conv2d_3b_1x1", m.Conv2d_3b_1x1)
     stages += BasicConvSplit.stages("Conv2d_4a_3x3", m.Conv2d_4a_3x3)
     stages.append(("maxpool2", m.maxpool2))
-    for n in ["Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e",
-              "Mixed_7a", "Mixed_7b", "Mixed_7c"]:
+    for n in [
+        "Mixed_5b",
+        "Mixed_5c",
+        "Mixed_5d",
+        "Mixed_6a",
+        "Mixed_6b",
+        "Mixed_6c",
+        "Mixed_6d",
+        "Mixed_6e",
+        "Mixed_7a",
+        "Mixed_7b",
+        "Mixed_7c",
+    ]:
         stages.append((n, getattr(m, n)))
     stages += [("avgpool", m.avgpool), ("dropout", m.dropout), ("flatten", Flatten()), ("fc", m.fc)]
     return stages
@@ -189,8 +194,12 @@ class Gpt2Block(nn.Module):
 def gpt2_stages(name):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    sizes = {"gpt2-small": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20),
-             "gpt2-xl": (48, 1600, 25)}
+    sizes = {
+        "gpt2-small": (12, 768, 12),
+        "gpt2-medium": (24, 1024, 16),
+        "gpt2-large": (36, 1280, 20),
+        "gpt2-xl": (48, 1600, 25),
+    }
     layers, hidden, heads = sizes[name]
     cfg = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, attn_implementation="eager")
     model = GPT2LMHeadModel(cfg)
@@ -215,100 +224,20 @@ def stages_of(name):
         if name in names:
             return fn(name)
     known = ", ".join(n for names, _ in FAMILIES for n in names)
-    sys.exit(f"error: unknown network `{name}`; this script knows: {known} "
-             "(ResNet-1001 and U-Net are not wired in yet)")
+    sys.exit(
+        f"error: unknown network `{name}`; this script knows: {known} (ResNet-1001 and U-Net are not wired in yet)"
+    )
 
 
 def loss_fn(name):
     if name.startswith("gpt2"):
+
         def lm_loss(logits, ids):
             shift = logits[..., :-1, :].contiguous()
             return nn.functional.cross_entropy(shift.view(-1, shift.size(-1)), ids[..., 1:].reshape(-1))
+
         return lm_loss
     return lambda logits, target: nn.functional.cross_entropy(logits, target)
-
-
-def saved_by_hooks(module, x):
-    """Bytes of distinct storages autograd keeps during module(x), x's excluded."""
-    storages = {}
-    input_ptrs = {x.untyped_storage().data_ptr()}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in input_ptrs:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = module(x)
-    out = y.untyped_storage()
-    storages[out.data_ptr()] = out.nbytes()
-    return sum(storages.values())
-
-
-def measure(module, x, repeat, autocast):
-    """One stage's figures (see the module docstring); x is its input."""
-    dev = torch.device("cuda")
-    sync = torch.cuda.synchronize
-    ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if autocast else torch.enable_grad
-    needs_grad = x.is_floating_point()
-    if needs_grad:
-        x = x.detach().requires_grad_(True)
-    # Warm-up: allocates parameter gradients and picks cuDNN algorithms.
-    with ctx():
-        y = module(x)
-    y.backward(torch.randn_like(y))
-    del y
-    x.grad = None
-    sync()
-
-    fwd_times, bwd_times = [], []
-    saved = overhead_f = overhead_b = out_size = 0
-    for _ in range(repeat):
-        sync()
-        base = torch.cuda.memory_allocated(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        with ctx():
-            y = module(x)
-        end.record()
-        sync()
-        fwd_times.append(start.elapsed_time(end))
-        after = torch.cuda.memory_allocated(dev)
-        saved = max(saved, after - base)
-        overhead_f = max(overhead_f, torch.cuda.max_memory_allocated(dev) - after)
-        out_size = y.numel() * y.element_size()
-        grad = torch.randn_like(y)
-        sync()
-        before_b = torch.cuda.memory_allocated(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        start.record()
-        y.backward(grad)
-        end.record()
-        sync()
-        bwd_times.append(start.elapsed_time(end))
-        input_grad = x.grad.numel() * x.grad.element_size() if needs_grad and x.grad is not None else 0
-        overhead_b = max(overhead_b, torch.cuda.max_memory_allocated(dev) - before_b - input_grad)
-        del y, grad
-        x.grad = None
-    # The no-grad forward (F_ck / F_none) holds its intermediates until their last use.
-    sync()
-    base = torch.cuda.memory_allocated(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-    with torch.no_grad(), (torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
-        y = module(x)
-    sync()
-    overhead_f = max(overhead_f, torch.cuda.max_memory_allocated(dev) - base - out_size)
-    del y
-    return {
-        "forward_time": round(statistics.median(fwd_times), 5),
-        "backward_time": round(statistics.median(bwd_times), 5),
-        "output_size": out_size,
-        "saved_size": max(saved, out_size),
-        "forward_overhead": max(overhead_f, 0),
-        "backward_overhead": max(overhead_b, 0),
-    }
 
 
 def main():
@@ -319,19 +248,15 @@ def main():
     p.add_argument("--seq", type=int, default=1024, help="sequence length for GPT-2")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16: run under autocast")
     p.add_argument("--repeat", type=int, default=10, help="timed runs per stage (median)")
-    p.add_argument("--saved-hooks", action="store_true",
-                   help="also record saved bytes counted with saved_tensors_hooks (works on CPU too)")
     p.add_argument("--compare", help="a remat zoo chain file to compare the measurements with")
     p.add_argument("-o", "--output", help="chain file to write (default: stdout)")
     args = p.parse_args()
 
+    import remat.torch
+
     stages = stages_of(args.network)
     gpt = args.network.startswith("gpt2")
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.saved_hooks:
-        sys.exit("error: no CUDA GPU: timings and allocator figures need one "
-                 "(--saved-hooks alone works on CPU)")
-    dev = torch.device("cuda" if cuda else "cpu")
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
     if gpt:
         x = torch.randint(0, 50257, (args.batch, args.seq), device=dev)
@@ -340,56 +265,30 @@ def main():
         image = args.image or (299 if args.network == "inception_v3" else 224)
         x = torch.randn(args.batch, 3, image, image, device=dev)
         target = torch.randint(0, 1000, (args.batch,), device=dev)
-    input_size = x.numel() * x.element_size()
+    model = nn.Sequential(OrderedDict(stages)).to(dev).train()
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
+    with autocast:
+        chain = remat.torch.profile(model, x, repeat=args.repeat, name=f"{args.network}-measured").to_dict()
+        with torch.no_grad():
+            out = model(x)
+        lf = loss_fn(args.network)
 
-    out_stages = []
-    hooks = []
-    for name, module in stages:
-        module.to(dev).train()
-        if args.saved_hooks:
-            xi = x.detach().requires_grad_(x.is_floating_point())
-            hooks.append(saved_by_hooks(module, xi))
-        if cuda:
-            fig = measure(module, x, args.repeat, args.dtype == "bf16")
-            out_stages.append({"name": name, **fig})
-        with torch.no_grad(), (torch.autocast(dev.type, dtype=torch.bfloat16) if args.dtype == "bf16"
-                               else contextlib.nullcontext()):
-            x = module(x)
-        module.to("cpu")
-        print(f"{name}: {out_stages[-1] if cuda else hooks[-1]}", file=sys.stderr)
+        class Loss(nn.Module):
+            def forward(self, logits):
+                return lf(logits, target)
 
-    if not cuda:
-        json.dump({"network": args.network, "saved_by_hooks": dict(zip([n for n, _ in stages], hooks))},
-                  sys.stdout, indent=1)
-        return
-
-    # The loss: timed like a stage, on the last output.
-    lf = loss_fn(args.network)
-
-    class Loss(nn.Module):
-        def forward(self, logits):
-            return lf(logits, target)
-
-    loss = measure(Loss(), x, args.repeat, args.dtype == "bf16")
-    chain = {
-        "name": f"{args.network}-measured",
-        "input_size": input_size,
-        "stages": out_stages,
-        "loss": loss,
-        "metadata": {
-            "generator": "tools/profile_chain.py: measured",
-            "command": " ".join(["python", "tools/profile_chain.py"] + sys.argv[1:]),
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(),
+        loss = remat.torch.profile(nn.Sequential(Loss()), out, repeat=args.repeat).to_dict()["stages"][0]
+    loss["name"] = "loss"
+    chain["loss"] = loss
+    chain["metadata"].update(
+        {
+            "generator": "tools/profile_chain.py: measured with remat.torch.profile",
+            "command": " ".join(["python", "tools/profile_chain.py", *sys.argv[1:]]),
             "dtype": args.dtype,
-            "units": "times in ms (median of --repeat runs, CUDA events); sizes in bytes from "
-                     "torch.cuda.memory_allocated (allocator granularity: 512 B)",
-        },
-    }
-    if args.saved_hooks:
-        for s, h in zip(out_stages, hooks):
-            s["saved_size_by_hooks"] = h
+        }
+    )
+    if dev.type == "cuda":
+        chain["metadata"]["cudnn"] = torch.backends.cudnn.version()
     text = json.dumps(chain, indent=1)
     if args.output:
         with open(args.output, "w") as f:
@@ -419,8 +318,11 @@ def compare(measured, path):
             totals[k][1] += g
             row += f"{m:>11.4g}/{g:<10.4g}"
         print(row, file=sys.stderr)
-    print("measured/estimated totals: " + ", ".join(
-        f"{k} {t[0] / t[1]:.2f}" if t[1] else f"{k} n/a" for k, t in totals.items()), file=sys.stderr)
+    print(
+        "measured/estimated totals: "
+        + ", ".join(f"{k} {t[0] / t[1]:.2f}" if t[1] else f"{k} n/a" for k, t in totals.items()),
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,271 @@
+"""`Checkpointed`: train an ``nn.Sequential`` under a memory budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import remat
+
+from .executor import autocast_enabled, run_schedule
+from .profile import profile, stages_of
+
+__all__ = ["Checkpointed", "Plan"]
+
+_GiB = 1 << 30
+
+
+def _fmt(n: float) -> str:
+    """Bytes as a short human figure (``12.5 MiB``)."""
+    for unit, size in (("GiB", _GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass
+class Plan:
+    """What :class:`Checkpointed` decided for one input shape.
+
+    Attributes:
+        chain: the measured chain (:func:`remat.torch.profile`).
+        schedule: the schedule the solver returned for ``budget``.
+        budget: the activation budget in bytes (as given, or from ``"auto"``).
+        budget_note: how the budget was obtained (the arithmetic for ``"auto"``).
+    """
+
+    chain: remat.Chain
+    schedule: remat.Schedule
+    budget: int | str
+    budget_note: str
+
+
+class Checkpointed(nn.Module):
+    """An ``nn.Sequential`` that trains within a memory budget by recomputing
+    activations on a schedule remat computes.
+
+    ``Checkpointed(model, "2GiB")`` behaves as ``model`` does in an ordinary
+    training loop::
+
+        model = remat.torch.Checkpointed(nn.Sequential(...), memory="2GiB")
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+    On the first forward for an input shape (device, dtype and train/eval mode)
+    it measures the stages on that input (:func:`remat.torch.profile`), solves
+    for the fastest schedule whose activations fit ``memory``
+    (:func:`remat.solve` with ``algorithm`` and ``slots``), and caches the plan;
+    ``sample_input`` does this at construction instead. Every forward then runs
+    the schedule's operations before the loss's backward, and the backward runs
+    the rest (see :mod:`remat.torch.executor` for how RNG, BatchNorm statistics
+    and autocast stay exactly as in the plain module). The parameter and input
+    gradients equal the plain module's, bit for bit where the kernels are
+    deterministic.
+
+    Under ``torch.no_grad()`` (or when nothing requires a gradient) the module
+    just runs ``model``: there is nothing to schedule.
+
+    Args:
+        module: an ``nn.Sequential``, ``nn.ModuleList`` or list of modules, each
+            taking and returning one tensor.
+        memory: the budget for activations, gradients and transient workspace
+            (the model's M: the input batch and the running gradient count,
+            parameters, their gradients and optimizer state do not): bytes as
+            an int, a size string (``"8GiB"``, ``"11.2GiB"``), or ``"auto"`` on
+            a GPU (see :meth:`auto_budget`).
+        sample_input: profile and solve now, on this input.
+        algorithm: any of :func:`remat.solve`'s: ``"auto"``, ``"floating"``,
+            ``"persistent"``, ``"exhaustive"``, or a baseline (``"sequential"``,
+            ``"revolve"``, ``"chen-sqrt"``, ``"chen-greedy"``, ``"store-all"``)
+            to run it through the same executor.
+        slots: memory slots of the dynamic programs (more: closer to the budget).
+        repeat: runs per measurement when profiling.
+        optimizer_state_bytes: for ``memory="auto"``: bytes the optimizer state
+            will take; None assumes Adam (two tensors per parameter).
+        preserve_rng: replay RNG state on recomputation (turn off only for
+            stages that use no randomness, to save the state copies).
+        chain: a chain measured before (:func:`profile`, or ``remat.Chain.load``
+            of a saved one) to solve on instead of profiling, for every input.
+
+    Raises:
+        TypeError: ``module`` is not a sequence of modules.
+        ValueError: ``memory`` is not a size, or ``"auto"`` without a GPU, or
+            ``chain`` has another number of stages than ``module``.
+        remat.InfeasibleError: (when solving) no schedule fits ``memory``; its
+            ``min_budget`` is the smallest budget that does.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module | Sequence[nn.Module],
+        memory: int | str,
+        *,
+        sample_input: torch.Tensor | None = None,
+        algorithm: str = "auto",
+        slots: int = 500,
+        repeat: int = 3,
+        optimizer_state_bytes: int | None = None,
+        preserve_rng: bool = True,
+        chain: remat.Chain | None = None,
+    ) -> None:
+        super().__init__()
+        stages = stages_of(module)
+        self.module = module if isinstance(module, nn.Sequential) else nn.Sequential(*stages)
+        if isinstance(memory, bool) or not isinstance(memory, (int, str)):
+            raise ValueError(f"memory must be bytes (int), a size string or 'auto', got {memory!r}")
+        if isinstance(memory, int) and memory <= 0:
+            raise ValueError(f"memory must be positive, got {memory}")
+        if isinstance(memory, str) and memory != "auto":
+            memory = remat.parse_size(memory)  # a ValueError now rather than at the first step
+        self.memory: int | str = memory
+        self.algorithm = algorithm
+        self.slots = slots
+        self.repeat = repeat
+        self.optimizer_state_bytes = optimizer_state_bytes
+        self.preserve_rng = preserve_rng
+        if chain is not None and len(chain) != len(stages):
+            raise ValueError(f"the chain has {len(chain)} stages and the module {len(stages)}")
+        self._chain = chain
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._last: Plan | None = None
+        if sample_input is not None:
+            self.plan(sample_input)
+
+    # -- planning -----------------------------------------------------------
+
+    @staticmethod
+    def _key(x: torch.Tensor, training: bool) -> tuple[Any, ...]:
+        return (tuple(x.shape), x.dtype, x.device, training, autocast_enabled(x.device.type))
+
+    def auto_budget(self, device: torch.device) -> tuple[int, str]:
+        """The budget ``memory="auto"`` gives on ``device``, and its arithmetic.
+
+        budget = free device memory (``torch.cuda.mem_get_info``, which already
+        excludes the parameters once they are on the device) - gradients of
+        the parameters that do not have one yet - optimizer state
+        (``optimizer_state_bytes``, default twice the trainable parameters'
+        bytes, Adam's two moments) - 5% of the free memory for the caching
+        allocator's fragmentation.
+
+        Raises:
+            ValueError: ``device`` is not a CUDA device (on the CPU there is no
+                figure of free memory to divide; give a size instead).
+        """
+        if device.type != "cuda":
+            raise ValueError(
+                f"memory='auto' needs a CUDA device (it divides the GPU's free memory); the input "
+                f"is on {device}: give the budget as bytes or a size such as '2GiB'"
+            )
+        free, total = torch.cuda.mem_get_info(device)
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        param_bytes = sum(p.numel() * p.element_size() for p in params)
+        grad_bytes = sum(p.numel() * p.element_size() for p in params if p.grad is None)
+        opt = 2 * param_bytes if self.optimizer_state_bytes is None else self.optimizer_state_bytes
+        margin = free // 20
+        budget = free - grad_bytes - opt - margin
+        note = (
+            f"memory='auto' on {device}: free {_fmt(free)} (of {_fmt(total)})"
+            f" - parameter gradients still to allocate {_fmt(grad_bytes)}"
+            f" - optimizer state {_fmt(opt)}"
+            f"{' (Adam: 2 x parameters)' if self.optimizer_state_bytes is None else ''}"
+            f" - 5% fragmentation margin {_fmt(margin)} = {_fmt(budget)}"
+        )
+        if budget <= 0:
+            raise ValueError(f"{note}: nothing left for activations")
+        return budget, note
+
+    def plan(self, x: torch.Tensor) -> Plan:
+        """Profiles and solves for inputs like ``x`` (cached by shape, dtype,
+        device, mode and autocast), and returns the plan.
+
+        Raises:
+            remat.InfeasibleError: no schedule fits the budget.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"the input must be a torch.Tensor, got {type(x).__name__}")
+        key = self._key(x, self.training)
+        cached = self._plans.get(key)
+        if cached is not None:
+            self._last = cached
+            return cached
+        budget: int | str
+        if self.memory == "auto":
+            budget, note = self.auto_budget(x.device)
+        else:
+            budget, note = self.memory, f"memory={self.memory} bytes ({_fmt(int(self.memory))}) as given"
+        chain = self._chain if self._chain is not None else profile(self.module, x, repeat=self.repeat)
+        schedule = remat.solve(chain, budget, algorithm=self.algorithm, slots=self.slots)
+        plan = Plan(chain, schedule, budget, note)
+        self._plans[key] = plan
+        self._last = plan
+        return plan
+
+    @property
+    def plans(self) -> dict[tuple[Any, ...], Plan]:
+        """Every plan made so far, by (shape, dtype, device, training, autocast)."""
+        return dict(self._plans)
+
+    @property
+    def chain(self) -> remat.Chain | None:
+        """The chain of the last input shape planned (None before the first)."""
+        return self._last.chain if self._last else None
+
+    @property
+    def schedule(self) -> remat.Schedule | None:
+        """The schedule of the last input shape planned (None before the first)."""
+        return self._last.schedule if self._last else None
+
+    def explain(self) -> str:
+        """The last plan in words: budget arithmetic, chain, schedule, predicted
+        peak and time against storing everything."""
+        p = self._last
+        if p is None:
+            return "no plan yet: call the module (or pass sample_input) first"
+        d = p.chain.to_dict()
+        stages = d["stages"]
+        meta = d.get("metadata") or {}
+        lines = [
+            p.budget_note,
+            f"budget {_fmt(int(p.budget)) if isinstance(p.budget, int) else p.budget}"
+            f" for activations, gradients and workspace",
+            f"chain: {len(stages)} stages measured on {meta.get('device', '?')}, {meta.get('dtype', '?')},"
+            f" batch {meta.get('batch', '?')} ({meta.get('mode', '?')} mode)",
+        ]
+        for s in stages:
+            lines.append(
+                f"  {s.get('name', '?'):>20}: fwd {s['forward_time']:.3f} ms, bwd "
+                f"{s['backward_time']:.3f} ms, a {_fmt(s['output_size'])}, abar "
+                f"{_fmt(s['saved_size'])}"
+            )
+        ops = p.schedule.operations
+        recomputed = len([o for o in ops if o[0].startswith("F") and o[1] <= len(stages)]) - len(stages)
+        lines.append(
+            f"schedule ({p.schedule.algorithm}): {len(ops)} operations, {recomputed} stage "
+            f"forwards recomputed; predicted peak {_fmt(p.schedule.peak_memory)}, "
+            f"time {p.schedule.makespan:.3f} ms"
+        )
+        store_all = sum(s["forward_time"] + s["backward_time"] for s in stages)
+        lines.append(f"storing everything would take {store_all:.3f} ms")
+        lines.append(str(p.schedule))
+        return "\n".join(lines)
+
+    # -- running ------------------------------------------------------------
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Runs the module on ``x`` under the schedule for its shape (or plainly
+        when no gradient is needed)."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"the input must be a torch.Tensor, got {type(x).__name__}")
+        needs_grad = torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in self.module.parameters())
+        )
+        if not needs_grad:
+            out: torch.Tensor = self.module(x)
+            return out
+        plan = self.plan(x)
+        return run_schedule(list(self.module), plan.schedule.operations, x, preserve_rng=self.preserve_rng)

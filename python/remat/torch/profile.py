@@ -1,0 +1,377 @@
+"""Measuring a PyTorch network as a remat chain.
+
+A chain (the model, docs/model.md) describes each stage l by the time of its
+forward and backward, the bytes of its output a^l, the bytes abar^l a recorded
+forward keeps for the backward (a^l included), the bytes of its gradient
+delta^l, and the transient bytes its forward and backward need on top.
+:func:`profile` measures these on the module itself, on the device and dtype
+of the sample input, so the chain describes exactly the runs that
+:class:`~remat.torch.Checkpointed` will make.
+
+The loss is not part of the module: the criterion runs outside, on the
+module's output. The chain's loss stage is therefore all zeros (the scalar
+loss and its unit gradient are a few bytes); what the criterion itself keeps
+between ``loss = criterion(out, y)`` and ``loss.backward()`` is memory the
+caller holds on top of the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+import remat
+
+from .memory import LiveBytes
+
+__all__ = ["profile", "stages_of"]
+
+
+def stages_of(module: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
+    """The stages of a network: the children of an ``nn.Sequential`` or
+    ``nn.ModuleList``, or the modules of a list or tuple, in order.
+
+    Raises:
+        TypeError: ``module`` is not one of these, is empty, or holds something
+            that is not an ``nn.Module``.
+    """
+    if isinstance(module, (nn.Sequential, nn.ModuleList)):
+        stages = list(module)
+    elif isinstance(module, (list, tuple)):
+        stages = list(module)
+    else:
+        raise TypeError(
+            f"remat.torch needs a sequence of stages (nn.Sequential, nn.ModuleList or a list of "
+            f"modules), got {type(module).__name__}; split the network into blocks that each take "
+            f"and return one tensor and wrap them in nn.Sequential"
+        )
+    if not stages:
+        raise TypeError("remat.torch needs at least one stage; the sequence is empty")
+    for i, s in enumerate(stages):
+        if not isinstance(s, nn.Module):
+            raise TypeError(f"stage {i + 1} is a {type(s).__name__}, not an nn.Module")
+    return stages
+
+
+def stage_name(stages: Sequence[nn.Module], index: int) -> str:
+    """``"3 (Linear)"``: the 1-based stage number and the module's class, for messages."""
+    return f"{index + 1} ({type(stages[index]).__name__})"
+
+
+def check_output(y: object, stages: Sequence[nn.Module], index: int) -> torch.Tensor:
+    """Returns ``y`` if it is a tensor, else raises the TypeError a user sees."""
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(
+            f"stage {stage_name(stages, index)} returned a {type(y).__name__}; every stage must "
+            f"return one tensor (the next stage's input)"
+        )
+    return y
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """Identifies the memory block behind a tensor (views share it)."""
+    return t.untyped_storage().data_ptr()
+
+
+def output_bytes(y: torch.Tensor, x: torch.Tensor) -> int:
+    """Bytes of a^l: its storage, or its own elements when it is a view of the input
+    (then the storage is the input's and counting it again would double it)."""
+    if storage_key(y) == storage_key(x):
+        return y.numel() * y.element_size()
+    return y.untyped_storage().nbytes()
+
+
+@contextlib.contextmanager
+def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]) -> Iterator[None]:
+    """Runs a block and then puts back what running the stages changes: the RNG
+    state (CPU and the given CUDA devices), every buffer (BatchNorm running
+    statistics) and every parameter's ``.grad``."""
+    cuda = [d.index if d.index is not None else torch.cuda.current_device() for d in devices]
+    buffers = [(b, b.detach().clone()) for s in stages for b in s.buffers()]
+    grads = [(p, p.grad) for s in stages for p in s.parameters()]
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+            for p, g in grads:
+                p.grad = g
+
+
+class _Meter:
+    """Times blocks and measures peaks of bytes: CUDA events and allocator
+    statistics on a GPU, perf_counter and :class:`LiveBytes` on the CPU.
+
+    Inside :meth:`window`, :meth:`mark` returns the largest number of bytes
+    alive since the previous mark (or the window's start) above the number alive
+    then, frees included: while a backward runs, the saved tensors it releases
+    make room, as they do when the executor runs the same backward."""
+
+    def __init__(self, device: torch.device, parameters: Sequence[nn.Parameter]) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.parameters = parameters
+        self.ms = 0.0
+        self._base = 0
+        self._live: LiveBytes | None = None
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            yield
+        else:
+            with LiveBytes() as live:
+                live.exclude_parameter_gradients(self.parameters)
+                self._live, self._base = live, 0
+                try:
+                    yield
+                finally:
+                    self._live = None
+
+    def mark(self) -> int:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device) - self._base
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            assert self._live is not None, "mark() outside window()"
+            peak = self._live.peak - self._base
+            self._base = self._live.current
+            self._live.reset_peak()
+        return max(0, peak)
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            yield
+            end.record()
+            torch.cuda.synchronize(self.device)
+            self.ms = start.elapsed_time(end)
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.ms = (time.perf_counter() - t0) * 1e3
+
+
+def _saved_storages(stages: Sequence[nn.Module], index: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[int, int]]:
+    """Runs a recording forward of stage ``index`` on ``x`` and returns its output
+    and the storages autograd keeps for the backward (data pointer -> bytes),
+    the stage's parameters and buffers and its input excluded."""
+    stage = stages[index]
+    own = {storage_key(t) for t in list(stage.parameters()) + list(stage.buffers())}
+    own.add(storage_key(x))
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "meta":
+            key = storage_key(t)
+            if key not in own and key != 0:
+                saved[key] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = run_stage(stages, index, x)
+    return y, saved
+
+
+def profile(
+    module: nn.Module | Sequence[nn.Module],
+    sample_input: torch.Tensor,
+    *,
+    repeat: int = 5,
+    name: str | None = None,
+) -> remat.Chain:
+    """Measures every stage of ``module`` on ``sample_input`` and returns the chain.
+
+    ``module`` is an ``nn.Sequential`` (or ``nn.ModuleList``, or a list of
+    modules) whose stages each take one tensor and return one tensor. Each stage
+    is run on the output of the previous one, on the sample's device and dtype
+    and in the module's current mode (``train()`` or ``eval()``), and measured:
+
+    - ``forward_time`` / ``backward_time``: median of ``repeat`` runs after a
+      warm-up run (not measured at all), in ms (CUDA events on a GPU, ``time.perf_counter`` on the
+      CPU). The forward is the recording one (with autograd), the backward gets
+      a gradient of ones.
+    - ``output_size``: bytes of the output's storage (or of its elements if it
+      is a view of the stage's input).
+    - ``saved_size``: bytes of the distinct storages autograd saves for the
+      backward, seen through ``torch.autograd.graph.saved_tensors_hooks``, with
+      the stage's parameters, buffers and input excluded, plus the output's
+      storage (the model's abar^l includes a^l).
+    - ``gradient_size``: bytes of the gradient of the output (its elements).
+    - ``forward_overhead``: the largest number of new bytes alive during a
+      forward (with or without autograd) beyond what it leaves behind.
+    - ``backward_overhead``: the largest number of bytes alive during the
+      backward beyond those alive when it starts and the input's gradient
+      (the saved tensors it frees as it goes make room). Parameter gradients are not counted once accumulated into
+      ``.grad`` (remat's budget leaves parameters out), only while computed.
+
+    On the CPU the bytes come from :class:`~remat.torch.memory.LiveBytes`, on a
+    GPU from ``torch.cuda.max_memory_allocated``. The module's state is left as
+    it was: RNG state, buffers (BatchNorm statistics) and ``.grad`` are restored.
+    The chain's loss stage is zero (the criterion is outside the module) and its
+    metadata records the device, dtype, batch size and input shape.
+
+    Runs each stage ``repeat`` times with and without autograd:
+    O(repeat * cost of a training step) time, and at most one stage's saved
+    tensors at a time beyond the sample.
+
+    Raises:
+        TypeError: ``module`` is not a sequence of modules, ``sample_input`` is
+            not a tensor, or a stage does not return a tensor.
+        ValueError: ``repeat`` < 1, or a stage rejects its input (the message
+            names the stage and the shape it got).
+    """
+    stages = stages_of(module)
+    if not isinstance(sample_input, torch.Tensor):
+        raise TypeError(f"sample_input must be a torch.Tensor, got {type(sample_input).__name__}")
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    device = sample_input.device
+    x = sample_input.detach()
+    names = _names(module, stages)
+    records: list[dict[str, Any]] = []
+    cuda_devices = [device] if device.type == "cuda" else []
+    with preserved_state(stages, cuda_devices):
+        for i in range(len(stages)):
+            records.append(_profile_stage(stages, i, x, repeat, device))
+            records[-1]["name"] = names[i]
+            with torch.no_grad():
+                x = run_stage(stages, i, x)
+    chain = {
+        "name": name or type(module).__name__,
+        "input_size": sample_input.numel() * sample_input.element_size(),
+        "stages": records,
+        "metadata": {
+            "source": "remat.torch.profile",
+            "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+            "dtype": str(sample_input.dtype).removeprefix("torch."),
+            "batch": int(sample_input.shape[0]) if sample_input.dim() > 0 else 1,
+            "input_shape": list(sample_input.shape),
+            "mode": "train" if any(s.training for s in stages) else "eval",
+            "repeat": repeat,
+            "torch": torch.__version__,
+            "time_unit": "ms",
+        },
+    }
+    return remat.Chain.from_dict(chain)
+
+
+def _names(module: nn.Module | Sequence[nn.Module], stages: Sequence[nn.Module]) -> list[str]:
+    """The children's names of an nn.Sequential built from an OrderedDict, else
+    ``"3:Linear"`` (position and class)."""
+    named = list(module.named_children()) if isinstance(module, nn.Module) else []
+    if len(named) == len(stages) and not all(n.isdigit() for n, _ in named):
+        return [n for n, _ in named]
+    return [f"{i + 1}:{type(s).__name__}" for i, s in enumerate(stages)]
+
+
+def run_stage(stages: Sequence[nn.Module], index: int, x: torch.Tensor) -> torch.Tensor:
+    """Calls stage ``index`` on ``x``; a failure names the stage and the input shape."""
+    try:
+        y = stages[index](x)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        raise ValueError(
+            f"stage {stage_name(stages, index)} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}"
+        ) from e
+    return check_output(y, stages, index)
+
+
+def _profile_stage(
+    stages: Sequence[nn.Module], i: int, x: torch.Tensor, repeat: int, device: torch.device
+) -> dict[str, Any]:
+    stage = stages[i]
+    params = [p for p in stage.parameters() if p.requires_grad]
+    meter = _Meter(device, params)
+    needs_input_grad = x.is_floating_point() or x.is_complex()
+
+    # Forward without autograd (F_ck, F_none): peak beyond the output it leaves.
+    # A first run, not measured, keeps one-time allocations (a GPU library's
+    # workspace, lazily initialised state) out of the figures.
+    with torch.no_grad():
+        run_stage(stages, i, x)
+    nograd_peak = 0
+    out_bytes = 0
+    for _ in range(repeat):
+        with torch.no_grad(), meter.window():
+            y = run_stage(stages, i, x)
+            nograd_peak = max(nograd_peak, meter.mark())
+        out_bytes = output_bytes(y, x)
+        del y
+
+    fwd_ms: list[float] = []
+    bwd_ms: list[float] = []
+    fwd_peak = 0
+    bwd_peak = 0
+    saved_bytes = 0
+    grad_bytes = 0
+    in_grad_bytes = 0
+    for run in range(repeat + 1):  # run 0 warms up (allocator, kernels): not counted
+        for p in params:
+            p.grad = None
+        # Memory: a recording forward, then its backward, in one window so that
+        # the backward's figure sees the saved tensors it frees.
+        xl = x.detach().requires_grad_(needs_input_grad)
+        with torch.enable_grad(), meter.window():
+            y, saved = _saved_storages(stages, i, xl)
+            f_peak = meter.mark()
+            saved[storage_key(y)] = output_bytes(y, x)
+            saved_bytes = sum(saved.values())
+            grad_bytes = y.numel() * y.element_size()
+            if y.requires_grad:
+                dy = torch.ones_like(y)
+                meter.mark()
+                torch.autograd.backward(y, dy)
+                b_peak = meter.mark()
+                if xl.grad is not None:
+                    in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
+                del dy
+            else:
+                b_peak = 0
+            del y
+        if run:
+            fwd_peak = max(fwd_peak, f_peak)
+            bwd_peak = max(bwd_peak, b_peak)
+        # Time: the same runs without measuring (the tracking mode slows
+        # small operators down).
+        xl = x.detach().requires_grad_(needs_input_grad)
+        with torch.enable_grad(), meter.timed():
+            y = run_stage(stages, i, xl)
+        f_ms = meter.ms
+        b_ms = 0.0
+        if y.requires_grad:
+            dy = torch.ones_like(y)
+            with meter.timed():
+                torch.autograd.backward(y, dy)
+            b_ms = meter.ms
+            del dy
+        del y, xl
+        if run:
+            fwd_ms.append(f_ms)
+            bwd_ms.append(b_ms)
+    for p in params:
+        p.grad = None
+    return {
+        "forward_time": statistics.median(fwd_ms),
+        "backward_time": statistics.median(bwd_ms),
+        "output_size": out_bytes,
+        "saved_size": max(saved_bytes, out_bytes),
+        "gradient_size": grad_bytes,
+        "forward_overhead": max(0, nograd_peak - out_bytes, fwd_peak - saved_bytes),
+        "backward_overhead": max(0, bwd_peak - in_grad_bytes),
+    }

@@ -1,0 +1,316 @@
+//! `remat._core`: the Python bindings of the remat library.
+//!
+//! Thin on purpose: every figure comes from the Rust library (solvers, the
+//! exact simulator, size parsing); this crate only converts arguments and
+//! results and maps errors to Python exceptions:
+//! - no schedule within the budget: `remat.InfeasibleError` (a
+//!   `remat.RematError`) with `.min_budget`, `.algorithm` and `.budget`;
+//! - bad input (a chain field, a size, an algorithm name, an invalid
+//!   schedule): `ValueError` with the library's message;
+//! - a solver's schedule that its replay rejects (a bug in remat):
+//!   `remat.RematError`.
+#![deny(unsafe_code)]
+
+mod chain;
+mod schedule;
+
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
+use remat::report::{compare as compare_all, reported};
+use remat::simulate::SimulateError;
+use remat::size::{format_size as format_bytes, parse_size as parse_bytes};
+use remat::solve::{Algorithm, SolveError, SolveOptions, any_min_budget, min_budget};
+
+use chain::{PyChain, PyStage, json_loads};
+use schedule::{PyReplay, PySchedule, operations_of};
+
+pyo3::create_exception!(
+    remat,
+    RematError,
+    PyException,
+    "Base class of remat's own errors. Raised as such when a solver's schedule fails its replay \
+     (a bug in remat: please report it)."
+);
+pyo3::create_exception!(
+    remat,
+    InfeasibleError,
+    RematError,
+    "No schedule fits the memory budget.\n\n\
+     Attributes: ``min_budget`` (int or None), the smallest budget in bytes at which the algorithm \
+     (or, from ``simulate``, the schedule) fits, when known; ``algorithm`` (str or None), the \
+     algorithm asked; ``budget`` (int), the budget asked, in bytes. The message says the same in words."
+);
+
+/// An `InfeasibleError` carrying its figures as attributes.
+fn infeasible(py: Python<'_>, message: String, algorithm: Option<&str>, budget: u64, min: Option<u64>) -> PyErr {
+    let err = InfeasibleError::new_err(message);
+    let value = err.value(py);
+    // Setting attributes on a fresh exception instance cannot fail short of
+    // memory exhaustion, in which case the error raised is that one.
+    let set = value
+        .setattr("min_budget", min)
+        .and_then(|()| value.setattr("algorithm", algorithm))
+        .and_then(|()| value.setattr("budget", budget));
+    match set {
+        Ok(()) => err,
+        Err(e) => e,
+    }
+}
+
+/// The Python exception for a library `SolveError`, as the CLI maps them to
+/// exit codes: infeasible (1) is `InfeasibleError`, a remat bug (70) is
+/// `RematError`, everything else (2, bad input or options) `ValueError`.
+fn solve_error(py: Python<'_>, e: SolveError) -> PyErr {
+    match e {
+        SolveError::Infeasible { algorithm, budget, min_budget } => {
+            infeasible(py, e.to_string(), Some(algorithm.name()), budget, min_budget)
+        }
+        SolveError::Rejected { .. } | SolveError::Mispredicted { .. } => RematError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// A size argument: an integer of bytes (>= 0) or a string with a unit (`"8GiB"`,
+/// `"11.2GiB"`: a fraction of a byte is rounded down). `what` names it in
+/// messages.
+fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be bytes (an int) or a size string like \"8GiB\", got a bool"
+        )));
+    }
+    // Python ints, and integers of other libraries (numpy, torch) through `__index__`.
+    if obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")? {
+        return obj.extract::<u64>().map_err(|_| {
+            PyValueError::new_err(format!("{what} must be a number of bytes from 0 to {}, got {obj}", u64::MAX))
+        });
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return parse_bytes(&s.to_cow()?).map_err(|e| PyValueError::new_err(format!("{what}: {e}")));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be bytes (an int) or a size string like \"8GiB\", got {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// A hash of `text` that is the same in every process (SipHash with fixed keys).
+fn hash_text(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
+    name.parse().map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
+}
+
+fn slots_arg(slots: usize) -> PyResult<usize> {
+    if slots == 0 {
+        return Err(PyValueError::new_err("slots must be at least 1, got 0"));
+    }
+    Ok(slots)
+}
+
+/// The fastest schedule of ``chain`` whose peak memory fits ``memory``.
+///
+/// ``memory`` is bytes (an int) or a size string (``"90MiB"``, ``"8GiB"``,
+/// ``"11.2GiB"``; kB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024). It counts
+/// activations, saved data, gradients and transient workspace, not parameters
+/// or optimizer state.
+///
+/// ``algorithm``: ``"auto"`` (exhaustive search on small chains, else the
+/// floating DP when its tables are modest, else persistent; also tries the
+/// cheap baselines and returns the fastest that fits), ``"floating"``,
+/// ``"persistent"``, ``"exhaustive"`` (at most 14 stages), or a baseline:
+/// ``"store-all"``, ``"sequential"`` (PyTorch's ``checkpoint_sequential``;
+/// ``segments`` K, default the fastest K that fits), ``"revolve"``,
+/// ``"chen-sqrt"``, ``"chen-greedy"``. ``slots`` is the number of memory
+/// slots the DPs round sizes to (more: closer to exact, slower).
+///
+/// The returned schedule has been replayed by the exact simulator: its
+/// ``makespan`` and ``peak_memory`` are the replay's. Deterministic. Runs
+/// without the GIL, so other Python threads go on while it solves.
+///
+/// Raises ``InfeasibleError`` (with ``.min_budget``) when no schedule of the
+/// algorithm fits, ``ValueError`` for a bad size, algorithm or option.
+#[pyfunction]
+#[pyo3(signature = (chain, memory, algorithm = "auto", slots = 500, *, segments = None))]
+fn solve(
+    py: Python<'_>,
+    chain: &Bound<'_, PyChain>,
+    memory: &Bound<'_, PyAny>,
+    algorithm: &str,
+    slots: usize,
+    segments: Option<usize>,
+) -> PyResult<PySchedule> {
+    let budget = size_arg(memory, "memory")?;
+    let algorithm = algorithm_arg(algorithm)?;
+    let slots = slots_arg(slots)?;
+    if segments.is_some() && algorithm != Algorithm::Sequential {
+        return Err(PyValueError::new_err(format!(
+            "segments applies to algorithm=\"sequential\" only (got algorithm=\"{algorithm}\")"
+        )));
+    }
+    let chain = &chain.get().inner;
+    let result = py.detach(|| {
+        let opts = SolveOptions { slots, segments, ..SolveOptions::default() };
+        remat::solve(chain, budget, algorithm, &opts)
+    });
+    let solution = result.map_err(|e| solve_error(py, e))?;
+    Ok(PySchedule {
+        inner: solution.schedule,
+        slot_size: Some(solution.slot_size),
+        detail: solution.detail,
+        reason: solution.reason,
+    })
+}
+
+/// Replays ``schedule`` on ``chain`` with remat's exact simulator and
+/// returns a ``Replay`` (makespan, peak memory, memory around every
+/// operation).
+///
+/// ``schedule`` is a ``Schedule``, its JSON text (``Schedule.to_json()``,
+/// ``remat solve --json``), the paper's notation (``"F_ck^1 F_none^2 ...
+/// B^1"``), or a list of ``(kind, stage)`` pairs. With ``memory`` (bytes or a
+/// size string), the peak is also checked against that budget.
+///
+/// Raises ``ValueError`` naming the first invalid operation and why (its
+/// input is not in memory, it runs out of order, the sequence stops before
+/// ``B^1``...), ``InfeasibleError`` when the schedule is valid but needs more
+/// than ``memory`` (``.min_budget`` is then its peak).
+#[pyfunction]
+#[pyo3(signature = (chain, schedule, memory = None))]
+fn simulate(
+    py: Python<'_>,
+    chain: &Bound<'_, PyChain>,
+    schedule: &Bound<'_, PyAny>,
+    memory: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyReplay> {
+    let budget = memory.map(|m| size_arg(m, "memory")).transpose()?;
+    let ops = operations_of(schedule)?;
+    let chain = &chain.get().inner;
+    let replay = remat::simulate(chain, &ops).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if let Some(budget) = budget
+        && let Err(e @ SimulateError::OverBudget { .. }) = remat::simulate_within(chain, &ops, budget)
+    {
+        let algorithm = schedule.cast::<PySchedule>().ok().map(|s| s.get().inner.algorithm.clone());
+        let message = format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
+        return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));
+    }
+    Ok(PyReplay { inner: replay, budget })
+}
+
+/// The smallest memory budget, in bytes, that works.
+///
+/// Without ``algorithm``: the smallest budget at which any valid schedule
+/// exists. It is exact in the usual case (the floating DP's nested minimum
+/// meets a lower bound every schedule obeys, or exhaustive search on chains
+/// of at most 14 stages); otherwise it is the nested minimum, a budget at
+/// which remat's own schedules fit. The slot-based DPs round sizes to
+/// ``memory / slots``, so ``solve`` at exactly this budget may need an
+/// exact algorithm; pass ``algorithm`` for the budget a solver meets.
+///
+/// With ``algorithm`` (as in ``solve``): the smallest budget at which that
+/// algorithm finds a schedule with ``slots`` memory slots (``solve`` at that
+/// budget succeeds), or None when no budget works with these options.
+#[pyfunction]
+#[pyo3(signature = (chain, algorithm = None, *, slots = 500))]
+fn min_memory(
+    py: Python<'_>,
+    chain: &Bound<'_, PyChain>,
+    algorithm: Option<&str>,
+    slots: usize,
+) -> PyResult<Option<u64>> {
+    let slots = slots_arg(slots)?;
+    let algorithm = algorithm.map(algorithm_arg).transpose()?;
+    let chain = &chain.get().inner;
+    match algorithm {
+        None => Ok(Some(py.detach(|| any_min_budget(chain).upper))),
+        Some(algorithm) => {
+            let opts = SolveOptions { slots, ..SolveOptions::default() };
+            py.detach(|| min_budget(chain, algorithm, &opts)).map_err(|e| solve_error(py, e))
+        }
+    }
+}
+
+/// Runs every algorithm (remat's solvers and the baselines, or the names in
+/// ``algorithms``) on ``chain`` at one budget, one after the other, and
+/// returns one dict per algorithm, as ``remat compare --json`` prints them:
+///
+/// ``{"algorithm": "persistent", "status": "solved", "makespan": ...,
+/// "overhead_percent": ..., "peak_memory": ..., "slot_size": ..., "detail":
+/// ..., "solve_seconds": ...}``; ``status`` ``"infeasible"`` rows carry
+/// ``min_budget`` (bytes or None), ``"skipped"`` rows (too costly for this
+/// chain) a ``reason``. Infeasible algorithms are rows, not errors.
+/// ``solve_seconds`` is the only figure that varies between runs. Runs
+/// without the GIL.
+#[pyfunction]
+#[pyo3(signature = (chain, memory, *, slots = 500, algorithms = None))]
+fn compare<'py>(
+    py: Python<'py>,
+    chain: &Bound<'py, PyChain>,
+    memory: &Bound<'py, PyAny>,
+    slots: usize,
+    algorithms: Option<Vec<String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let budget = size_arg(memory, "memory")?;
+    let slots = slots_arg(slots)?;
+    let algorithms = match algorithms {
+        Some(names) => names.iter().map(|n| algorithm_arg(n)).collect::<PyResult<Vec<_>>>()?,
+        None => reported(),
+    };
+    let chain = &chain.get().inner;
+    let cmp = py
+        .detach(|| compare_all(chain, budget, &algorithms, &SolveOptions { slots, ..SolveOptions::default() }))
+        .map_err(|e| solve_error(py, e))?;
+    let text = serde_json::to_string(&cmp.rows).expect("comparisons serialize");
+    json_loads(py, &text)
+}
+
+/// Bytes of a size as ``solve`` reads it: an int is returned as is (it must
+/// be >= 0), a string is a number with an optional unit (``"90MiB"``,
+/// ``"8GiB"``, ``"1.5GB"``, ``"123456"``); a fraction of a byte is rounded
+/// down (``"11.2GiB"`` is 12025908428). Raises ``ValueError`` on anything
+/// else, naming the units remat knows.
+#[pyfunction]
+fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    size_arg(size, "size")
+}
+
+/// Bytes for people, in binary units with two decimals: ``"86.75 MiB"``,
+/// ``"512 B"``.
+#[pyfunction]
+fn format_size(bytes: u64) -> String {
+    format_bytes(bytes)
+}
+
+/// remat's core, in Rust: chains, solvers, the exact simulator. Use it
+/// through the ``remat`` package, which re-exports everything here.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyChain>()?;
+    m.add_class::<PyStage>()?;
+    m.add_class::<PySchedule>()?;
+    m.add_class::<PyReplay>()?;
+    let infeasible_type = py.get_type::<InfeasibleError>();
+    // Class-level defaults, so an InfeasibleError raised by Python code has
+    // the attributes too.
+    for attribute in ["min_budget", "algorithm", "budget"] {
+        infeasible_type.setattr(attribute, py.None())?;
+    }
+    m.add("RematError", py.get_type::<RematError>())?;
+    m.add("InfeasibleError", infeasible_type)?;
+    m.add_function(wrap_pyfunction!(solve, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(min_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(format_size, m)?)?;
+    m.add("DEFAULT_SLOTS", remat::solve::DEFAULT_SLOTS)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

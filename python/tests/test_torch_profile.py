@@ -1,0 +1,111 @@
+"""profile() measures what the model defines, exactly where the sizes are known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch_models import cnn
+
+import remat
+import remat.torch as rt
+
+F32 = 4
+
+
+def stages(chain: remat.Chain) -> list[dict]:
+    return chain.to_dict()["stages"]
+
+
+def test_linear_stages_have_exact_sizes() -> None:
+    # The issue's example: a 256x1024 Linear at batch 256 keeps only its output
+    # (its input and weight are not its own activations).
+    batch = 256
+    model = nn.Sequential(
+        nn.Linear(256, 1024),  # saves its input and weight: nothing of its own
+        nn.Sequential(nn.Linear(1024, 512), nn.ReLU()),  # ReLU saves its output
+        nn.Sequential(nn.Linear(512, 128), nn.Linear(128, 64)),  # the second saves the first's output
+        nn.GELU(),  # saves its input (the previous output): nothing of its own
+    )
+    x = torch.randn(batch, 256)
+    chain = rt.profile(model, x, repeat=1)
+    s = stages(chain)
+    assert chain.to_dict()["input_size"] == batch * 256 * F32
+    assert s[0]["output_size"] == s[0]["saved_size"] == 1_048_576
+    assert s[1]["output_size"] == s[1]["saved_size"] == batch * 512 * F32
+    assert s[2]["output_size"] == batch * 64 * F32
+    assert s[2]["saved_size"] == batch * (128 + 64) * F32
+    assert s[3]["output_size"] == s[3]["saved_size"] == batch * 64 * F32
+    for stage in s:
+        assert stage["gradient_size"] == stage["output_size"]
+    # Without autograd the intermediate of stage 3 lives until the second Linear ends.
+    assert s[2]["forward_overhead"] == batch * 128 * F32
+    # Stage 1's backward: its input's gradient is delta^0 (not overhead), its
+    # weight and bias gradients are transient until accumulated into .grad.
+    assert s[0]["backward_overhead"] == (1024 * 256 + 1024) * F32
+
+
+def test_chain_is_a_normal_chain_file_with_metadata() -> None:
+    case = cnn()
+    chain = rt.profile(case.make(), case.x, repeat=2)
+    d = json.loads(json.dumps(chain.to_dict()))
+    again = remat.Chain.from_dict(d)
+    assert again.to_dict() == chain.to_dict()
+    meta = d["metadata"]
+    assert meta["device"] == "cpu" and meta["dtype"] == "float32"
+    assert meta["batch"] == case.x.shape[0] and meta["input_shape"] == list(case.x.shape)
+    assert len(chain) == len(case.make())
+    for s in d["stages"]:
+        assert s["forward_time"] > 0 and s["backward_time"] > 0
+        assert s["saved_size"] >= s["output_size"] > 0
+
+
+def test_profile_leaves_the_module_as_it_was() -> None:
+    case = cnn()
+    model = case.make()
+    model[0][0].weight.grad = torch.ones_like(model[0][0].weight)
+    buffers = [b.clone() for b in model.buffers()]
+    torch.manual_seed(9)
+    expected_next = torch.rand(4)
+    torch.manual_seed(9)
+    rt.profile(model, case.x, repeat=2)
+    assert torch.equal(torch.rand(4), expected_next)  # the RNG stream is untouched
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers()))  # BN statistics
+    assert torch.equal(model[0][0].weight.grad, torch.ones_like(model[0][0].weight))
+    assert all(p.grad is None for n, p in model.named_parameters() if n != "0.0.weight")
+
+
+def test_not_a_sequence() -> None:
+    with pytest.raises(TypeError, match="needs a sequence of stages"):
+        rt.profile(nn.Linear(4, 4), torch.randn(2, 4))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="at least one stage"):
+        rt.profile(nn.Sequential(), torch.randn(2, 4))
+
+
+def test_wrong_shape_sample_names_the_stage_and_shape() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(16, 2))
+    with pytest.raises(ValueError, match=r"stage 1 \(Linear\) failed on an input of shape \(3, 7\)"):
+        rt.profile(model, torch.randn(3, 7))
+    with pytest.raises(ValueError, match=r"stage 3 \(Linear\) failed on an input of shape \(3, 8\)"):
+        rt.profile(model, torch.randn(3, 8))
+
+
+class Pair(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x * 2
+
+
+def test_non_tensor_output_is_a_type_error() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Pair(), nn.Linear(4, 4))
+    with pytest.raises(TypeError, match=r"stage 2 \(Pair\) returned a tuple; every stage must return one tensor"):
+        rt.profile(model, torch.randn(2, 4))
+
+
+def test_sample_must_be_a_tensor_and_repeat_positive() -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match=r"sample_input must be a torch\.Tensor, got list"):
+        rt.profile(model, [[1.0] * 4])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="repeat must be at least 1, got 0"):
+        rt.profile(model, torch.randn(2, 4), repeat=0)

@@ -1,0 +1,95 @@
+"""Small networks shared by the remat.torch tests: each returns a fresh model
+(same weights for the same seed), a batch and a criterion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# The test models are small: one thread is faster than two on a shared machine,
+# and every comparison runs both sides with the same setting.
+torch.set_num_threads(1)
+
+
+@dataclass
+class Case:
+    """A model factory with an input batch, a target and the loss to train on."""
+
+    name: str
+    make: Callable[[], nn.Sequential]
+    x: torch.Tensor
+    target: torch.Tensor
+    criterion: nn.Module
+
+
+def mlp(width: int = 64, depth: int = 6, batch: int = 16) -> Case:
+    """Linear + ReLU blocks and a linear head, with dropout in the middle."""
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(1)
+        blocks: list[nn.Module] = [nn.Sequential(nn.Linear(32, width), nn.ReLU())]
+        for i in range(depth - 2):
+            blocks.append(nn.Sequential(nn.Linear(width, width), nn.Tanh() if i % 2 else nn.ReLU()))
+            if i == 1:
+                blocks.append(nn.Dropout(0.25))
+        blocks.append(nn.Linear(width, 10))
+        return nn.Sequential(*blocks)
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(batch, 32, generator=g)
+    return Case("mlp", make, x, torch.randint(0, 10, (batch,), generator=g), nn.CrossEntropyLoss())
+
+
+def cnn(batch: int = 8) -> Case:
+    """Conv + BatchNorm + ReLU + Dropout blocks, then a linear classifier."""
+
+    def block(cin: int, cout: int, p: float) -> nn.Sequential:
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.Dropout2d(p))
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(3)
+        return nn.Sequential(
+            block(3, 8, 0.1),
+            block(8, 8, 0.2),
+            nn.MaxPool2d(2),
+            block(8, 16, 0.1),
+            block(16, 16, 0.0),
+            nn.Sequential(nn.Flatten(), nn.Dropout(0.3), nn.Linear(16 * 8 * 8, 10)),
+        )
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(batch, 3, 16, 16, generator=g)
+    return Case("cnn", make, x, torch.randint(0, 10, (batch,), generator=g), nn.CrossEntropyLoss())
+
+
+def transformer(batch: int = 4, seq: int = 12, d: int = 32, layers: int = 4) -> Case:
+    """A chain of transformer encoder blocks (attention + MLP, dropout on) and a head."""
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(5)
+        blocks: list[nn.Module] = [
+            nn.TransformerEncoderLayer(d, 4, dim_feedforward=2 * d, dropout=0.1, batch_first=True)
+            for _ in range(layers)
+        ]
+        blocks.append(nn.Linear(d, d))
+        return nn.Sequential(*blocks)
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(batch, seq, d, generator=g)
+    return Case("transformer", make, x, torch.randn(batch, seq, d, generator=g), nn.MSELoss())
+
+
+def deep_mlp(width: int = 256, depth: int = 16, batch: int = 256) -> Case:
+    """Many equal Linear + ReLU blocks: the shape where recomputation pays most."""
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(7)
+        blocks = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
+        return nn.Sequential(*blocks, nn.Linear(width, 10))
+
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(batch, width, generator=g)
+    return Case("deep_mlp", make, x, torch.randint(0, 10, (batch,), generator=g), nn.CrossEntropyLoss())
