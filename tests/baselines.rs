@@ -95,9 +95,10 @@ fn revolve_refuses_a_table_larger_than_memory() {
     let estimate = remat::solve::memory_estimate(&chain, budget, remat::solve::Algorithm::Revolve, &opts).unwrap();
     assert!(estimate > 1 << 36, "{estimate}");
     match remat::solve::solve(&chain, budget, remat::solve::Algorithm::Revolve, &opts) {
-        Err(remat::solve::SolveError::TooLarge(msg)) => {
+        Err(e @ remat::solve::SolveError::TooLarge { .. }) => {
+            let msg = e.to_string();
             assert!(
-                msg.contains("the revolve DP's tables would take about") && msg.contains("use fewer --slots"),
+                msg.contains("the revolve DP's tables would take about") && msg.contains("use fewer memory slots"),
                 "{msg}"
             )
         }

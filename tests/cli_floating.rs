@@ -57,7 +57,7 @@ fn oversized_tables_are_refused_with_the_estimate() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("the floating DP's tables would take about"))
-        .stderr(predicate::str::contains("use fewer --slots"))
+        .stderr(predicate::str::contains("hint: pass --slots N with a smaller N"))
         .stderr(predicate::str::contains("--algorithm persistent"));
 }
 

@@ -103,7 +103,7 @@ fn solve_segments_errors() {
         .args(["solve", FC6, "--memory", "1GiB", "-a", "sequential", "--segments", "9"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("--segments is 9; checkpoint_sequential needs 1 to 6 segments"));
+        .stderr(predicate::str::contains("9 segments asked; checkpoint_sequential needs 1 to 6 segments"));
     remat()
         .args(["solve", FC6, "--memory", "1GiB", "-a", "sequential", "--segments", "3"])
         .assert()

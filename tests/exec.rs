@@ -127,7 +127,7 @@ fn every_algorithm_reproduces_store_all_gradients_and_the_predicted_memory() {
             let lowest = match min_budget(&chain, algorithm, &SolveOptions::default()) {
                 Ok(Some(m)) => m,
                 Ok(None) => store_all_replay.peak_memory,
-                Err(SolveError::TooLarge(_)) => continue,
+                Err(SolveError::TooLarge { .. }) => continue,
                 Err(e) => panic!("{context}: {e}"),
             };
             let mut solved = 0;

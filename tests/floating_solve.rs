@@ -26,9 +26,9 @@ fn refuses_tables_that_would_not_fit_and_says_what_to_do() {
     // Ten million slots: about 1.35 million cells of ten million costs each.
     let err = solve(&chain, budget, Algorithm::Floating, &opts(10_000_000)).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, SolveError::TooLarge(_)), "{msg}");
+    assert!(matches!(err, SolveError::TooLarge { .. }), "{msg}");
     for needle in
-        ["floating DP's tables would take about", "200 stages at 10000000 slots", "fewer --slots", "persistent"]
+        ["floating DP's tables would take about", "200 stages at 10000000 slots", "fewer memory slots", "persistent"]
     {
         assert!(msg.contains(needle), "`{needle}` missing from: {msg}");
     }

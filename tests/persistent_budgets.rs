@@ -114,5 +114,5 @@ fn solve_refuses_a_table_larger_than_memory() {
         .assert()
         .code(2)
         .stderr(contains("note: the persistent solver's table will take about"))
-        .stderr(contains("(half of this machine's memory); use fewer --slots"));
+        .stderr(contains("(half of this machine's memory); use fewer memory slots"));
 }

@@ -367,11 +367,12 @@ def test_infeasible_error_carries_the_smallest_budget(fc6: remat.Chain, algorith
 
 def test_min_memory_matches_the_command_line(fc6: remat.Chain, resnet50: remat.Chain) -> None:
     for path, chain in [(FC6, fc6), (RESNET50, resnet50)]:
-        cli = cli_json("min-memory", str(path))
-        assert cli["any_schedule"] is not None
-        assert remat.min_memory(chain) == cli["any_schedule"]
-        assert remat.min_memory(chain, "persistent") == cli["algorithm_min"]
-        assert remat.min_memory(chain, "persistent", slots=2**63) == cli["algorithm_min_exact"]
+        for algorithm in ["persistent", "auto"]:
+            cli = cli_json("min-memory", str(path), "-a", algorithm)
+            assert cli["any_schedule"] is not None
+            assert remat.min_memory(chain) == cli["any_schedule"]
+            assert remat.min_memory(chain, algorithm) == cli["algorithm_min"]
+            assert remat.min_memory(chain, algorithm, slots=2**63) == cli["algorithm_min_exact"]
     # The any-schedule minimum of fc6 is exact: exhaustive search meets it and no less.
     lowest = remat.min_memory(fc6)
     assert remat.solve(fc6, lowest, "exhaustive").peak_memory == lowest

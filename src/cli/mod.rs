@@ -48,6 +48,14 @@ impl From<remat::SolveError> for Failure {
             remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => {
                 Failure { code: 70, error: e.into() }
             }
+            remat::SolveError::TooLarge { remedy, .. } => {
+                let flags = match remedy {
+                    remat::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
+                    remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
+                    remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
+                };
+                Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
+            }
             _ => Failure::input(e),
         }
     }

@@ -140,7 +140,7 @@ pub fn verdict_of(chain: &Chain, result: Result<Solution, SolveError>) -> Result
             detail: sol.detail,
         }),
         Err(SolveError::Infeasible { min_budget, .. }) => Ok(Verdict::Infeasible { min_budget }),
-        Err(SolveError::TooLarge(reason)) => Ok(Verdict::Skipped { reason }),
+        Err(e @ SolveError::TooLarge { .. }) => Ok(Verdict::Skipped { reason: e.to_string() }),
         Err(e) => Err(e),
     }
 }

@@ -84,7 +84,7 @@ pub fn budgets(
     steps: usize,
 ) -> Result<Vec<u64>, SolveError> {
     if steps == 0 {
-        return Err(SolveError::Options("--steps is 0; a sweep needs at least 1 budget".into()));
+        return Err(SolveError::Options("0 steps asked; a sweep needs at least 1 budget".into()));
     }
     let to = to.unwrap_or_else(|| store_all_peak(chain));
     let from = match from {
@@ -97,7 +97,7 @@ pub fn budgets(
                 }
                 match min_budget(chain, a, opts) {
                     Ok(Some(m)) => lowest = Some(lowest.map_or(m, |l: u64| l.min(m))),
-                    Ok(None) | Err(SolveError::TooLarge(_)) => {}
+                    Ok(None) | Err(SolveError::TooLarge { .. }) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -105,7 +105,7 @@ pub fn budgets(
         }
     };
     if from > to {
-        return Err(SolveError::Options(format!("--from ({from} bytes) is above --to ({to} bytes)")));
+        return Err(SolveError::Options(format!("the lowest budget ({from} bytes) is above the highest ({to} bytes)")));
     }
     let mut out: Vec<u64> = if steps == 1 {
         vec![to]
@@ -334,9 +334,9 @@ mod tests {
     fn bad_ranges_are_named() {
         let c = network_like(5, 4);
         let e = budgets(&c, &[Algorithm::Persistent], &SolveOptions::default(), Some(10), Some(5), 3).unwrap_err();
-        assert_eq!(e.to_string(), "--from (10 bytes) is above --to (5 bytes)");
+        assert_eq!(e.to_string(), "the lowest budget (10 bytes) is above the highest (5 bytes)");
         let e = budgets(&c, &[Algorithm::Persistent], &SolveOptions::default(), None, None, 0).unwrap_err();
-        assert!(e.to_string().contains("--steps is 0"));
+        assert!(e.to_string().contains("0 steps asked"));
         assert_eq!(budgets(&c, &[], &SolveOptions::default(), Some(3), Some(3), 5).unwrap(), vec![3]);
     }
 }

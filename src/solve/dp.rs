@@ -12,7 +12,7 @@ use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::size::format_size;
 use crate::slots::{SlotChain, Slots, smallest_feasible_budget};
-use crate::solve::{Algorithm, Progress, SolveError, floating, persistent};
+use crate::solve::{Algorithm, Progress, Remedy, SolveError, floating, persistent};
 
 /// A filled table: the fastest makespan and its schedule at every budget
 /// `m` (in slots) up to the table's own.
@@ -73,12 +73,15 @@ pub trait SlotDp {
     /// default one longer than [`SlotDp::MAX_STAGES`].
     fn check(chain: &Chain, _slots: usize) -> Result<(), SolveError> {
         if chain.len() > Self::MAX_STAGES {
-            return Err(SolveError::TooLarge(format!(
-                "the {} DP handles at most {} stages; this chain has {}",
-                Self::ALGORITHM,
-                Self::MAX_STAGES,
-                chain.len()
-            )));
+            return Err(SolveError::TooLarge {
+                reason: format!(
+                    "the {} DP handles at most {} stages; this chain has {}",
+                    Self::ALGORITHM,
+                    Self::MAX_STAGES,
+                    chain.len()
+                ),
+                remedy: Remedy::Use(Algorithm::Auto),
+            });
         }
         Ok(())
     }
@@ -166,12 +169,15 @@ impl SlotDp for Floating {
     /// grow as L^3 before any slot is counted).
     fn check(chain: &Chain, slots: usize) -> Result<(), SolveError> {
         if chain.len() > floating::MAX_STAGES {
-            return Err(SolveError::TooLarge(format!(
-                "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); \
-                 this chain has {}. Use --algorithm persistent",
-                floating::MAX_STAGES,
-                chain.len()
-            )));
+            return Err(SolveError::TooLarge {
+                reason: format!(
+                    "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); \
+                     this chain has {}",
+                    floating::MAX_STAGES,
+                    chain.len()
+                ),
+                remedy: Remedy::Use(Algorithm::Persistent),
+            });
         }
         check_memory(Algorithm::Floating, floating::upper_estimate(chain.len(), 0).table_bytes, chain.len(), slots)
     }
@@ -208,14 +214,17 @@ pub(crate) fn check_memory(algorithm: Algorithm, needed: u64, stages: usize, slo
         return Ok(());
     }
     // The floating DP's tables are L times the persistent one's.
-    let or_persistent = if algorithm == Algorithm::Floating { ", or --algorithm persistent" } else { "" };
-    Err(SolveError::TooLarge(format!(
-        "the {algorithm} DP's tables would take about {} ({needed} bytes) for {stages} stages at {slots} slots, over \
-         the {} it may use \
-         (half of this machine's memory); use fewer --slots (they grow linearly with them){or_persistent}",
-        format_size(needed),
-        format_size(limit)
-    )))
+    let remedy =
+        if algorithm == Algorithm::Floating { Remedy::FewerSlotsOr(Algorithm::Persistent) } else { Remedy::FewerSlots };
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "the {algorithm} DP's tables would take about {} ({needed} bytes) for {stages} stages at {slots} slots, \
+             over the {} it may use (half of this machine's memory)",
+            format_size(needed),
+            format_size(limit)
+        ),
+        remedy,
+    })
 }
 
 /// `D`'s answer at `budget` bytes with `slots` slots: its schedule, the slot

@@ -19,10 +19,17 @@ pub enum SolveError {
         /// The smallest budget at which this algorithm finds a schedule, if known.
         min_budget: Option<u64>,
     },
-    /// The instance is too large for the algorithm or for memory.
-    #[error("{0}")]
-    TooLarge(String),
-    /// Bad options (zero slots...).
+    /// The instance is too large for the algorithm or for memory: `reason`
+    /// says why (with the estimate), `remedy` what to change.
+    #[error("{reason}; {remedy}")]
+    TooLarge {
+        /// Why (the chain's length, the table's estimated bytes...).
+        reason: String,
+        /// What to change.
+        remedy: Remedy,
+    },
+    /// Bad options (zero slots, a segment count out of range...), in the
+    /// library's words; front ends name their own flags.
     #[error("{0}")]
     Options(String),
     /// The solver produced a schedule the simulator rejected: a bug in remat.
@@ -45,6 +52,30 @@ pub enum SolveError {
         /// What the simulator measured.
         replayed: f64,
     },
+}
+
+/// What to change when a solve is refused as too large. Front ends map it to
+/// their own options (the CLI to `--slots` and `--algorithm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// Fewer memory slots: time and table memory grow linearly with them.
+    FewerSlots,
+    /// Fewer memory slots, or another algorithm.
+    FewerSlotsOr(Algorithm),
+    /// Another algorithm.
+    Use(Algorithm),
+}
+
+impl std::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Remedy::FewerSlots => f.write_str("use fewer memory slots (time and tables grow linearly with them)"),
+            Remedy::FewerSlotsOr(a) => {
+                write!(f, "use fewer memory slots (time and tables grow linearly with them), or the {a} algorithm")
+            }
+            Remedy::Use(a) => write!(f, "use the {a} algorithm"),
+        }
+    }
 }
 
 fn infeasible_message(algorithm: Algorithm, budget: u64, min_budget: Option<u64>) -> String {

@@ -27,7 +27,7 @@ pub use auto::{
     AUTO_BASELINES, AUTO_EXHAUSTIVE_STAGES, AUTO_FLOATING_BYTES, AUTO_FLOATING_WORK, AutoChoice, auto_choice,
 };
 pub use budget::{AnyMinimum, any_min_budget, memory_estimate, min_budget, min_budget_for_makespan};
-pub use error::SolveError;
+pub use error::{Remedy, SolveError};
 pub use options::{DEFAULT_SLOTS, Progress, SolveOptions};
 
 use crate::chain::Chain;
@@ -90,19 +90,22 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
 
 pub(crate) fn graph_only(algorithm: Algorithm) -> SolveError {
     SolveError::Options(format!(
-        "{algorithm} solves graphs, not chains; `remat solve` runs it on a chain file through the chain's forward \
-         graph (`remat::graph::ForwardGraph::from_chain`)"
+        "{algorithm} solves graphs, not chains; solve the chain's forward graph instead \
+         (`remat::problem::solve` does, as `remat solve` does)"
     ))
 }
 
 pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
     if chain.len() > exhaustive::MAX_STAGES {
-        return Err(SolveError::TooLarge(format!(
-            "exhaustive search is limited to chains of at most {} stages (its state space grows as 3^L); \
-             this chain has {}. Use --algorithm persistent",
-            exhaustive::MAX_STAGES,
-            chain.len()
-        )));
+        return Err(SolveError::TooLarge {
+            reason: format!(
+                "exhaustive search is limited to chains of at most {} stages (its state space grows as 3^L); \
+                 this chain has {}",
+                exhaustive::MAX_STAGES,
+                chain.len()
+            ),
+            remedy: Remedy::Use(Algorithm::Persistent),
+        });
     }
     Ok(())
 }

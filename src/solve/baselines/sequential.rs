@@ -39,7 +39,7 @@ pub fn candidates(chain: &Chain, segments: Option<usize>) -> Result<Vec<Candidat
     let ks = match segments {
         Some(k) if k == 0 || k > len => {
             return Err(SolveError::Options(format!(
-                "--segments is {k}; checkpoint_sequential needs 1 to {len} segments on this chain of {len} stages"
+                "{k} segments asked; checkpoint_sequential needs 1 to {len} segments on this chain of {len} stages"
             )));
         }
         Some(k) => k..=k,
