@@ -48,7 +48,8 @@ fn solves(c: &mut Criterion) {
     ];
     for (name, chain) in &chains {
         let budget = budget(chain);
-        let opts = SolveOptions { slots: SLOTS, ..SolveOptions::default() };
+        let opts =
+            SolveOptions { slots: std::num::NonZeroUsize::new(SLOTS).expect("slots > 0"), ..SolveOptions::default() };
         for threads in [1, 2] {
             let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
             let id = BenchmarkId::new(*name, format!("{threads}-thread"));

@@ -10,7 +10,7 @@ use remat::synthetic::network_like;
 const SLOTS: usize = 60;
 
 fn opts() -> SolveOptions<'static> {
-    SolveOptions { slots: SLOTS, ..SolveOptions::default() }
+    SolveOptions { slots: std::num::NonZeroUsize::new(SLOTS).expect("slots > 0"), ..SolveOptions::default() }
 }
 
 fn makespan(chain: &Chain, budget: u64, algorithm: Algorithm) -> Option<f64> {

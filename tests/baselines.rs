@@ -13,7 +13,7 @@ const CHAINS: usize = 600;
 
 /// Slots of one byte at any budget: the slot-based solvers are exact.
 fn exact() -> SolveOptions<'static> {
-    SolveOptions { slots: usize::MAX, ..SolveOptions::default() }
+    SolveOptions { slots: std::num::NonZeroUsize::new(usize::MAX).expect("slots > 0"), ..SolveOptions::default() }
 }
 
 fn store_all_peak(chain: &Chain) -> u64 {
@@ -90,7 +90,10 @@ fn baselines_on_network_like_chains() {
 fn revolve_refuses_a_table_larger_than_memory() {
     // 101 x 102 / 2 cells of 10 million slots: about 480 GiB of table.
     let chain = remat::synthetic::network_like(3, 100);
-    let opts = remat::solve::SolveOptions { slots: 10_000_000, ..remat::solve::SolveOptions::default() };
+    let opts = remat::solve::SolveOptions {
+        slots: std::num::NonZeroUsize::new(10_000_000).expect("slots > 0"),
+        ..remat::solve::SolveOptions::default()
+    };
     let budget = 1u64 << 40;
     let estimate = remat::solve::memory_estimate(&chain, budget, remat::solve::Algorithm::Revolve, &opts).unwrap();
     assert!(estimate > 1 << 36, "{estimate}");

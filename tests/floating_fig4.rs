@@ -37,7 +37,10 @@ fn figure4(n: usize) -> Chain {
 }
 
 fn makespan(chain: &Chain, algorithm: Algorithm) -> f64 {
-    let opts = SolveOptions { slots: BUDGET as usize, ..SolveOptions::default() };
+    let opts = SolveOptions {
+        slots: std::num::NonZeroUsize::new(BUDGET as usize).expect("slots > 0"),
+        ..SolveOptions::default()
+    };
     solve(chain, BUDGET, algorithm, &opts).unwrap_or_else(|e| panic!("{algorithm}: {e}")).schedule.makespan
 }
 

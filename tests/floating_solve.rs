@@ -9,7 +9,7 @@ use remat::solve::{
 use remat::synthetic::network_like;
 
 fn opts(slots: usize) -> SolveOptions<'static> {
-    SolveOptions { slots, ..SolveOptions::default() }
+    SolveOptions { slots: std::num::NonZeroUsize::new(slots).expect("slots > 0"), ..SolveOptions::default() }
 }
 
 /// The peak of the schedule that records everything once.

@@ -12,7 +12,7 @@ use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, min_budget_f
 use remat::synthetic::{Rng, network_like, small_chain};
 
 fn opts(slots: usize) -> SolveOptions<'static> {
-    SolveOptions { slots, ..SolveOptions::default() }
+    SolveOptions { slots: std::num::NonZeroUsize::new(slots).expect("slots > 0"), ..SolveOptions::default() }
 }
 
 /// With exact slots, the budget found for a makespan limit is the smallest:

@@ -333,7 +333,7 @@ fn committed_chains_solve() {
         }
         let chain = Chain::from_json(&text).unwrap();
         assert!(chain.warnings().is_empty(), "{}", relative(&path));
-        let slots = if chain.len() > 100 { 20 } else { 100 };
+        let slots = std::num::NonZeroUsize::new(if chain.len() > 100 { 20 } else { 100 }).unwrap();
         let opts = SolveOptions { slots, ..SolveOptions::default() };
         let min = min_budget(&chain, Algorithm::Persistent, &opts).unwrap().expect("some budget works");
         let peak = store_all_peak(&chain);

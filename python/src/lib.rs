@@ -107,11 +107,8 @@ fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
     name.parse().map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
 }
 
-fn slots_arg(slots: usize) -> PyResult<usize> {
-    if slots == 0 {
-        return Err(PyValueError::new_err("slots must be at least 1, got 0"));
-    }
-    Ok(slots)
+fn slots_arg(slots: usize) -> PyResult<std::num::NonZeroUsize> {
+    std::num::NonZeroUsize::new(slots).ok_or_else(|| PyValueError::new_err("slots must be at least 1, got 0"))
 }
 
 /// The fastest schedule of ``chain`` whose peak memory fits ``memory``.

@@ -25,8 +25,8 @@ pub struct Args {
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
     memory: u64,
     /// Memory slots S of the slot-based solvers (persistent, revolve).
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
-    slots: usize,
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
+    slots: std::num::NonZeroUsize,
     /// Print the comparison as JSON.
     #[arg(long)]
     json: bool,

@@ -6,7 +6,7 @@ use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, min_budget, min_budget_for_makespan};
 
 use super::solve::parse_algorithm;
-use super::{CliResult, Failure, Progress, load_chain};
+use super::{CliResult, Progress, load_chain};
 
 /// Print the smallest memory budget any schedule can meet, and the smallest the
 /// chosen algorithm meets (with its slot rounding, and exactly).
@@ -24,8 +24,8 @@ pub struct Args {
     #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S the algorithm would use.
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
-    slots: usize,
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
+    slots: std::num::NonZeroUsize,
     /// Also find the smallest budget at which `remat solve` (with this
     /// --algorithm and --slots) meets a makespan at most PCT percent above
     /// store-all's (no recomputation): `--max-overhead 10` or `10%`. A
@@ -48,15 +48,16 @@ fn percent_arg(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.slots == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
-    }
     let chain = load_chain(&args.chain, "`remat min-memory`")?;
     let any = any_min_budget(&chain);
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =
         min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, ..SolveOptions::default() })?;
-    let exact = min_budget(&chain, args.algorithm, &SolveOptions { slots: usize::MAX, ..SolveOptions::default() })?;
+    let exact = min_budget(
+        &chain,
+        args.algorithm,
+        &SolveOptions { slots: std::num::NonZeroUsize::MAX, ..SolveOptions::default() },
+    )?;
     let within = match args.max_overhead {
         Some(pct) => {
             let limit = chain.store_all_time() * (1.0 + pct / 100.0);
@@ -76,7 +77,7 @@ pub fn run(args: Args) -> CliResult {
             "any_schedule_upper": any.upper,
             "any_schedule_method": any.method,
             "algorithm": args.algorithm.name(),
-            "slots": args.slots,
+            "slots": args.slots.get(),
             "algorithm_min": with_slots,
             "algorithm_min_exact": exact,
             "max_overhead": within.as_ref().map(|(pct, sol)| serde_json::json!({

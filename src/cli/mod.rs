@@ -201,6 +201,14 @@ pub fn one_stdin(paths: &[&Path]) -> CliResult {
     Ok(())
 }
 
+/// Parses a slot count for clap: a whole number of at least 1.
+pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) => std::num::NonZeroUsize::new(n).ok_or_else(|| "--slots must be at least 1 (got 0)".to_string()),
+        Err(e) => Err(format!("`{s}` is not a number of memory slots: {e}")),
+    }
+}
+
 /// Parses a SIZE argument for clap.
 pub fn size_arg(s: &str) -> Result<u64, String> {
     remat::size::parse_size(s).map_err(|e| e.to_string())

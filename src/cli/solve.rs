@@ -44,8 +44,8 @@ pub struct Args {
     segments: Option<usize>,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
-    slots: usize,
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
+    slots: std::num::NonZeroUsize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
     #[arg(long)]
@@ -65,9 +65,6 @@ pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.slots == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
-    }
     if args.segments.is_some() && args.algorithm != Algorithm::Sequential {
         return Err(Failure::input(anyhow::anyhow!(
             "--segments applies to --algorithm sequential only (got --algorithm {})",
@@ -156,7 +153,7 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
 
 /// Prints a chain schedule: what ran and why, its figures as replayed, what
 /// it keeps, and the schedule in compact notation.
-fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: usize) {
+fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: std::num::NonZeroUsize) {
     let s = &solution.schedule;
     let base = chain.store_all_time();
     println!("chain:       {} ({} stages + loss)", chain.name(), chain.len());

@@ -29,8 +29,8 @@ pub struct Args {
     #[arg(long, default_value_t = 25, value_name = "N")]
     steps: usize,
     /// Memory slots S of the slot-based solvers (persistent, revolve).
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
-    slots: usize,
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
+    slots: std::num::NonZeroUsize,
     /// Print JSON instead of CSV.
     #[arg(long)]
     json: bool,

@@ -421,7 +421,9 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw
                     Raw { values, objective: inner.objective(), bound: inner.stats().best_bound, optimal, seconds }
                 }
                 Err(ResolutionError::Infeasible) => return Err(MilpError::Infeasible),
-                Err(ResolutionError::Other(m)) if m.contains("Time limit") => {
+                // microlp gives up with an error once its time limit has
+                // passed: judged by the clock, not by the error's wording.
+                Err(ResolutionError::Other(_)) if opts.time_limit.is_some_and(|l| seconds >= l.as_secs_f64()) => {
                     return Err(MilpError::NoSolution { seconds });
                 }
                 Err(e) => return Err(failed(e.to_string())),

@@ -21,7 +21,7 @@ pub struct GraphOptions<'a> {
     /// The MILP/LP solver, its time limit and progress ticker.
     pub milp: MilpOptions<'a>,
     /// Memory slots for the chain solvers (a path solved as a chain).
-    pub slots: usize,
+    pub slots: std::num::NonZeroUsize,
     /// Progress of a chain solver.
     pub chain_progress: Option<Progress<'a>>,
 }

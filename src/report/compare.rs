@@ -170,7 +170,7 @@ pub fn compare(
         chain: chain.name().to_string(),
         stages: chain.len(),
         budget,
-        slots: opts.slots,
+        slots: opts.slots.get(),
         store_all_makespan: chain.store_all_time(),
         rows,
     })

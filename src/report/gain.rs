@@ -78,7 +78,11 @@ pub struct SequentialGain {
 /// how: exhaustive search up to [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages,
 /// else the best of the persistent DP and (where `auto` would run it) the
 /// floating DP, both [`fitted`] by replay.
-pub fn optimum_within(chain: &Chain, budget: u64, slots: usize) -> Result<(Option<f64>, &'static str), SolveError> {
+pub fn optimum_within(
+    chain: &Chain,
+    budget: u64,
+    slots: std::num::NonZeroUsize,
+) -> Result<(Option<f64>, &'static str), SolveError> {
     if chain.len() <= COMPARE_EXHAUSTIVE_MAX_STAGES {
         return match solve(chain, budget, Algorithm::Exhaustive, &SolveOptions::default()) {
             Ok(sol) => Ok((Some(sol.schedule.makespan), "exhaustive")),
@@ -87,12 +91,12 @@ pub fn optimum_within(chain: &Chain, budget: u64, slots: usize) -> Result<(Optio
         };
     }
     let opts = SolveOptions { slots, ..SolveOptions::default() };
-    let persistent = fitted::<dp::Persistent>(chain, budget, slots, None)?.map(|f| f.replay.makespan);
+    let persistent = fitted::<dp::Persistent>(chain, budget, slots.get(), None)?.map(|f| f.replay.makespan);
     if auto_choice(chain, budget, &opts).algorithm != Algorithm::Floating {
         return Ok((persistent, "persistent"));
     }
     // A floating table over the memory limit leaves persistent's answer.
-    let floating = fitted::<dp::Floating>(chain, budget, slots, None).ok().flatten().map(|f| f.replay.makespan);
+    let floating = fitted::<dp::Floating>(chain, budget, slots.get(), None).ok().flatten().map(|f| f.replay.makespan);
     let best = [persistent, floating].into_iter().flatten().min_by(f64::total_cmp);
     Ok((best, "floating"))
 }
@@ -107,7 +111,7 @@ fn dominates(a: &SequentialPoint, b: &SequentialPoint) -> bool {
 /// The gain of the optimum ([`optimum_within`]) over checkpoint_sequential on
 /// `chain` (see the module doc). O(L^2) replays plus one solve per front
 /// point, in parallel.
-pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, SolveError> {
+pub fn sequential_gain(chain: &Chain, slots: std::num::NonZeroUsize) -> Result<SequentialGain, SolveError> {
     let points = sequential_points(chain)?;
     let mut front: Vec<&SequentialPoint> =
         points.iter().filter(|p| p.segments >= 2 && !points.iter().any(|q| dominates(q, p))).collect();
@@ -144,7 +148,7 @@ pub fn sequential_gain(chain: &Chain, slots: usize) -> Result<SequentialGain, So
         chain: chain.name().to_string(),
         stages: chain.len(),
         optimal_by,
-        slots,
+        slots: slots.get(),
         mean_throughput_gain_percent: mean(|p| p.throughput_gain_percent),
         mean_makespan_reduction_percent: mean(|p| p.makespan_reduction_percent),
         front,
@@ -165,7 +169,7 @@ mod tests {
         let s = [(1.0, 2.0, 4, 6), (2.0, 3.0, 5, 9), (3.0, 4.0, 2, 3), (4.0, 5.0, 7, 8), (5.0, 6.0, 1, 5)];
         let stages = s.iter().map(|&(f, b, a, abar)| Stage::simple(f, b, a, abar)).collect();
         let c = Chain::new("hand", 3, stages, Stage::zero_loss()).unwrap();
-        let g = sequential_gain(&c, usize::MAX).unwrap();
+        let g = sequential_gain(&c, std::num::NonZeroUsize::MAX).unwrap();
         assert_eq!(g.front.len(), 1);
         let p = &g.front[0];
         assert_eq!((p.segments, p.peak_memory, p.sequential_makespan), (2, 32, 38.0));

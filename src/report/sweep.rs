@@ -192,7 +192,7 @@ pub fn sweep(
     Ok(Sweep {
         chain: chain.name().to_string(),
         stages: chain.len(),
-        slots: opts.slots,
+        slots: opts.slots.get(),
         store_all_makespan: chain.store_all_time(),
         store_all_peak: store_all_peak(chain),
         budgets: budgets.to_vec(),

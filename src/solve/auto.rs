@@ -38,7 +38,7 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             reason: format!("{len} stages: exact search over every memory state is cheap"),
         };
     }
-    let m = Slots::new(budget, opts.slots).budget;
+    let m = Slots::new(budget, opts.slots.get()).budget;
     let est = floating::upper_estimate(len, m);
     let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
     if len <= floating::MAX_STAGES && est.table_bytes <= limit && est.work <= AUTO_FLOATING_WORK {
@@ -46,7 +46,7 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             algorithm: Algorithm::Floating,
             reason: format!(
                 "{len} stages at {} slots: floating DP tables of at most {} and {:.1e} steps",
-                opts.slots,
+                opts.slots.get(),
                 format_size(est.table_bytes),
                 est.work as f64
             ),
@@ -57,7 +57,7 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
         reason: format!(
             "{len} stages at {} slots: the floating DP could need {} of tables and {:.1e} steps \
              (auto allows {} and {:.0e}); force it with --algorithm floating or use fewer --slots",
-            opts.slots,
+            opts.slots.get(),
             format_size(est.table_bytes),
             est.work as f64,
             format_size(limit),
@@ -87,8 +87,8 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
         return Ok(solution);
     }
     let fitted = match dp {
-        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, opts.slots, opts.progress)?,
-        _ => fit::fitted::<dp::Persistent>(chain, budget, opts.slots, opts.progress)?,
+        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, opts.slots.get(), opts.progress)?,
+        _ => fit::fitted::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
     };
     let mut best = match fitted {
         Some(f) => {

@@ -7,27 +7,26 @@ use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::{self, DpPlan, SlotDp};
 use crate::solve::{
     AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, auto_choice, baselines, check_exhaustive_size,
-    check_slots, exhaustive, floating, graph_only, solve,
+    exhaustive, floating, graph_only, solve,
 };
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
 /// these options. For `exhaustive` it is exact (and the smallest budget any
 /// schedule can meet).
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
-    check_slots(opts)?;
     match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => {
-            dp::Persistent::check(chain, opts.slots)?;
-            Ok(dp::min_budget::<dp::Persistent>(chain, opts.slots))
+            dp::Persistent::check(chain, opts.slots.get())?;
+            Ok(dp::min_budget::<dp::Persistent>(chain, opts.slots.get()))
         }
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
             Ok(Some(exhaustive::min_peak(chain).0))
         }
         Algorithm::Floating => {
-            dp::Floating::check(chain, opts.slots)?;
-            Ok(dp::min_budget::<dp::Floating>(chain, opts.slots))
+            dp::Floating::check(chain, opts.slots.get())?;
+            Ok(dp::min_budget::<dp::Floating>(chain, opts.slots.get()))
         }
         Algorithm::Auto => {
             // The choice depends on the budget only through the slot count's
@@ -105,7 +104,7 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
 }
 
 fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {
-    D::plan(SlotChain::new(chain, Slots::new(budget, opts.slots))).table_bytes()
+    D::plan(SlotChain::new(chain, Slots::new(budget, opts.slots.get()))).table_bytes()
 }
 
 /// The smallest budget at which `solve(chain, budget, algorithm, opts)`

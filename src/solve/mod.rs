@@ -59,11 +59,10 @@ pub struct Solution {
 /// Deterministic: the same input gives the same schedule. Complexity is the
 /// algorithm's (see each module).
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
-    check_slots(opts)?;
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
-        Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots, opts.progress)?,
-        Algorithm::Floating => dp::solve_dp::<dp::Floating>(chain, budget, opts.slots, opts.progress)?,
+        Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
+        Algorithm::Floating => dp::solve_dp::<dp::Floating>(chain, budget, opts.slots.get(), opts.progress)?,
         Algorithm::Auto => return solve_auto(chain, budget, opts),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
@@ -106,14 +105,6 @@ pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
             ),
             remedy: Remedy::Use(Algorithm::Persistent),
         });
-    }
-    Ok(())
-}
-
-/// The one check of the slot count every entry point shares.
-pub(crate) fn check_slots(opts: &SolveOptions) -> Result<(), SolveError> {
-    if opts.slots == 0 {
-        return Err(SolveError::Options("the number of memory slots must be at least 1".into()));
     }
     Ok(())
 }

@@ -6,7 +6,10 @@ use remat::{Chain, Op, simulate_within};
 
 /// Exact solve: as many slots as bytes in the budget (slot = 1 byte).
 pub fn exact(budget: u64) -> SolveOptions<'static> {
-    SolveOptions { slots: budget.max(1) as usize, ..SolveOptions::default() }
+    SolveOptions {
+        slots: std::num::NonZeroUsize::new(budget.max(1) as usize).expect("slots > 0"),
+        ..SolveOptions::default()
+    }
 }
 
 /// A search over sequences: the fastest within a budget, with its operations

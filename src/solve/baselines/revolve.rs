@@ -150,11 +150,11 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     cells.saturating_mul(sc.slots.budget as u64 + 1).saturating_mul(10)
 }
 
-/// The revolve schedule of `chain` under `budget` bytes with `opts.slots`
+/// The revolve schedule of `chain` under `budget` bytes with `opts.slots.get()`
 /// (through the shared slot-DP path, [`crate::solve::dp`]).
 pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, SolveError> {
     let (ops, slot_size, makespan) =
-        crate::solve::dp::solve_dp::<crate::solve::dp::Revolve>(chain, budget, opts.slots, opts.progress)?;
+        crate::solve::dp::solve_dp::<crate::solve::dp::Revolve>(chain, budget, opts.slots.get(), opts.progress)?;
     Ok(Plan { ops, makespan, slot_size, detail: None })
 }
 
@@ -187,7 +187,7 @@ mod tests {
 
     /// Slots of one byte at any budget (and for the smallest-budget search).
     fn exact() -> SolveOptions<'static> {
-        SolveOptions { slots: usize::MAX, ..SolveOptions::default() }
+        SolveOptions { slots: std::num::NonZeroUsize::MAX, ..SolveOptions::default() }
     }
 
     /// With exact slots, revolve is the optimum of its family (found by
@@ -228,7 +228,13 @@ mod tests {
         let m = dp::min_budget::<Revolve>(&c, 50).unwrap();
         assert!(dp::feasible::<Revolve>(&c, m, 50));
         assert!(m >= dp::min_peak_exact::<dp::Persistent>(&c));
-        let sol = solve(&c, m, Algorithm::Revolve, &SolveOptions { slots: 50, ..SolveOptions::default() }).unwrap();
+        let sol = solve(
+            &c,
+            m,
+            Algorithm::Revolve,
+            &SolveOptions { slots: std::num::NonZeroUsize::new(50).unwrap(), ..SolveOptions::default() },
+        )
+        .unwrap();
         assert!(sol.schedule.peak_memory <= m);
         // Every forward but the loss's runs at least twice.
         let forwards = sol.schedule.operations.iter().filter(|op| op.is_forward()).count();

@@ -128,7 +128,7 @@ mod tests {
         for k in [0, 6] {
             let e = solve(&c, 1000, Algorithm::Sequential, &with_k(k)).unwrap_err();
             assert!(matches!(e, SolveError::Options(_)), "{e}");
-            assert!(e.to_string().contains(&format!("--segments is {k}")) && e.to_string().contains("1 to 5"), "{e}");
+            assert!(e.to_string().contains(&format!("{k} segments asked")) && e.to_string().contains("1 to 5"), "{e}");
         }
     }
 
