@@ -45,6 +45,11 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat sweep`")?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    if let (Some(from), Some(to)) = (args.from, args.to)
+        && from > to
+    {
+        return Err(super::Failure::input(anyhow::anyhow!("--from ({from} bytes) is above --to ({to} bytes)")));
+    }
     let budgets = sweep::budgets(&chain, &reported(), &opts, args.from, args.to, args.steps)?;
     let progress = Progress::new("sweep");
     let update = |done, total| progress.update(done, total);
