@@ -97,6 +97,27 @@ impl From<GraphSolveError> for Failure {
     }
 }
 
+/// The `--json` object on stdout for an infeasible budget: `status`,
+/// `algorithm`, `budget` and `min_budget` (bytes, null when unknown) as for a
+/// chain, plus for a graph `min_budget_proven` and `min_budget_lower` (no
+/// schedule fits below it) when a time limit stopped the search early.
+fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
+    match e {
+        GraphSolveError::Chain(remat::SolveError::Infeasible { algorithm, budget, min_budget }) => {
+            Some(serde_json::json!({
+                "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
+            }))
+        }
+        GraphSolveError::Infeasible { algorithm, budget, min_budget } => Some(serde_json::json!({
+            "status": "infeasible", "algorithm": algorithm.name(), "budget": budget,
+            "min_budget": min_budget.map(|m| m.bytes),
+            "min_budget_proven": min_budget.is_some_and(|m| m.proven),
+            "min_budget_lower": min_budget.map(|m| m.lower),
+        })),
+        _ => None,
+    }
+}
+
 /// A spinner with the elapsed time against the time limit, on stderr when it
 /// is a terminal, shown only once the solve lasts over 300 ms.
 struct Ticker {
@@ -164,6 +185,13 @@ pub fn try_solve(req: Request) -> Result<bool, Failure> {
     let outcome = remat::graph::solve(&file, req.memory, req.algorithm, &opts);
     drop(ticker);
     drop(chain_progress);
+    if req.json
+        && let Err(e) = &outcome
+        && let Some(out) = infeasible_json(e)
+    {
+        // Scripts sweeping budgets get the answer on stdout too, as for chains.
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    }
     let outcome = outcome?;
     if let Outcome::Graph { solution, .. } = &outcome {
         for note in &solution.notes {

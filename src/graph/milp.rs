@@ -6,8 +6,9 @@
 //! - `R[t][i]` (i <= t), binary: node i is computed in stage t; `R[t][t] = 1`
 //!   is a constant (frontier advancing);
 //! - `S[t][i]` (i < t), binary: node i is held from stage t-1 into stage t.
-//!   `S[t][i]` is fixed to 0 when no node after `t - 1` reads i (holding it
-//!   could only cost memory): a presolve step that cannot change the optimum;
+//!   `S[t][i]` is fixed to 0 only when no node reads i at all (see
+//!   [`holdable`] for why that is safe, and why "no node after `t - 1` reads
+//!   i" is not);
 //! - `FREE[t][(i,k)]` for every edge i -> k with k <= t, binary;
 //! - `U[t][k]` (k <= t), continuous: bytes in use right after node k in stage
 //!   t, before the frees that follow it.
@@ -38,7 +39,7 @@ use good_lp::{Constraint, Expression, ProblemVariables, ResolutionError, Solutio
 use thiserror::Error;
 
 use crate::graph::Graph;
-use crate::graph::plan::{Staged, last_use};
+use crate::graph::plan::Staged;
 
 /// The LP/MILP solver behind good_lp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,6 +238,32 @@ impl Formulation {
     }
 }
 
+/// Whether the model has a variable `S[t][i]` for a node `i` (for every stage
+/// `t > i`), or fixes it to 0.
+///
+/// The one reduction kept: `S[t][i] = 0` for every `t` when no node reads `i`.
+/// Proof that it cannot change the optimum or the feasibility: take any
+/// feasible (R, S, FREE, U) and set every `S[.][i]` of such an `i` to 0.
+/// (1b) never mentions `S[t][i]` (no edge leaves `i`); (1c) for `i` holds
+/// since its left side is now 0, and (1c) for other nodes does not mention it.
+/// No FREE variable exists for an edge out of `i`, and the hazards of the
+/// other edges do not mention `S[.][i]`, so every FREE keeps its value. U only
+/// loses the term `M_i S[t][i]` of `U[t][0]`, which propagates unchanged down
+/// the recurrence, so every `U[t][k]` can only decrease and the budget rows
+/// still hold. The objective does not mention S. So every feasible point maps
+/// to a feasible point of the reduced model of the same cost.
+///
+/// Why a stronger rule is wrong (the bug this replaced): fixing `S[t][i] = 0`
+/// once every user of `i` comes before `t` ("holding it later is useless")
+/// forgets that a user `j < t` of `i` may be *recomputed* in stage `t` (to
+/// rebuild a value a gradient of stage `t` reads), and then `i` must be
+/// resident in stage `t`: held, or recomputed from its own inputs. Holding `i`
+/// can be the cheaper of the two, so that rule cut off optimal schedules and,
+/// near the smallest budget, every schedule.
+fn holdable(graph: &Graph, i: usize) -> bool {
+    !graph.users(i).is_empty()
+}
+
 /// Builds the model of `graph` (see the module documentation).
 fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulation {
     let n = graph.len();
@@ -257,8 +284,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
     for t in 0..n {
         let row = (0..=t).map(|i| (i < t).then(|| f.add(relaxed, None))).collect();
         f.r.push(row);
-        let row =
-            (0..t).map(|i| last_use(graph, i).is_some_and(|last| last >= t).then(|| f.add(relaxed, None))).collect();
+        let row = (0..t).map(|i| holdable(graph, i).then(|| f.add(relaxed, None))).collect();
         f.s.push(row);
     }
     for t in 0..n {
