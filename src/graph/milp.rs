@@ -419,9 +419,14 @@ fn with_ticker<T>(ticker: Option<Ticker<'_>>, work: impl FnOnce() -> T) -> T {
     })
 }
 
-fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw, MilpError> {
-    let start = Instant::now();
+/// Solves `f`, stopping at `opts.time_limit` counted from `start` (so the
+/// time spent building the model counts against the limit too).
+fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instant) -> Result<Raw, MilpError> {
     let backend = opts.backend;
+    let time_limit = opts.time_limit.map(|l| l.saturating_sub(start.elapsed()));
+    if time_limit.is_some_and(|l| l.is_zero()) {
+        return Err(MilpError::NoSolution { seconds: start.elapsed().as_secs_f64() });
+    }
     let Formulation { vars, order, objective, constraints, .. } = f;
     let failed = |message: String| MilpError::Backend { backend, message };
     let raw = match backend {
@@ -434,7 +439,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw
             if let Some(w) = warm {
                 model = model.with_initial_solution(order.iter().copied().zip(w));
             }
-            if let Some(limit) = opts.time_limit {
+            if let Some(limit) = time_limit {
                 model = model.with_time_limit(limit.as_secs_f64());
             }
             let solved = with_ticker(opts.ticker, || model.solve());
@@ -465,7 +470,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw
             // Prove optimality exactly (HiGHS stops at a 0.01% gap by default).
             inner.set_option("mip_rel_gap", 0.0);
             inner.set_option("mip_abs_gap", 1e-9);
-            if let Some(limit) = opts.time_limit {
+            if let Some(limit) = time_limit {
                 inner.set_option("time_limit", limit.as_secs_f64());
             }
             if let Some(w) = &warm {
@@ -513,10 +518,11 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
     if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Cost, false);
     let warm = warm.map(|w| warm_values(graph, &f, w));
     let (r, s, constant) = (f.r.clone(), f.s.clone(), f.objective_constant);
-    let raw = run(f, warm, opts)?;
+    let raw = run(f, warm, opts, start)?;
     let staged = staged_from(graph, &r, &s, &raw.values);
     let (objective, bound) = (raw.objective + constant, raw.bound.map(|b| b + constant));
     Ok(MilpSolution { staged, objective, bound, optimal: raw.optimal, seconds: raw.seconds })
@@ -529,9 +535,10 @@ pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option
     if budget < graph.working_set_bound() {
         return Ok(None);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Feasibility, false);
     let (r, s) = (f.r.clone(), f.s.clone());
-    match run(f, None, opts) {
+    match run(f, None, opts, start) {
         Ok(raw) => Ok(Some(staged_from(graph, &r, &s, &raw.values))),
         Err(MilpError::Infeasible) => Ok(None),
         Err(e) => Err(e),
@@ -547,9 +554,10 @@ pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64
     if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Cost, true);
     let (s, constant) = (f.s.clone(), f.objective_constant);
-    let raw = run(f, None, opts)?;
+    let raw = run(f, None, opts, start)?;
     let s_star = s.iter().map(|row| row.iter().map(|c| c.map_or(0.0, |c| raw.values[c])).collect()).collect();
     Ok((raw.objective + constant, s_star))
 }
