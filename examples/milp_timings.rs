@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! cargo run --release --example milp_timings [TIME_LIMIT_SECONDS] [--approx]
-//! cargo run --release --features highs --example milp_timings 60
+//! cargo run --release --features highs --example milp_timings 60 --highs-only
 //! ```
 //!
 //! Times are wall-clock seconds of the whole `solve_joint` call (baselines,
@@ -45,8 +45,11 @@ const CASES: [(&str, Budgets); 8] = [
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let approx = args.iter().any(|a| a == "--approx");
+    // Only the first backend of the build (HiGHS when built in).
+    let first_only = args.iter().any(|a| a == "--highs-only");
+    let backends = if first_only { &Backend::ALL[..1] } else { Backend::ALL };
     let limit: f64 =
-        args.iter().find(|a| *a != "--approx").map_or(60.0, |s| s.parse().expect("a time limit in seconds"));
+        args.iter().find(|a| !a.starts_with("--")).map_or(60.0, |s| s.parse().expect("a time limit in seconds"));
     let algorithms: &[Algorithm] =
         if approx { &[Algorithm::Checkmate, Algorithm::CheckmateApprox] } else { &[Algorithm::Checkmate] };
     println!(
@@ -72,7 +75,7 @@ fn main() {
         for budget in budgets {
             let shown = format_size(budget);
             for &algorithm in algorithms {
-                for &backend in Backend::ALL {
+                for &backend in backends {
                     let opts = MilpOptions { backend, time_limit: Some(Duration::from_secs_f64(limit)), ticker: None };
                     let start = Instant::now();
                     let result = solve_joint(&graph, budget, algorithm, &opts);
