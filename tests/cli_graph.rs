@@ -134,6 +134,32 @@ fn infeasible_budgets_name_the_smallest_one() {
 }
 
 #[test]
+fn infeasible_graph_budgets_answer_in_json_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = write(&dir, "diamond.json", DIAMOND);
+    let g = graph.to_str().unwrap();
+    let out = remat().args(["solve", g, "--memory", "102", "--lp-solver", "microlp", "--json"]).assert().code(1);
+    let status = json_of(&out.get_output().stdout);
+    assert_eq!(
+        status,
+        serde_json::json!({
+            "status": "infeasible", "algorithm": "checkmate", "budget": 102,
+            "min_budget": 103, "min_budget_proven": true, "min_budget_lower": 103,
+        })
+    );
+    // The budget it names works, and is the smallest: the exhaustive search agrees.
+    let ok = remat().args(["solve", g, "--memory", "103", "--lp-solver", "microlp", "--json"]).assert().success();
+    assert_eq!(json_of(&ok.get_output().stdout)["status"], "optimal");
+    let exhaustive = remat().args(["solve", g, "--memory", "102", "-a", "exhaustive", "--json"]).assert().code(1);
+    assert_eq!(json_of(&exhaustive.get_output().stdout)["min_budget"], 103);
+    // A path graph goes to the chain solvers: their infeasible object, as for a chain file.
+    let path = write(&dir, "path.json", &path_graph());
+    let out = remat().args(["solve", path.to_str().unwrap(), "--memory", "120", "--json"]).assert().code(1);
+    let status = json_of(&out.get_output().stdout);
+    assert_eq!((&status["status"], &status["min_budget"]), (&serde_json::json!("infeasible"), &serde_json::json!(138)));
+}
+
+#[test]
 fn bad_graph_files_are_named_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [

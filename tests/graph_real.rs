@@ -95,3 +95,30 @@ fn highs_solves_the_real_graphs() {
         }
     }
 }
+
+/// The full-layer Inception v3 joint graph (443 nodes): far beyond what
+/// microlp solves, so what comes back must still be honest.
+#[test]
+fn a_large_graph_gets_a_proven_gap_and_store_all_needs_no_milp() {
+    let inception = load("inception_v3-299-b1-layers");
+    assert_eq!(inception.len(), 443);
+    let all = baselines::candidates(&inception);
+    let store_all = all[0].peak;
+    // At the checkpoint-all peak nothing needs recomputing: optimal, proven by
+    // the total-cost bound, without building the MILP (which would not finish
+    // within this limit: see the tight budget below).
+    let sol = solve_joint(&inception, store_all, Algorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
+    assert_eq!((sol.schedule.status, sol.schedule.gap), (Status::Optimal, Some(0.0)));
+    assert_eq!(sol.schedule.makespan, inception.total_cost());
+    // Halfway to the recompute-all peak, microlp stops at the limit with the
+    // warm start; its gap is proven against at least the total cost.
+    let lowest = all.iter().map(|b| b.peak).min().unwrap();
+    let budget = lowest + (store_all - lowest) / 2;
+    let sol = solve_joint(&inception, budget, Algorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
+    assert_ne!(sol.schedule.status, Status::Optimal);
+    let bound = sol.bound.expect("a proven bound");
+    assert!(bound >= inception.total_cost() - 1e-9 && bound <= sol.schedule.makespan, "{bound}");
+    let gap = sol.schedule.gap.expect("a proven gap");
+    assert!((gap - (sol.schedule.makespan - bound) / sol.schedule.makespan).abs() < 1e-9, "{gap}");
+    simulate_within(&inception, &sol.schedule.operations, budget).unwrap();
+}

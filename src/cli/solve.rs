@@ -136,18 +136,23 @@ pub fn run(args: Args) -> CliResult {
 /// The `{"status": "infeasible", ...}` object `--json` prints for a budget
 /// no schedule of the algorithm meets, chain or graph alike.
 fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
-    let (algorithm, budget, min_budget, proven) = match e {
+    // (algorithm, budget, a budget that works, proven smallest, proven lower bound)
+    let (algorithm, budget, min_budget, proven, lower) = match e {
         GraphSolveError::Chain(SolveError::Infeasible { algorithm, budget, min_budget }) => {
-            (*algorithm, *budget, *min_budget, true)
+            (*algorithm, *budget, *min_budget, true, *min_budget)
         }
-        GraphSolveError::Infeasible { algorithm, budget, min_budget } => {
-            (*algorithm, *budget, min_budget.map(|m| m.bytes), min_budget.is_none_or(|m| m.proven))
-        }
+        GraphSolveError::Infeasible { algorithm, budget, min_budget } => (
+            *algorithm,
+            *budget,
+            min_budget.map(|m| m.bytes),
+            min_budget.is_some_and(|m| m.proven),
+            min_budget.map(|m| m.lower),
+        ),
         _ => return None,
     };
     Some(serde_json::json!({
         "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
-        "min_budget_proven": proven,
+        "min_budget_proven": proven, "min_budget_lower": lower,
     }))
 }
 

@@ -6,8 +6,9 @@
 //! - `R[t][i]` (i <= t), binary: node i is computed in stage t; `R[t][t] = 1`
 //!   is a constant (frontier advancing);
 //! - `S[t][i]` (i < t), binary: node i is held from stage t-1 into stage t.
-//!   `S[t][i]` is fixed to 0 when no node after `t - 1` reads i (holding it
-//!   could only cost memory): a presolve step that cannot change the optimum;
+//!   `S[t][i]` is fixed to 0 only when no node reads i at all (see
+//!   [`holdable`] for why that is safe, and why "no node after `t - 1` reads
+//!   i" is not);
 //! - `FREE[t][(i,k)]` for every edge i -> k with k <= t, binary;
 //! - `U[t][k]` (k <= t), continuous: bytes in use right after node k in stage
 //!   t, before the frees that follow it.
@@ -38,7 +39,7 @@ use good_lp::{Constraint, Expression, ProblemVariables, ResolutionError, Solutio
 use thiserror::Error;
 
 use crate::graph::Graph;
-use crate::graph::plan::{Staged, last_use};
+use crate::graph::plan::Staged;
 
 /// The LP/MILP solver behind good_lp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,6 +238,32 @@ impl Formulation {
     }
 }
 
+/// Whether the model has a variable `S[t][i]` for a node `i` (for every stage
+/// `t > i`), or fixes it to 0.
+///
+/// The one reduction kept: `S[t][i] = 0` for every `t` when no node reads `i`.
+/// Proof that it cannot change the optimum or the feasibility: take any
+/// feasible (R, S, FREE, U) and set every `S[.][i]` of such an `i` to 0.
+/// (1b) never mentions `S[t][i]` (no edge leaves `i`); (1c) for `i` holds
+/// since its left side is now 0, and (1c) for other nodes does not mention it.
+/// No FREE variable exists for an edge out of `i`, and the hazards of the
+/// other edges do not mention `S[.][i]`, so every FREE keeps its value. U only
+/// loses the term `M_i S[t][i]` of `U[t][0]`, which propagates unchanged down
+/// the recurrence, so every `U[t][k]` can only decrease and the budget rows
+/// still hold. The objective does not mention S. So every feasible point maps
+/// to a feasible point of the reduced model of the same cost.
+///
+/// Why a stronger rule is wrong (the bug this replaced): fixing `S[t][i] = 0`
+/// once every user of `i` comes before `t` ("holding it later is useless")
+/// forgets that a user `j < t` of `i` may be *recomputed* in stage `t` (to
+/// rebuild a value a gradient of stage `t` reads), and then `i` must be
+/// resident in stage `t`: held, or recomputed from its own inputs. Holding `i`
+/// can be the cheaper of the two, so that rule cut off optimal schedules and,
+/// near the smallest budget, every schedule.
+fn holdable(graph: &Graph, i: usize) -> bool {
+    !graph.users(i).is_empty()
+}
+
 /// Builds the model of `graph` (see the module documentation).
 fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulation {
     let n = graph.len();
@@ -257,8 +284,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
     for t in 0..n {
         let row = (0..=t).map(|i| (i < t).then(|| f.add(relaxed, None))).collect();
         f.r.push(row);
-        let row =
-            (0..t).map(|i| last_use(graph, i).is_some_and(|last| last >= t).then(|| f.add(relaxed, None))).collect();
+        let row = (0..t).map(|i| holdable(graph, i).then(|| f.add(relaxed, None))).collect();
         f.s.push(row);
     }
     for t in 0..n {
@@ -393,9 +419,14 @@ fn with_ticker<T>(ticker: Option<Ticker<'_>>, work: impl FnOnce() -> T) -> T {
     })
 }
 
-fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw, MilpError> {
-    let start = Instant::now();
+/// Solves `f`, stopping at `opts.time_limit` counted from `start` (so the
+/// time spent building the model counts against the limit too).
+fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instant) -> Result<Raw, MilpError> {
     let backend = opts.backend;
+    let time_limit = opts.time_limit.map(|l| l.saturating_sub(start.elapsed()));
+    if time_limit.is_some_and(|l| l.is_zero()) {
+        return Err(MilpError::NoSolution { seconds: start.elapsed().as_secs_f64() });
+    }
     let Formulation { vars, order, objective, constraints, .. } = f;
     let failed = |message: String| MilpError::Backend { backend, message };
     let raw = match backend {
@@ -408,7 +439,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw
             if let Some(w) = warm {
                 model = model.with_initial_solution(order.iter().copied().zip(w));
             }
-            if let Some(limit) = opts.time_limit {
+            if let Some(limit) = time_limit {
                 model = model.with_time_limit(limit.as_secs_f64());
             }
             let solved = with_ticker(opts.ticker, || model.solve());
@@ -441,7 +472,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions) -> Result<Raw
             // Prove optimality exactly (HiGHS stops at a 0.01% gap by default).
             inner.set_option("mip_rel_gap", 0.0);
             inner.set_option("mip_abs_gap", 1e-9);
-            if let Some(limit) = opts.time_limit {
+            if let Some(limit) = time_limit {
                 inner.set_option("time_limit", limit.as_secs_f64());
             }
             if let Some(w) = &warm {
@@ -489,10 +520,11 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
     if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Cost, false);
     let warm = warm.map(|w| warm_values(graph, &f, w));
     let (r, s, constant) = (f.r.clone(), f.s.clone(), f.objective_constant);
-    let raw = run(f, warm, opts)?;
+    let raw = run(f, warm, opts, start)?;
     let staged = staged_from(graph, &r, &s, &raw.values);
     let (objective, bound) = (raw.objective + constant, raw.bound.map(|b| b + constant));
     Ok(MilpSolution { staged, objective, bound, optimal: raw.optimal, seconds: raw.seconds })
@@ -505,9 +537,10 @@ pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option
     if budget < graph.working_set_bound() {
         return Ok(None);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Feasibility, false);
     let (r, s) = (f.r.clone(), f.s.clone());
-    match run(f, None, opts) {
+    match run(f, None, opts, start) {
         Ok(raw) => Ok(Some(staged_from(graph, &r, &s, &raw.values))),
         Err(MilpError::Infeasible) => Ok(None),
         Err(e) => Err(e),
@@ -523,9 +556,10 @@ pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64
     if budget < graph.working_set_bound() {
         return Err(MilpError::Infeasible);
     }
+    let start = Instant::now();
     let f = formulate(graph, budget, Goal::Cost, true);
     let (s, constant) = (f.s.clone(), f.objective_constant);
-    let raw = run(f, None, opts)?;
+    let raw = run(f, None, opts, start)?;
     let s_star = s.iter().map(|row| row.iter().map(|c| c.map_or(0.0, |c| raw.values[c])).collect()).collect();
     Ok((raw.objective + constant, s_star))
 }

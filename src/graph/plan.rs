@@ -23,8 +23,10 @@ pub struct Staged {
     pub s: Vec<Vec<bool>>,
 }
 
-/// The last node that reads node `i` (None when nothing reads it): holding `i`
-/// into stage `t` is only useful while `t <= last_use(i)`.
+/// The last node that reads node `i` (None when nothing reads it). The
+/// baselines hold `i` only up to this stage; an optimal schedule may hold it
+/// longer (a user of `i` recomputed in a later stage reads it), so the MILP
+/// does not use this as a bound.
 pub fn last_use(graph: &Graph, i: usize) -> Option<usize> {
     graph.users(i).last().copied()
 }

@@ -301,7 +301,7 @@ fn fall_back(
     budget: u64,
     warm: baselines::Baseline,
     error: MilpError,
-    seconds: f64,
+    start: std::time::Instant,
     opts: &MilpOptions,
 ) -> Result<GraphSolution, GraphSolveError> {
     let (status, why) = match &error {
@@ -310,7 +310,14 @@ fn fall_back(
         }
         other => (Status::Feasible, format!("stopped with an error ({other})")),
     };
-    let bound = milp::relaxation(graph, budget, opts).ok().map(|(b, _)| b);
+    // The LP bound only when time is left for it (`opts` holds what is left);
+    // the total cost is a lower bound in any case (every node runs once).
+    let lp = match opts.time_limit {
+        Some(left) if left.is_zero() => None,
+        _ => milp::relaxation(graph, budget, opts).ok().map(|(b, _)| b),
+    };
+    let bound = Some(lp.map_or(graph.total_cost(), |b| b.max(graph.total_cost())));
+    let seconds = start.elapsed().as_secs_f64();
     let algorithm = Algorithm::Checkmate;
     let mut out = checked(graph, budget, algorithm, warm.staged.plan(graph), status, warm.cost, bound, seconds)?;
     out.backend = Some(opts.backend);
@@ -335,25 +342,43 @@ pub fn solve_joint(
     match algorithm {
         Algorithm::Checkmate | Algorithm::Auto => {
             let algorithm = Algorithm::Checkmate;
-            let warm = baselines::best_fitting(graph, budget);
+            // One deadline for the whole call: baselines, model, solver, and
+            // the LP bound of a fall-back all come out of the same time limit.
             let start = std::time::Instant::now();
-            let sol = match milp::solve(graph, budget, warm.as_ref().map(|b| &b.staged), opts) {
+            let remaining =
+                || MilpOptions { time_limit: opts.time_limit.map(|l| l.saturating_sub(start.elapsed())), ..*opts };
+            let warm = baselines::best_fitting(graph, budget);
+            // Every node is computed at least once, so the total cost is a
+            // lower bound on any schedule's makespan: a warm start that
+            // recomputes nothing is optimal, with no MILP to solve.
+            let floor = graph.total_cost();
+            if let Some(w) = warm.as_ref().filter(|w| w.cost <= floor) {
+                let seconds = start.elapsed().as_secs_f64();
+                let ops = w.staged.plan(graph);
+                let mut out = checked(graph, budget, algorithm, ops, Status::Optimal, w.cost, Some(floor), seconds)?;
+                out.warm_start = Some((w.name.clone(), w.cost));
+                return Ok(out);
+            }
+            let sol = match milp::solve(graph, budget, warm.as_ref().map(|b| &b.staged), &remaining()) {
                 Ok(sol) => sol,
                 Err(MilpError::Infeasible) => {
-                    return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: min_budget(graph, opts) });
+                    let min_budget = min_budget(graph, &remaining());
+                    return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget });
                 }
                 // The solver gave up (a numerical failure, or the time limit
                 // before its root LP): the warm start is still a valid answer.
                 Err(e @ (MilpError::Backend { .. } | MilpError::NoSolution { .. })) if warm.is_some() => {
                     let warm = warm.expect("checked");
-                    return fall_back(graph, budget, warm, e, start.elapsed().as_secs_f64(), opts);
+                    return fall_back(graph, budget, warm, e, start, &remaining());
                 }
                 Err(e) => return Err(e.into()),
             };
             let status = if sol.optimal { Status::Optimal } else { Status::TimeLimit };
-            let bound = if sol.optimal { Some(sol.objective) } else { sol.bound };
+            // The solver's bound, or at least the total cost (see above).
+            let bound = if sol.optimal { sol.objective } else { sol.bound.map_or(floor, |b| b.max(floor)) };
+            let seconds = start.elapsed().as_secs_f64();
             let mut out =
-                checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, bound, sol.seconds)?;
+                checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, Some(bound), seconds)?;
             out.backend = Some(opts.backend);
             out.warm_start = warm.map(|b| (b.name, b.cost));
             Ok(out)
