@@ -10,6 +10,7 @@
 pub mod chain;
 pub mod exec;
 pub mod graph;
+pub mod joint;
 pub mod report;
 pub mod schedule;
 pub mod simulate;

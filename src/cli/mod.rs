@@ -4,6 +4,7 @@
 mod compare;
 mod graph;
 mod min_memory;
+mod mincut;
 mod show;
 mod simulate;
 mod solve;
@@ -96,6 +97,7 @@ enum Command {
     Sweep(sweep::Args),
     Show(show::Args),
     Zoo(zoo::Args),
+    Mincut(mincut::Args),
 }
 
 /// Runs the CLI and maps failures to exit codes.
@@ -110,6 +112,7 @@ pub fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(args),
         Command::Show(args) => show::run(args),
         Command::Zoo(args) => zoo::run(args),
+        Command::Mincut(args) => mincut::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
