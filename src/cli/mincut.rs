@@ -22,7 +22,8 @@ const MAX_PARETO_POINTS: usize = 200;
 pub struct Args {
     /// Joint graph file (JSON).
     joint: PathBuf,
-    /// Byte budget for the saved values: 64MiB, 1.5GB, 100000.
+    /// Byte budget for the saved activations (saved primals are free: they
+    /// are alive anyway): 64MiB, 1.5GB, 100000.
     #[arg(short, long, value_parser = size_arg, value_name = "SIZE")]
     memory: Option<u64>,
     /// Print the whole front of saved bytes against recompute cost.
@@ -57,6 +58,8 @@ pub fn run(args: Args) -> CliResult {
 fn seconds(s: f64) -> String {
     if s == 0.0 {
         "0".to_string()
+    } else if s < 1e-6 {
+        format!("{:.3} ns", s * 1e9)
     } else if s < 1e-3 {
         format!("{:.3} us", s * 1e6)
     } else {
@@ -78,15 +81,24 @@ fn print_answer(a: &Answer) {
             if a.optimal == Some(true) { "proven optimal by the ILP" } else { "NOT proven optimal" }
         ),
     }
-    println!("saved ({}): {}", format_size(a.chosen.saved_bytes), names(&a.chosen.saved));
+    println!(
+        "saved ({}, of which activations {}): {}",
+        format_size(a.chosen.saved_bytes),
+        format_size(a.chosen.activation_bytes),
+        names(&a.chosen.saved)
+    );
     println!("recomputed in the backward: {}", names(&a.chosen.recomputed));
     println!();
-    println!("{:<22} {:>12} {:>16} {:>14} {:>7}", "", "saved", "traffic fw<->bw", "recompute", "nodes");
+    println!(
+        "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
+        "", "saved", "activations", "traffic fw<->bw", "recompute", "nodes"
+    );
     let row = |label: &str, p: &Partition| {
         println!(
-            "{:<22} {:>12} {:>16} {:>14} {:>7}",
+            "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
             label,
             format_size(p.saved_bytes),
+            format_size(p.activation_bytes),
             format_size(p.traffic_bytes),
             seconds(p.recompute_seconds),
             p.saved.len()
@@ -99,7 +111,7 @@ fn print_answer(a: &Answer) {
     row("save everything", &a.save_all);
     row("recompute everything", &a.recompute_all);
     println!();
-    println!("smallest budget (random ops never recomputed): {}", format_size(a.smallest_budget));
+    println!("smallest budget (activations; random ops never recomputed): {}", format_size(a.smallest_budget));
     if !a.banned.is_empty() {
         let list: Vec<String> = a.banned.iter().map(|b| format!("{} ({:?})", b.node, b.reason)).collect();
         println!("banned from recompute by the min-cut: {}", list.join(", "));
@@ -115,11 +127,11 @@ fn pareto(graph: &JointGraph, json: bool) -> CliResult {
         return Ok(());
     }
     println!("joint graph `{}`: saved bytes against least recompute cost", graph.name());
-    println!("{:>12} {:>14} {:>8}  saved", "bytes", "recompute", "optimal");
+    println!("{:>12} {:>14} {:>8}  saved", "activations", "recompute", "optimal");
     for (p, optimal) in &points {
         println!(
             "{:>12} {:>14} {:>8}  {}",
-            format_size(p.saved_bytes),
+            format_size(p.activation_bytes),
             seconds(p.recompute_seconds),
             if *optimal { "yes" } else { "no" },
             names(&p.saved)

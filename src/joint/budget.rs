@@ -15,6 +15,10 @@
 //!             sum_i bytes_i s_i <= M
 //! ```
 //!
+//! The bytes counted are those of saved *activations*: a saved primal (an
+//! input or a parameter) is alive anyway, so it is free (`bytes_i = 0`), as
+//! in PyTorch's budget, whose zero point is "save only the inputs".
+//!
 //! A second solve fixes the cost at its optimum and minimises the bytes, so
 //! the answer is never dominated. The smallest feasible budget needs no
 //! solver: it is a minimum cut whose weights are the bytes and whose bans
@@ -55,25 +59,31 @@ pub struct BudgetSolution {
     pub bound_seconds: f64,
 }
 
+/// Bytes node `i` costs the budget when saved: primals are free.
+pub fn budget_bytes(graph: &JointGraph, i: usize) -> u64 {
+    let node = &graph.nodes()[i];
+    if node.role == Role::Primal { 0 } else { node.bytes }
+}
+
 /// Whether node `i` may be recomputed under a budget.
 fn recomputable(graph: &JointGraph, i: usize) -> bool {
     let node = &graph.nodes()[i];
     node.role != Role::Primal && !node.banned && node.op != Some(OpClass::Random)
 }
 
-/// The smallest saved bytes of any valid saved set that never recomputes a
-/// random op, and that set. One max-flow.
+/// The smallest activation bytes of any valid saved set that never
+/// recomputes a random op, and that set. One max-flow.
 pub fn smallest_budget(graph: &JointGraph, analysis: &Analysis) -> (u64, Vec<bool>) {
     let saved = cut(graph, analysis, |i| CutRule {
         banned: !recomputable(graph, i),
-        weight: if graph.nodes()[i].tuple { INFINITE } else { graph.nodes()[i].bytes as u128 },
+        weight: if graph.nodes()[i].tuple { INFINITE } else { budget_bytes(graph, i) as u128 },
     })
     .expect("saving what the backward reads is a finite cut");
-    let bytes = (0..saved.len()).filter(|&i| saved[i]).map(|i| graph.nodes()[i].bytes).sum();
+    let bytes = (0..saved.len()).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum();
     (bytes, saved)
 }
 
-/// The saved set of least recompute cost within `budget` bytes (`None`: no
+/// The saved set of least recompute cost within `budget` activation bytes (`None`: no
 /// limit), the fewest bytes among those. Exact (branch and bound); worst case
 /// exponential in the number of V_f nodes the backward needs.
 pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Result<BudgetSolution, BudgetError> {
@@ -89,6 +99,9 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
     // Only V_f ancestors of the backward matter.
     let mut relevant = vec![false; n];
     let mut stack: Vec<usize> = (0..n).filter(|&i| analysis.backward_required[i]).collect();
+    for &i in &stack {
+        relevant[i] = analysis.forward_computable[i];
+    }
     while let Some(i) = stack.pop() {
         for &j in &nodes[i].inputs {
             if analysis.forward_computable[j] && !relevant[j] {
@@ -100,12 +113,15 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
     // Costs in nanoseconds and bytes as a fraction of the budget keep the
     // coefficients near 1 for the solver's tolerances.
     let scale = budget.map_or(1.0, |m| (m as f64).max(1.0));
-    let cost_ns: Vec<f64> = (0..n).map(|i| roofline.seconds(graph, i) * 1e9).collect();
+    // A backward node computable from forward values costs nothing extra:
+    // the backward runs it whatever is saved.
+    let cost_ns: Vec<f64> =
+        (0..n).map(|i| if analysis.required_forward[i] { roofline.seconds(graph, i) * 1e9 } else { 0.0 }).collect();
     let build = |cost_cap: Option<f64>| {
         let mut vars = ProblemVariables::new();
         let mut s: Vec<Option<Variable>> = vec![None; n];
         let mut r: Vec<Option<Variable>> = vec![None; n];
-        for i in (0..n).filter(|&i| relevant[i] || (analysis.backward_required[i] && nodes[i].role == Role::Primal)) {
+        for i in (0..n).filter(|&i| relevant[i]) {
             if !nodes[i].tuple {
                 s[i] = Some(vars.add(variable().binary()));
             }
@@ -125,19 +141,19 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
         };
         let mut constraints = Vec::new();
         for i in 0..n {
-            if analysis.backward_required[i] {
-                if nodes[i].role == Role::Primal {
-                    if let Some(v) = s[i] {
-                        constraints.push(Expression::from(v).geq(1.0));
-                    }
-                    continue;
-                }
+            if !analysis.forward_computable[i] {
+                // Computed in the backward: its V_f inputs must be at hand.
                 for &j in &nodes[i].inputs {
                     if relevant[j] {
                         constraints.push(avail(j).geq(1.0));
                     }
                 }
-            } else if let Some(ri) = r[i] {
+                continue;
+            }
+            if analysis.backward_required[i] {
+                constraints.push(avail(i).geq(1.0));
+            }
+            if let Some(ri) = r[i] {
                 for &k in &nodes[i].inputs {
                     if relevant[k] {
                         constraints.push(avail(k).geq(ri));
@@ -145,7 +161,7 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
                 }
             }
         }
-        let bytes: Expression = (0..n).filter_map(|i| s[i].map(|v| (nodes[i].bytes as f64 / scale) * v)).sum();
+        let bytes: Expression = (0..n).filter_map(|i| s[i].map(|v| (budget_bytes(graph, i) as f64 / scale) * v)).sum();
         let cost: Expression = (0..n).filter_map(|i| r[i].map(|v| cost_ns[i] * v)).sum();
         if budget.is_some() {
             constraints.push(bytes.clone().leq(1.0));
@@ -180,7 +196,7 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
     let second = second.into_inner();
     optimal &= second.termination_reason() == microlp::TerminationReason::ProvenOptimal;
     // Check the answer exactly, in integers, rather than trust the tolerances.
-    let fits = budget.is_none_or(|m| (0..n).filter(|&i| saved[i]).map(|i| nodes[i].bytes).sum::<u64>() <= m);
+    let fits = budget.is_none_or(|m| (0..n).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum::<u64>() <= m);
     let valid = recompute_set(graph, analysis, &saved).is_ok_and(|rec| rec.iter().all(|&i| recomputable(graph, i)));
     if !fits || !valid {
         return Err(BudgetError::Solver("the ILP's answer fails the exact check (round-off)".to_string()));
@@ -198,7 +214,7 @@ pub fn pareto(graph: &JointGraph, analysis: &Analysis, max_points: usize) -> Res
     let mut budget: Option<u64> = None;
     while points.len() < max_points {
         let point = solve(graph, analysis, budget)?;
-        let bytes: u64 = (0..point.saved.len()).filter(|&i| point.saved[i]).map(|i| graph.nodes()[i].bytes).sum();
+        let bytes: u64 = (0..point.saved.len()).filter(|&i| point.saved[i]).map(|i| budget_bytes(graph, i)).sum();
         points.push(point);
         if bytes <= smallest {
             break;

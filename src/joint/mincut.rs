@@ -25,8 +25,9 @@ pub struct Analysis {
     pub required_forward: Vec<bool>,
     /// A forward output.
     pub is_output: Vec<bool>,
-    /// Distance (in edges) to the nearest node outside the forward; forward
-    /// outputs are 1 from the graph's output. 10^9 when none is reachable.
+    /// Distance (in edges) to the nearest node outside the forward (the
+    /// graph's output does not count, as in PyTorch); 10^9 when none is
+    /// reachable.
     pub distance_to_backward: Vec<u64>,
     /// Whether the forward must write the node to memory whatever is saved
     /// (Algorithm 2's `is_materialized`).
@@ -59,7 +60,7 @@ impl Analysis {
                 distance_to_backward[i] = 0;
                 continue;
             }
-            let mut d = if is_output[i] { 1 } else { 1_000_000_000 };
+            let mut d = 1_000_000_000;
             for &u in graph.users(i) {
                 d = d.min(distance_to_backward[u] + 1);
             }
@@ -188,7 +189,10 @@ pub struct Partition {
     pub saved: Vec<String>,
     /// Their bytes.
     pub saved_bytes: u64,
-    /// Names of the V_f nodes the backward recomputes, in topological order.
+    /// The bytes of the saved nodes that are not primals: what a byte budget
+    /// counts (a primal is alive anyway).
+    pub activation_bytes: u64,
+    /// Names of the forward nodes the backward recomputes, in topological order.
     pub recomputed: Vec<String>,
     /// Bytes moved between forward and backward (the paper's cost, Lemma
     /// 3.5, without re-weighting): each saved node read once by the backward,
@@ -199,28 +203,24 @@ pub struct Partition {
     pub recompute_seconds: f64,
 }
 
-/// The backward's view of a saved set: the V_f nodes it must recompute, or
-/// the first node it needs but can get neither way (a primal not saved, or a
-/// tuple). O(V + E).
+/// The backward's view of a saved set: the forward nodes it must recompute
+/// (in topological order), or the first node it needs but can get neither way
+/// (a primal not saved). O(V + E).
 pub fn recompute_set(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Result<Vec<usize>, usize> {
     let nodes = graph.nodes();
     let mut needed = vec![false; nodes.len()];
-    let mut stack = Vec::new();
-    for i in (0..nodes.len()).filter(|&i| analysis.backward_required[i]) {
-        if nodes[i].role == Role::Primal {
-            // A primal returned as a gradient: the backward needs it as is.
-            if !saved[i] {
-                return Err(i);
-            }
-        } else {
-            needed[i] = true;
-            stack.push(i);
-        }
-    }
     let mut recomputed = vec![false; nodes.len()];
-    while let Some(i) = stack.pop() {
-        for &j in &nodes[i].inputs {
-            if needed[j] || saved[j] || !analysis.forward_computable[j] {
+    // The nodes computed in the backward whatever is saved, and the V_f
+    // gradients (saved, or recomputed like any V_f node the backward reads).
+    let mut stack: Vec<usize> = (0..nodes.len()).filter(|&i| !analysis.forward_computable[i]).collect();
+    let mut wanted: Vec<usize> =
+        (0..nodes.len()).filter(|&i| analysis.backward_required[i] && analysis.forward_computable[i]).collect();
+    for &i in &stack {
+        needed[i] = true;
+    }
+    loop {
+        for j in wanted.drain(..) {
+            if needed[j] || saved[j] {
                 continue;
             }
             if nodes[j].role == Role::Primal {
@@ -230,8 +230,12 @@ pub fn recompute_set(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) ->
             recomputed[j] = true;
             stack.push(j);
         }
+        let Some(i) = stack.pop() else { break };
+        wanted.extend(nodes[i].inputs.iter().copied().filter(|&j| analysis.forward_computable[j]));
     }
-    Ok(graph.order().iter().copied().filter(|&i| recomputed[i]).collect())
+    // Backward nodes computable from the forward values run in the backward
+    // whatever is saved: only forward nodes count as recomputed.
+    Ok(graph.order().iter().copied().filter(|&i| recomputed[i] && analysis.required_forward[i]).collect())
 }
 
 /// The figures of saving `saved` (a flag per node). Panics if the backward
@@ -242,6 +246,7 @@ pub fn evaluate(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Part
         .unwrap_or_else(|j| panic!("invalid partition: the backward needs `{}`", nodes[j].name));
     let saved_idx: Vec<usize> = (0..nodes.len()).filter(|&i| saved[i]).collect();
     let saved_bytes = saved_idx.iter().map(|&i| nodes[i].bytes).sum();
+    let activation_bytes = saved_idx.iter().filter(|&&i| nodes[i].role != Role::Primal).map(|&i| nodes[i].bytes).sum();
     let traffic_bytes =
         saved_idx.iter().map(|&i| if analysis.materialized[i] { nodes[i].bytes } else { 2 * nodes[i].bytes }).sum();
     let roofline = super::cost::Roofline::default();
@@ -249,6 +254,7 @@ pub fn evaluate(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Part
     Partition {
         saved: saved_idx.iter().map(|&i| nodes[i].name.clone()).collect(),
         saved_bytes,
+        activation_bytes,
         recomputed: recomputed.iter().map(|&i| nodes[i].name.clone()).collect(),
         traffic_bytes,
         recompute_seconds,
@@ -274,22 +280,15 @@ pub(crate) fn cut(graph: &JointGraph, analysis: &Analysis, rule: impl Fn(usize) 
     let vout = |i: usize| 3 + 2 * i;
     let mut net = FlowNetwork::new(2 + 2 * n);
     for &i in graph.order() {
-        if nodes[i].role == Role::Tangent {
-            // Not in V_f and no user of it is either: nothing to cut.
+        if !analysis.forward_computable[i] {
+            // Computed in the backward whatever is saved.
+            net.add_edge(vin(i), sink, INFINITE);
             continue;
         }
         if analysis.backward_required[i] {
-            if nodes[i].role == Role::Primal {
-                // A primal returned as a gradient: the backward needs it as is.
-                net.add_edge(vout(i), sink, INFINITE);
-            } else {
-                net.add_edge(vin(i), sink, INFINITE);
-                continue;
-            }
-        }
-        if !analysis.forward_computable[i] {
-            net.add_edge(vin(i), sink, INFINITE);
-            continue;
+            // A gradient computable from the primals alone: the backward needs
+            // it as is, saved or recomputed.
+            net.add_edge(vout(i), sink, INFINITE);
         }
         let r = rule(i);
         if r.banned {
@@ -323,15 +322,14 @@ pub fn save_all(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
     let nodes = graph.nodes();
     let mut saved = vec![false; nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
-        if analysis.backward_required[i] {
-            if node.role == Role::Primal {
-                saved[i] = true;
-                continue;
-            }
-            for &j in &node.inputs {
-                if analysis.forward_computable[j] {
-                    saved[j] = true;
-                }
+        if analysis.forward_computable[i] {
+            // A V_f gradient is saved as is; other V_f nodes when read below.
+            saved[i] |= analysis.backward_required[i] && !node.tuple;
+            continue;
+        }
+        for &j in &node.inputs {
+            if analysis.forward_computable[j] {
+                saved[j] = true;
             }
         }
     }
@@ -356,8 +354,7 @@ pub fn recompute_all(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
     let mut seen = vec![false; nodes.len()];
     let mut stack: Vec<usize> = (0..nodes.len()).filter(|&i| analysis.backward_required[i]).collect();
     while let Some(i) = stack.pop() {
-        let computed_in_backward = analysis.backward_required[i] && nodes[i].role != Role::Primal;
-        if !computed_in_backward && keep(i) {
+        if analysis.forward_computable[i] && keep(i) {
             saved[i] = true;
             continue;
         }

@@ -73,7 +73,7 @@ pub struct Answer {
     pub save_all: Partition,
     /// Recompute every forward value from the primals (random ops saved).
     pub recompute_all: Partition,
-    /// The smallest budget any partition fits in (random ops never recomputed).
+    /// The smallest activation bytes any partition fits in (random ops never recomputed).
     pub smallest_budget: u64,
     /// The min-cut's bans, in the file's order.
     pub banned: Vec<Ban>,
