@@ -559,7 +559,12 @@ fn topological_order(nodes: &[Node], users: &[Vec<usize>]) -> Result<Vec<usize>,
     }
     // path[j + 1] is an input of path[j] and `at` one of the last node's, so
     // the data flows along the reversed path and back to its first node.
-    let mut cycle: Vec<&str> = path[seen[at]..].iter().rev().map(|&i| nodes[i].name.as_str()).collect();
+    let mut ring: Vec<usize> = path[seen[at]..].iter().rev().copied().collect();
+    // Start at the node first in the file, so the message does not depend on
+    // where the search entered the cycle.
+    let first = (0..ring.len()).min_by_key(|&k| ring[k]).expect("a cycle has nodes");
+    ring.rotate_left(first);
+    let mut cycle: Vec<&str> = ring.iter().map(|&i| nodes[i].name.as_str()).collect();
     cycle.push(cycle[0]);
     Err(JointError::Cycle { cycle: cycle.join(" -> ") })
 }
