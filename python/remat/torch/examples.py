@@ -23,7 +23,9 @@ def tanh_tanh() -> tuple[Callable[..., Any], tuple[Any, ...]]:
 
 def sum_cos_cos() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The paper's f1: saves only the sum."""
-    return (lambda a, b, c, d: (a + b + c + d).cos().cos()), tuple(_leaf(N) for _ in range(4))
+    return (lambda a, b, c, d: (a + b + c + d).cos().cos()), tuple(
+        _leaf(N) for _ in range(4)
+    )
 
 
 def gelu_erf() -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -62,7 +64,10 @@ class AttentionBlock(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (
+            z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+            for z in (q, k, v)
+        )
         scores = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
         att = scores.softmax(dim=-1) @ v
         return x + self.proj(att.transpose(1, 2).reshape(b, t, d))

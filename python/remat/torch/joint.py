@@ -121,7 +121,9 @@ def _graph_to_dict(
         elif isinstance(value, (tuple, list)):
             entry["tuple"] = True
         else:
-            entry["bytes"] = int(_partitioners._size_of(node)) if value is not None else 0
+            entry["bytes"] = (
+                int(_partitioners._size_of(node)) if value is not None else 0
+            )
         if node.op == "call_function" and entry["op"] == "compute_intensive":
             flops = _flops(node)
             if flops is not None:
@@ -183,7 +185,11 @@ def export_joint(
     captured: dict[str, Any] = {}
 
     def partition(
-        joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any
+        joint_module: fx.GraphModule,
+        joint_inputs: Any,
+        *,
+        num_fwd_outputs: int,
+        **kw: Any,
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         # PyTorch's partitioner first: it runs DCE and CSE on joint_module in
         # place, so what is exported after is the graph it partitioned.
@@ -201,7 +207,9 @@ def export_joint(
         "exporter": "remat.torch.export_joint",
         "torch": torch.__version__,
         "pytorch_saved": captured["saved"],
-        "pytorch_saved_bytes": sum(by_name[s].get("bytes", 0) for s in captured["saved"]),
+        "pytorch_saved_bytes": sum(
+            by_name[s].get("bytes", 0) for s in captured["saved"]
+        ),
     }
     return graph
 
@@ -214,10 +222,17 @@ def pytorch_min_cut(
     captured: dict[str, Any] = {}
 
     def partition(
-        joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any
+        joint_module: fx.GraphModule,
+        joint_inputs: Any,
+        *,
+        num_fwd_outputs: int,
+        **kw: Any,
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         fw, bw = _partitioners.min_cut_rematerialization_partition(
-            copy.deepcopy(joint_module), joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw
+            copy.deepcopy(joint_module),
+            joint_inputs,
+            num_fwd_outputs=num_fwd_outputs,
+            **kw,
         )
         captured["saved"] = _saved_names(fw, num_fwd_outputs)
         return fw, bw
