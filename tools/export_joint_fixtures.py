@@ -15,10 +15,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-import torch  # noqa: E402
-
-from remat.torch.joint import export_joint  # noqa: E402
-from remat.torch.examples import EXAMPLES  # noqa: E402
+import torch
+from remat.torch.examples import EXAMPLES
+from remat.torch.joint import export_joint
 
 
 def main() -> None:
@@ -31,8 +30,10 @@ def main() -> None:
         graph["metadata"].pop("torch", None)  # keep fixtures stable across versions
         path = out / f"{name}.json"
         path.write_text(json.dumps(graph, indent=1) + "\n")
-        print(f"{path.relative_to(ROOT)}: {len(graph['nodes'])} nodes, "
-              f"PyTorch saves {graph['metadata']['pytorch_saved']}")
+        print(
+            f"{path.relative_to(ROOT)}: {len(graph['nodes'])} nodes, "
+            f"PyTorch saves {graph['metadata']['pytorch_saved']}"
+        )
 
 
 if __name__ == "__main__":

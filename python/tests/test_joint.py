@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "python"))
 
 torch = pytest.importorskip("torch")
 
-from remat.torch.examples import EXAMPLES  # noqa: E402
-from remat.torch.joint import export_joint, pytorch_min_cut  # noqa: E402
+from remat.torch.examples import EXAMPLES
+from remat.torch.joint import export_joint, pytorch_min_cut
 
 
 def _binary() -> pathlib.Path:

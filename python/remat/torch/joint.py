@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.fx as fx
+from torch import fx
 from torch._functorch import partitioners as _partitioners
 from torch._functorch.aot_autograd import aot_function
 from torch.utils._pytree import tree_flatten
@@ -76,7 +76,11 @@ def _flops(node: fx.Node) -> float | None:
     kwargs = torch.utils._pytree.tree_map(val, node.kwargs)
     try:
         return float(formula(*args, **kwargs, out_val=node.meta.get("val")))
-    except Exception:  # a formula that does not take these arguments: no count
+    except (
+        TypeError,
+        ValueError,
+        RuntimeError,
+    ):  # a formula that does not fit: no count
         return None
 
 
