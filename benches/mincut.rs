@@ -27,7 +27,8 @@ fn layered(layers: usize) -> String {
     let mut forward = Vec::new();
     for l in 0..layers {
         let w = node(format!("w{l}"), "primal", None, vec![], json!([1024, 1024]));
-        let mm = node(format!("mm{l}"), "forward", Some("compute_intensive"), vec![h.clone(), w.clone()], shape.clone());
+        let mm =
+            node(format!("mm{l}"), "forward", Some("compute_intensive"), vec![h.clone(), w.clone()], shape.clone());
         let a = node(format!("add{l}"), "forward", Some("pointwise"), vec![mm.clone()], shape.clone());
         let t = node(format!("tanh{l}"), "forward", Some("pointwise"), vec![a.clone()], shape.clone());
         let m = node(format!("mul{l}"), "forward", Some("pointwise"), vec![t.clone(), h.clone()], shape.clone());
@@ -65,11 +66,7 @@ fn bench(c: &mut Criterion) {
     let graph = JointGraph::from_json(&text).expect("valid");
     let analysis = Analysis::new(&graph);
     let saved = mincut::min_cut(&graph, &analysis);
-    eprintln!(
-        "mincut: {} nodes, {} saved by the min-cut",
-        graph.nodes().len(),
-        saved.iter().filter(|&&s| s).count()
-    );
+    eprintln!("mincut: {} nodes, {} saved by the min-cut", graph.nodes().len(), saved.iter().filter(|&&s| s).count());
     let mut group = c.benchmark_group("mincut");
     group.sample_size(20);
     group.bench_function("5000-node joint graph/min-cut (analysis + cut)", |b| {
