@@ -98,3 +98,67 @@ def test_fixtures_are_up_to_date() -> None:
             (ROOT / "tests" / "data" / "joint" / f"{name}.json").read_text()
         )
         assert graph == committed, name
+
+
+def _export(name: str) -> dict[str, object]:
+    torch.manual_seed(0)
+    fn, inputs = EXAMPLES[name]()
+    return export_joint(fn, *inputs, name=name)
+
+
+def _pytorch_saved(name: str, memory_budget: float) -> list[str]:
+    torch.manual_seed(0)
+    fn, inputs = EXAMPLES[name]()
+    return pytorch_min_cut(fn, *inputs, memory_budget=memory_budget)
+
+
+@pytest.mark.parametrize("name", ["mlp_block", "attention_block"])
+@pytest.mark.parametrize("ratio", [0.5, 0.1])
+def test_budget_costs_no_more_than_pytorchs_at_the_same_bytes(
+    name: str, ratio: float, tmp_path: pathlib.Path
+) -> None:
+    """PyTorch's ``activation_memory_budget`` answer, measured by remat's cost
+    model, against remat's exact budget at the same activation bytes."""
+    graph = _export(name)
+    theirs = _pytorch_saved(name, ratio)
+    given = _remat(graph, tmp_path, "--saved", ",".join(theirs))["chosen"]
+    assert isinstance(given, dict)
+    bytes_ = given["activation_bytes"]
+    answer = _remat(graph, tmp_path, "--memory", str(bytes_))
+    ours = answer["chosen"]
+    assert isinstance(ours, dict)
+    assert answer["optimal"] is True
+    assert ours["activation_bytes"] <= bytes_
+    assert ours["recompute_seconds"] <= given["recompute_seconds"] * (1 + 1e-9)
+    print(
+        f"{name} budget {ratio}: PyTorch saves {bytes_} B of activations at "
+        f"{given['recompute_seconds'] * 1e9:.3f} ns recompute; remat "
+        f"{ours['activation_bytes']} B at {ours['recompute_seconds'] * 1e9:.3f} ns"
+    )
+
+
+def test_pytorch_budget_mode_recomputes_the_random_op_and_remat_does_not(
+    tmp_path: pathlib.Path,
+) -> None:
+    """pytorch/pytorch#190758: under a budget PyTorch may recompute rand_like
+    (a different mask in the backward: a wrong gradient). remat never does."""
+    graph = _export("dropout_like")
+    by_name = {n["name"]: n for n in graph["nodes"]}  # type: ignore[union-attr]
+    rand = [n for n, v in by_name.items() if v.get("op") == "random"]
+    theirs = _pytorch_saved("dropout_like", 0.0)
+    given = _remat(graph, tmp_path, "--saved", ",".join(theirs))["chosen"]
+    assert isinstance(given, dict)
+    pytorch_recomputes_rand = any(r in given["recomputed"] for r in rand)  # type: ignore[operator]
+    answer = _remat(graph, tmp_path, "--memory", str(answer_smallest(graph, tmp_path)))
+    ours = answer["chosen"]
+    assert isinstance(ours, dict)
+    assert not any(r in ours["recomputed"] for r in rand)  # type: ignore[operator]
+    print(
+        f"PyTorch at budget 0 saves {theirs}; recomputes rand: {pytorch_recomputes_rand}"
+    )
+
+
+def answer_smallest(graph: dict[str, object], tmp_path: pathlib.Path) -> int:
+    smallest = _remat(graph, tmp_path)["smallest_budget"]
+    assert isinstance(smallest, int)
+    return smallest

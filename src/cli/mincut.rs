@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use remat::joint::{self, Answer, BudgetError, JointGraph, Partition};
+use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
 use remat::size::format_size;
 
 use super::{CliResult, Failure, size_arg};
@@ -29,6 +29,10 @@ pub struct Args {
     /// Print the whole front of saved bytes against recompute cost.
     #[arg(long, conflicts_with = "memory")]
     pareto: bool,
+    /// Evaluate this saved set instead (comma-separated node names, e.g.
+    /// PyTorch's): its bytes, traffic, recomputed nodes and recompute cost.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES", conflicts_with_all = ["memory", "pareto"])]
+    saved: Option<Vec<String>>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -43,10 +47,13 @@ pub fn run(args: Args) -> CliResult {
     if args.pareto {
         return pareto(&graph, args.json);
     }
-    let answer = joint::partition(&graph, args.memory).map_err(|e| match e {
-        BudgetError::Infeasible { .. } => Failure::infeasible(e),
-        BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
-    })?;
+    let answer = match &args.saved {
+        Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
+        None => joint::partition(&graph, args.memory).map_err(|e| match e {
+            BudgetError::Infeasible { .. } => Failure::infeasible(e),
+            BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
+        })?,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer).expect("serializable"));
     } else {
@@ -73,6 +80,7 @@ fn names(list: &[String]) -> String {
 
 fn print_answer(a: &Answer) {
     match a.memory {
+        None if a.method == Method::Given => println!("joint graph `{}`: the given saved set", a.graph),
         None => println!("joint graph `{}`: fusion-aware min-cut", a.graph),
         Some(m) => println!(
             "joint graph `{}`: least recompute cost within {} ({})",
@@ -104,8 +112,10 @@ fn print_answer(a: &Answer) {
             p.saved.len()
         );
     };
-    if a.memory.is_some() {
-        row("within budget", &a.chosen);
+    match a.method {
+        Method::Budget => row("within budget", &a.chosen),
+        Method::Given => row("given", &a.chosen),
+        Method::MinCut => {}
     }
     row("min-cut", &a.min_cut);
     row("save everything", &a.save_all);

@@ -50,6 +50,8 @@ pub enum Method {
     MinCut,
     /// The byte budget's ILP (least recompute cost within the budget).
     Budget,
+    /// A saved set given by the caller ([`partition_saved`]).
+    Given,
 }
 
 /// Everything `remat mincut` reports: the chosen partition and the baselines.
@@ -61,7 +63,7 @@ pub struct Answer {
     pub method: Method,
     /// The byte budget, when one was given.
     pub memory: Option<u64>,
-    /// The partition to use: the min-cut's, or the budget's.
+    /// The partition to use: the min-cut's, the budget's, or the given one.
     pub chosen: Partition,
     /// With a budget: whether the ILP proved its answer optimal.
     pub optimal: Option<bool>,
@@ -91,28 +93,74 @@ pub enum PartitionError {
 }
 
 /// Partitions a validated graph: the min-cut, or with `memory` the least
-/// recompute cost within that many saved bytes; with the baselines beside it.
+/// recompute cost within that many saved activation bytes; with the baselines
+/// beside it.
 pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
     let analysis = Analysis::new(graph);
-    let min_cut = mincut::evaluate(graph, &analysis, &mincut::min_cut(graph, &analysis));
-    let save_all = mincut::evaluate(graph, &analysis, &mincut::save_all(graph, &analysis));
-    let recompute_all = mincut::evaluate(graph, &analysis, &mincut::recompute_all(graph, &analysis));
-    let (smallest_budget, _) = budget::smallest_budget(graph, &analysis);
+    let (method, saved, optimal, bound_seconds) = match memory {
+        None => (Method::MinCut, mincut::min_cut(graph, &analysis), None, None),
+        Some(m) => {
+            let solution = budget::solve(graph, &analysis, Some(m))?;
+            (Method::Budget, solution.saved, Some(solution.optimal), Some(solution.bound_seconds))
+        }
+    };
+    let chosen = mincut::evaluate(graph, &analysis, &saved);
+    Ok(answer(graph, &analysis, method, memory, chosen, optimal, bound_seconds))
+}
+
+/// Why a given saved set cannot be evaluated.
+#[derive(Debug, Error, PartialEq)]
+pub enum SavedSetError {
+    /// A name that is no node.
+    #[error("saved node `{0}` is not a node of the graph")]
+    UnknownNode(String),
+    /// A node that depends on a tangent.
+    #[error("saved node `{0}` depends on a tangent: the forward cannot compute it")]
+    NotInForward(String),
+    /// The backward needs a primal the set does not hold.
+    #[error("the backward needs primal `{0}`, which the saved set does not hold")]
+    MissingPrimal(String),
+}
+
+/// The figures of a saved set given by name (e.g. PyTorch's), beside the
+/// min-cut and the baselines. The set may recompute anything, random ops
+/// included (the answer's `chosen.recomputed` shows it). O(V + E) + one max-flow.
+pub fn partition_saved(graph: &JointGraph, names: &[String]) -> Result<Answer, SavedSetError> {
+    let analysis = Analysis::new(graph);
+    let mut saved = vec![false; graph.nodes().len()];
+    for name in names {
+        let i = graph.index_of(name).ok_or_else(|| SavedSetError::UnknownNode(name.clone()))?;
+        if !analysis.forward_computable[i] {
+            return Err(SavedSetError::NotInForward(name.clone()));
+        }
+        saved[i] = true;
+    }
+    mincut::recompute_set(graph, &analysis, &saved)
+        .map_err(|j| SavedSetError::MissingPrimal(graph.nodes()[j].name.clone()))?;
+    let chosen = mincut::evaluate(graph, &analysis, &saved);
+    Ok(answer(graph, &analysis, Method::Given, None, chosen, None, None))
+}
+
+fn answer(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    method: Method,
+    memory: Option<u64>,
+    chosen: Partition,
+    optimal: Option<bool>,
+    bound_seconds: Option<f64>,
+) -> Answer {
+    let min_cut = mincut::evaluate(graph, analysis, &mincut::min_cut(graph, analysis));
+    let save_all = mincut::evaluate(graph, analysis, &mincut::save_all(graph, analysis));
+    let recompute_all = mincut::evaluate(graph, analysis, &mincut::recompute_all(graph, analysis));
+    let (smallest_budget, _) = budget::smallest_budget(graph, analysis);
     let banned = (0..graph.nodes().len())
         .filter(|&i| analysis.forward_computable[i])
         .filter_map(|i| {
-            mincut::ban_reason(graph, &analysis, i).map(|reason| Ban { node: graph.nodes()[i].name.clone(), reason })
+            mincut::ban_reason(graph, analysis, i).map(|reason| Ban { node: graph.nodes()[i].name.clone(), reason })
         })
         .collect();
-    let (method, chosen, optimal, bound_seconds) = match memory {
-        None => (Method::MinCut, min_cut.clone(), None, None),
-        Some(m) => {
-            let solution = budget::solve(graph, &analysis, Some(m))?;
-            let chosen = mincut::evaluate(graph, &analysis, &solution.saved);
-            (Method::Budget, chosen, Some(solution.optimal), Some(solution.bound_seconds))
-        }
-    };
-    Ok(Answer {
+    Answer {
         graph: graph.name().to_string(),
         method,
         memory,
@@ -124,7 +172,7 @@ pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, Budg
         recompute_all,
         smallest_budget,
         banned,
-    })
+    }
 }
 
 /// Parses a joint graph from JSON and partitions it (see [`partition`]).
