@@ -162,3 +162,60 @@ def answer_smallest(graph: dict[str, object], tmp_path: pathlib.Path) -> int:
     smallest = _remat(graph, tmp_path)["smallest_budget"]
     assert isinstance(smallest, int)
     return smallest
+
+
+def _grads(
+    fn: object, inputs: tuple[object, ...], compiled: bool, partition_fn: object = None
+) -> tuple[object, list[object]]:
+    """Output and gradients of fn(*inputs), eagerly or through aot_function."""
+    from functorch.compile import aot_function
+
+    module = fn if isinstance(fn, torch.nn.Module) else None
+    params = dict(module.named_parameters()) if module is not None else {}
+
+    def call(params: dict[str, object], *args: object) -> object:
+        if module is not None:
+            return torch.func.functional_call(module, params, args)
+        return fn(*args)  # type: ignore[operator]
+
+    def nop(gm: object, _inputs: object) -> object:
+        return gm
+
+    run = aot_function(call, nop, nop, partition_fn=partition_fn) if compiled else call
+    torch.manual_seed(1234)
+    out = run(params, *inputs)
+    leaves = list(params.values()) + [x for x in inputs if isinstance(x, torch.Tensor)]
+    torch.manual_seed(99)
+    seed_grad = torch.randn_like(out)
+    grads = torch.autograd.grad(out, leaves, seed_grad)
+    return out.detach(), [g.detach() for g in grads]
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("budget", [None, "smallest"])
+def test_gradients_through_the_partitioner_equal_eager(
+    name: str, budget: str | None, tmp_path: pathlib.Path
+) -> None:
+    from remat.torch import partitioner
+
+    memory = None if budget is None else answer_smallest(_export(name), tmp_path)
+    torch.manual_seed(0)
+    fn, inputs = EXAMPLES[name]()
+    out, grads = _grads(fn, inputs, compiled=False)
+    out2, grads2 = _grads(
+        fn, inputs, compiled=True, partition_fn=partitioner(memory=memory)
+    )
+    torch.testing.assert_close(out2, out)
+    for a, b in zip(grads2, grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_an_infeasible_budget_raises_with_the_smallest() -> None:
+    from remat.torch import RematSolverError, partitioner
+
+    torch.manual_seed(0)
+    fn, inputs = EXAMPLES["dropout_like"]()
+    with pytest.raises(
+        RematSolverError, match="the smallest that fits needs 1024 bytes"
+    ):
+        _grads(fn, inputs, compiled=True, partition_fn=partitioner(memory=10))

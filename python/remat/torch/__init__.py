@@ -1,5 +1,8 @@
-"""PyTorch front ends of remat (pure Python; no compiled bindings needed here)."""
+"""PyTorch front ends of remat: the joint-graph exporter and a partition
+function for AOTAutograd (pure Python; the partitioner runs the ``remat``
+binary unless given another solver)."""
 
 from remat.torch.joint import export_joint, pytorch_min_cut
+from remat.torch.partition import RematSolverError, partitioner
 
-__all__ = ["export_joint", "pytorch_min_cut"]
+__all__ = ["export_joint", "pytorch_min_cut", "partitioner", "RematSolverError"]
