@@ -5,4 +5,4 @@ binary unless given another solver)."""
 from remat.torch.joint import export_joint, pytorch_min_cut
 from remat.torch.partition import RematSolverError, partitioner
 
-__all__ = ["export_joint", "pytorch_min_cut", "partitioner", "RematSolverError"]
+__all__ = ["RematSolverError", "export_joint", "partitioner", "pytorch_min_cut"]

@@ -21,12 +21,12 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-import torch.fx as fx
-from torch._functorch import partitioners as _partitioners
-
 from remat.torch.joint import _graph_to_dict
 
-__all__ = ["partitioner", "RematSolverError"]
+from torch import fx
+from torch._functorch import partitioners as _partitioners
+
+__all__ = ["RematSolverError", "partitioner"]
 
 # (joint graph JSON, budget or None) -> names of the saved nodes.
 Solver = Callable[[str, "int | str | None"], list[str]]
