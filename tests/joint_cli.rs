@@ -68,7 +68,7 @@ fn a_budget_prints_the_proven_optimum() {
         .args(["mincut", &fixture("mlp_block"), "--memory", "16KiB"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("within 16.00 KiB (proven optimal by the ILP)"));
+        .stdout(predicate::str::contains("within 16.00 KiB (proven optimal)"));
 }
 
 #[test]

@@ -150,6 +150,19 @@ fn the_budget_ilp_finds_the_least_recompute_cost_that_fits() {
                 .filter(|s| allowed(s) && bytes(s) <= m)
                 .map(|s| mincut::evaluate(&g, &a, s).recompute_seconds)
                 .fold(f64::INFINITY, f64::min);
+            // The Lagrangian set fits, its bound is below the optimum, and
+            // when it claims optimality it is right.
+            let hull = budget::lagrangian(&g, &a, m);
+            assert!(bytes(&hull.saved) <= m && allowed(&hull.saved), "seed {seed} at {m}");
+            let hull_cost = mincut::evaluate(&g, &a, &hull.saved).recompute_seconds;
+            assert!(hull_cost >= best * (1.0 - 1e-9), "seed {seed} at {m}");
+            assert!(hull.bound_seconds <= best * (1.0 + 1e-9) + 1e-18, "seed {seed} at {m}: bound above the optimum");
+            if hull.proven {
+                assert!(
+                    (hull_cost - best).abs() <= 1e-9 * best.max(1e-12),
+                    "seed {seed} at {m}: proven but not optimal"
+                );
+            }
             let ours = budget::solve(&g, &a, Some(m)).unwrap_or_else(|e| panic!("seed {seed} at {m}: {e}\n{text}"));
             assert!(ours.optimal, "seed {seed}");
             assert!(bytes(&ours.saved) <= m && allowed(&ours.saved), "seed {seed} at {m}");

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use remat::joint::budget::BudgetOptions;
 use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
 use remat::size::format_size;
 
@@ -33,6 +34,10 @@ pub struct Args {
     /// PyTorch's): its bytes, traffic, recomputed nodes and recompute cost.
     #[arg(long, value_delimiter = ',', value_name = "NAMES", conflicts_with_all = ["memory", "pareto"])]
     saved: Option<Vec<String>>,
+    /// Seconds each ILP solve of --memory may take (0: no limit); past it the
+    /// answer is the Lagrangian one, marked not proven optimal, with its bound.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    time_limit: f64,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -47,9 +52,16 @@ pub fn run(args: Args) -> CliResult {
     if args.pareto {
         return pareto(&graph, args.json);
     }
+    if !(args.time_limit.is_finite() && args.time_limit >= 0.0) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--time-limit must be a number of seconds >= 0, not {}",
+            args.time_limit
+        )));
+    }
+    let options = BudgetOptions { time_limit: (args.time_limit > 0.0).then_some(args.time_limit) };
     let answer = match &args.saved {
         Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
-        None => joint::partition(&graph, args.memory).map_err(|e| match e {
+        None => joint::partition_with(&graph, args.memory, &options).map_err(|e| match e {
             BudgetError::Infeasible { .. } => Failure::infeasible(e),
             BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
         })?,
@@ -86,7 +98,11 @@ fn print_answer(a: &Answer) {
             "joint graph `{}`: least recompute cost within {} ({})",
             a.graph,
             format_size(m),
-            if a.optimal == Some(true) { "proven optimal by the ILP" } else { "NOT proven optimal" }
+            if a.optimal == Some(true) {
+                "proven optimal".to_string()
+            } else {
+                format!("NOT proven optimal: the least cost is at least {}", seconds(a.bound_seconds.unwrap_or(0.0)))
+            }
         ),
     }
     println!(

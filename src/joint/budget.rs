@@ -30,7 +30,7 @@ use thiserror::Error;
 
 use super::graph::{JointGraph, OpClass, Role};
 use super::maxflow::INFINITE;
-use super::mincut::{Analysis, CutRule, cut, recompute_set};
+use super::mincut::{Analysis, CutRule, cut, cut_with_value, recompute_set};
 
 /// Why a budgeted partition has no answer.
 #[derive(Debug, Error, PartialEq)]
@@ -77,22 +77,184 @@ pub fn smallest_budget(graph: &JointGraph, analysis: &Analysis) -> (u64, Vec<boo
     let saved = cut(graph, analysis, |i| CutRule {
         banned: !recomputable(graph, i),
         weight: if graph.nodes()[i].tuple { INFINITE } else { budget_bytes(graph, i) as u128 },
+        recompute: 0,
     })
     .expect("saving what the backward reads is a finite cut");
     let bytes = (0..saved.len()).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum();
     (bytes, saved)
 }
 
-/// The saved set of least recompute cost within `budget` activation bytes (`None`: no
-/// limit), the fewest bytes among those. Exact (branch and bound); worst case
-/// exponential in the number of V_f nodes the backward needs.
+/// Options of a budgeted solve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetOptions {
+    /// Seconds each of the two ILP solves may take; past it the answer is the
+    /// Lagrangian one, reported as not proven optimal. `None`: no limit.
+    pub time_limit: Option<f64>,
+}
+
+impl Default for BudgetOptions {
+    fn default() -> BudgetOptions {
+        BudgetOptions { time_limit: Some(60.0) }
+    }
+}
+
+/// [`solve_with`] with the default options (a 60 s limit per ILP).
 pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Result<BudgetSolution, BudgetError> {
+    solve_with(graph, analysis, budget, &BudgetOptions::default())
+}
+
+/// The saved set of least recompute cost within `budget` activation bytes
+/// (`None`: no limit).
+///
+/// First the Lagrangian relaxation (see [`lagrangian`]): a few dozen
+/// max-flows give a feasible set and a lower bound; when they meet, that set
+/// is optimal and no ILP runs. Otherwise the ILP (branch and bound; worst
+/// case exponential in the number of V_f nodes the backward needs) decides,
+/// and among sets of least cost returns one of fewest bytes; if it runs past
+/// the time limit, the Lagrangian set is returned with `optimal: false` and
+/// its bound.
+pub fn solve_with(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    budget: Option<u64>,
+    options: &BudgetOptions,
+) -> Result<BudgetSolution, BudgetError> {
     if let Some(m) = budget {
         let (smallest, _) = smallest_budget(graph, analysis);
         if smallest > m {
             return Err(BudgetError::Infeasible { budget: m, smallest });
         }
     }
+    let hull = budget.map(|m| lagrangian(graph, analysis, m));
+    if let Some(h) = &hull
+        && h.proven
+    {
+        return Ok(BudgetSolution { saved: h.saved.clone(), optimal: true, bound_seconds: h.bound_seconds });
+    }
+    match ilp(graph, analysis, budget, options.time_limit) {
+        Ok(mut solution) => {
+            if let Some(h) = &hull {
+                solution.bound_seconds = solution.bound_seconds.max(h.bound_seconds);
+            }
+            Ok(solution)
+        }
+        Err(IlpError::TimedOut) => match hull {
+            Some(h) => Ok(BudgetSolution { saved: h.saved, optimal: false, bound_seconds: h.bound_seconds }),
+            None => Err(BudgetError::Solver("the ILP ran past its time limit".to_string())),
+        },
+        Err(IlpError::Failed(e)) => Err(e),
+    }
+}
+
+/// The result of [`lagrangian`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hull {
+    /// A feasible saved set: the cheapest found within the budget.
+    pub saved: Vec<bool>,
+    /// Its recompute cost (seconds).
+    pub cost_seconds: f64,
+    /// A lower bound on the least recompute cost within the budget (seconds).
+    pub bound_seconds: f64,
+    /// Whether the cost meets the bound (so the set is optimal).
+    pub proven: bool,
+}
+
+/// The Lagrangian relaxation of the budget: for a price `lambda` per byte,
+/// the least `cost + lambda * bytes` over valid saved sets is itself a
+/// minimum cut (saving node i cuts its in -> out edge of weight
+/// `lambda * bytes_i`; recomputing it puts its in-vertex on the sink's side,
+/// cutting a source -> in edge of weight `cost_i`), and
+/// `min(cost + lambda * bytes) - lambda * budget` bounds the least cost
+/// within the budget from below. A bisection on `lambda` finds the sets on the
+/// lower convex hull of the Pareto front around the budget: the cheapest
+/// that fits is the answer, the best bound its certificate. Weights are
+/// rounded to 10^-9 ns; the bound subtracts the rounding's worst case.
+/// About 100 max-flows.
+pub fn lagrangian(graph: &JointGraph, analysis: &Analysis, budget: u64) -> Hull {
+    const UNIT_NS: f64 = 1e-9;
+    let nodes = graph.nodes();
+    let n = nodes.len();
+    let roofline = super::cost::Roofline::default();
+    let cost_ns: Vec<f64> =
+        (0..n).map(|i| if analysis.required_forward[i] { roofline.seconds(graph, i) * 1e9 } else { 0.0 }).collect();
+    let slack_ns = 2.0 * n as f64 * UNIT_NS;
+    let max_bytes = (0..n).map(|i| budget_bytes(graph, i)).max().unwrap_or(0).max(1) as f64;
+    let eval = |lambda: f64| -> (f64, u64, f64, Vec<bool>) {
+        let (value, saved) = cut_with_value(graph, analysis, |i| CutRule {
+            banned: !recomputable(graph, i),
+            weight: if nodes[i].tuple {
+                INFINITE
+            } else {
+                (lambda * budget_bytes(graph, i) as f64 / UNIT_NS).round() as u128
+            },
+            recompute: (cost_ns[i] / UNIT_NS).round() as u128,
+        })
+        .expect("saving what the backward reads is a finite cut");
+        let bytes: u64 = (0..n).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum();
+        let cost: f64 = recompute_set(graph, analysis, &saved)
+            .expect("a finite cut is a valid saved set")
+            .iter()
+            .map(|&i| cost_ns[i])
+            .sum();
+        let bound = value as f64 * UNIT_NS - slack_ns - lambda * budget as f64;
+        (cost, bytes, bound, saved)
+    };
+    let mut best: Option<(f64, Vec<bool>)> = None;
+    let mut bound = f64::NEG_INFINITY;
+    let consider = |lambda: f64, best: &mut Option<(f64, Vec<bool>)>, bound: &mut f64| -> bool {
+        let (cost, bytes, b, saved) = eval(lambda);
+        *bound = bound.max(b);
+        let fits = bytes <= budget;
+        if fits && best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            *best = Some((cost, saved));
+        }
+        fits
+    };
+    // lambda = 0: the least cost ignoring bytes; if it fits, it is optimal.
+    let mut lo = 0.0;
+    let mut hi = 1e-12;
+    if !consider(lo, &mut best, &mut bound) {
+        // Raise the price until the cut fits, then bisect between.
+        while !consider(hi, &mut best, &mut bound) {
+            lo = hi;
+            hi *= 4.0;
+            if hi * max_bytes / UNIT_NS > 1e30 {
+                break;
+            }
+        }
+        for _ in 0..60 {
+            let mid = if lo == 0.0 { hi / 2.0 } else { (lo * hi).sqrt() };
+            if consider(mid, &mut best, &mut bound) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+    }
+    let (cost_ns_best, saved) = best.unwrap_or_else(|| {
+        // Only the smallest budget's set fits (the price search gave up).
+        let (_, saved) = smallest_budget(graph, analysis);
+        let cost = recompute_set(graph, analysis, &saved).expect("valid").iter().map(|&i| cost_ns[i]).sum();
+        (cost, saved)
+    });
+    let bound = bound.max(0.0);
+    let proven = cost_ns_best <= bound + 1e-9 * cost_ns_best.max(0.0) + slack_ns;
+    Hull { saved, cost_seconds: cost_ns_best / 1e9, bound_seconds: bound.min(cost_ns_best) / 1e9, proven }
+}
+
+/// Why the ILP gave no answer.
+enum IlpError {
+    TimedOut,
+    Failed(BudgetError),
+}
+
+/// The ILP of the module doc: least cost, then fewest bytes at that cost.
+fn ilp(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    budget: Option<u64>,
+    time_limit: Option<f64>,
+) -> Result<BudgetSolution, IlpError> {
     let nodes = graph.nodes();
     let n = nodes.len();
     let roofline = super::cost::Roofline::default();
@@ -172,14 +334,23 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
         (vars, s, constraints, bytes, cost)
     };
     let run = |vars: ProblemVariables, objective: Expression, constraints: Vec<good_lp::Constraint>| {
+        use good_lp::WithTimeLimit;
         let mut model = vars.minimise(objective).using(good_lp::solvers::microlp::microlp);
         for c in constraints {
             model.add_constraint(c);
         }
+        if let Some(limit) = time_limit {
+            model = model.with_time_limit(limit);
+        }
         match model.solve() {
             Ok(solution) => Ok(solution),
-            Err(ResolutionError::Infeasible) => Err(BudgetError::Solver("the ILP is infeasible".to_string())),
-            Err(e) => Err(BudgetError::Solver(e.to_string())),
+            Err(ResolutionError::Infeasible) => {
+                Err(IlpError::Failed(BudgetError::Solver("the ILP is infeasible".to_string())))
+            }
+            Err(ResolutionError::Other(m)) if m.contains("Time limit") || m.contains("time limit") => {
+                Err(IlpError::TimedOut)
+            }
+            Err(e) => Err(IlpError::Failed(BudgetError::Solver(e.to_string()))),
         }
     };
     // First: least cost.
@@ -199,7 +370,9 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
     let fits = budget.is_none_or(|m| (0..n).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum::<u64>() <= m);
     let valid = recompute_set(graph, analysis, &saved).is_ok_and(|rec| rec.iter().all(|&i| recomputable(graph, i)));
     if !fits || !valid {
-        return Err(BudgetError::Solver("the ILP's answer fails the exact check (round-off)".to_string()));
+        return Err(IlpError::Failed(BudgetError::Solver(
+            "the ILP's answer fails the exact check (round-off)".to_string(),
+        )));
     }
     Ok(BudgetSolution { saved, optimal, bound_seconds: bound_ns.unwrap_or(best_cost) / 1e9 })
 }

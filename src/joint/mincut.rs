@@ -267,12 +267,25 @@ pub(crate) struct CutRule {
     pub banned: bool,
     /// Capacity of its in -> out edge ([`INFINITE`]: never saved).
     pub weight: u128,
+    /// Capacity of a source -> in edge, paid when the node is recomputed (its
+    /// in-vertex on the sink's side); 0 for none. The budget's Lagrangian
+    /// uses it; the paper's cut does not.
+    pub recompute: u128,
 }
 
 /// Builds the auxiliary graph of Algorithm 1 under `rule` and returns the
 /// minimum cut's saved set, or `None` if every cut is infinite. Vertices:
 /// 0 = source, 1 = sink, 2 + 2i = i_in, 3 + 2i = i_out. O(flow on 2V + 2 vertices).
 pub(crate) fn cut(graph: &JointGraph, analysis: &Analysis, rule: impl Fn(usize) -> CutRule) -> Option<Vec<bool>> {
+    cut_with_value(graph, analysis, rule).map(|(_, saved)| saved)
+}
+
+/// [`cut`], with the cut's capacity.
+pub(crate) fn cut_with_value(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    rule: impl Fn(usize) -> CutRule,
+) -> Option<(u128, Vec<bool>)> {
     let nodes = graph.nodes();
     let n = nodes.len();
     let (source, sink) = (0, 1);
@@ -293,6 +306,8 @@ pub(crate) fn cut(graph: &JointGraph, analysis: &Analysis, rule: impl Fn(usize) 
         let r = rule(i);
         if r.banned {
             net.add_edge(source, vin(i), INFINITE);
+        } else if r.recompute > 0 {
+            net.add_edge(source, vin(i), r.recompute);
         }
         net.add_edge(vin(i), vout(i), r.weight);
         for &u in graph.users(i) {
@@ -300,8 +315,8 @@ pub(crate) fn cut(graph: &JointGraph, analysis: &Analysis, rule: impl Fn(usize) 
         }
     }
     let cut = net.min_cut(source, sink);
-    cut.value?;
-    Some((0..n).map(|i| !cut.sink_side[vin(i)] && cut.sink_side[vout(i)]).collect())
+    let value = cut.value?;
+    Some((value, (0..n).map(|i| !cut.sink_side[vin(i)] && cut.sink_side[vout(i)]).collect()))
 }
 
 /// The min-cut partition: the saved set of least memory traffic under the
@@ -312,6 +327,7 @@ pub fn min_cut(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
     cut(graph, analysis, |i| CutRule {
         banned: ban_reason(graph, analysis, i).is_some(),
         weight: cut_weight(graph, analysis, i),
+        recompute: 0,
     })
     .expect("saving every banned node and every node the backward reads is a finite cut (Lemma 3.2)")
 }

@@ -96,11 +96,20 @@ pub enum PartitionError {
 /// recompute cost within that many saved activation bytes; with the baselines
 /// beside it.
 pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
+    partition_with(graph, memory, &budget::BudgetOptions::default())
+}
+
+/// [`partition`] with the budget's solver options (its ILP time limit).
+pub fn partition_with(
+    graph: &JointGraph,
+    memory: Option<u64>,
+    options: &budget::BudgetOptions,
+) -> Result<Answer, BudgetError> {
     let analysis = Analysis::new(graph);
     let (method, saved, optimal, bound_seconds) = match memory {
         None => (Method::MinCut, mincut::min_cut(graph, &analysis), None, None),
         Some(m) => {
-            let solution = budget::solve(graph, &analysis, Some(m))?;
+            let solution = budget::solve_with(graph, &analysis, Some(m), options)?;
             (Method::Budget, solution.saved, Some(solution.optimal), Some(solution.bound_seconds))
         }
     };
