@@ -178,8 +178,10 @@ def _grads(
             return torch.func.functional_call(module, params, args)
         return fn(*args)  # type: ignore[operator]
 
+    from functorch.compile import make_boxed_func
+
     def nop(gm: object, _inputs: object) -> object:
-        return gm
+        return make_boxed_func(gm)
 
     run = aot_function(call, nop, nop, partition_fn=partition_fn) if compiled else call
     torch.manual_seed(1234)

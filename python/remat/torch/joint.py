@@ -14,6 +14,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from functorch.compile import make_boxed_func
+
 import torch
 from torch import fx
 from torch._functorch import partitioners as _partitioners
@@ -154,8 +156,8 @@ def _trace(
 ) -> None:
     """Runs ``fn`` once through AOTAutograd with ``partition`` as partition_fn."""
 
-    def nop(gm: fx.GraphModule, _inputs: Any) -> fx.GraphModule:
-        return gm
+    def nop(gm: fx.GraphModule, _inputs: Any) -> Any:
+        return make_boxed_func(gm)
 
     if isinstance(fn, torch.nn.Module):
         module = fn
