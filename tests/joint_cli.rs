@@ -63,6 +63,43 @@ fn a_budget_below_the_smallest_exits_1_with_the_smallest() {
 }
 
 #[test]
+fn an_infeasible_budget_with_json_says_so_on_stdout() {
+    let out = remat()
+        .args(["mincut", &fixture("dropout_like"), "--memory", "1000", "--json"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v, serde_json::json!({"status": "infeasible", "budget": 1000, "min_budget": 1024}));
+}
+
+#[test]
+fn a_given_saved_set_is_evaluated_and_a_bad_one_named() {
+    let out = remat()
+        .args(["mincut", &fixture("gelu_erf"), "--saved", "primals_1", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["method"], "given");
+    assert_eq!(v["chosen"], v["min_cut"]);
+    remat()
+        .args(["mincut", &fixture("gelu_erf"), "--saved", "mul"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the backward needs primal `primals_1`, which the saved set does not hold"));
+    remat()
+        .args(["mincut", &fixture("gelu_erf"), "--saved", "tangents_1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("saved node `tangents_1` depends on a tangent"));
+}
+
+#[test]
 fn a_budget_prints_the_proven_optimum() {
     remat()
         .args(["mincut", &fixture("mlp_block"), "--memory", "16KiB"])

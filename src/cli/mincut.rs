@@ -62,7 +62,14 @@ pub fn run(args: Args) -> CliResult {
     let answer = match &args.saved {
         Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
         None => joint::partition_with(&graph, args.memory, &options).map_err(|e| match e {
-            BudgetError::Infeasible { .. } => Failure::infeasible(e),
+            BudgetError::Infeasible { budget, smallest } => {
+                if args.json {
+                    // Scripts sweeping budgets get the answer on stdout too, as from `remat solve`.
+                    let out = serde_json::json!({"status": "infeasible", "budget": budget, "min_budget": smallest});
+                    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                }
+                Failure::infeasible(e)
+            }
             BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
         })?,
     };
