@@ -6,7 +6,7 @@
 //! the mix of op classes and bans a transformer's joint graph has.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use remat::joint::{Analysis, JointGraph, mincut};
+use remat::joint::{Analysis, JointGraph, budget, mincut};
 use serde_json::{Value, json};
 
 /// A joint graph of `layers` layers (21 nodes each, plus the input and the
@@ -74,6 +74,17 @@ fn bench(c: &mut Criterion) {
             let analysis = Analysis::new(&graph);
             mincut::min_cut(&graph, &analysis)
         })
+    });
+    // The byte budget's Lagrangian (about 100 max-flows) at a tenth of the
+    // min-cut's activation bytes.
+    let tenth = mincut::evaluate(&graph, &analysis, &saved).activation_bytes / 10;
+    let hull = budget::lagrangian(&graph, &analysis, tenth);
+    eprintln!(
+        "mincut: budget {tenth} B: cost {:.3e} s, bound {:.3e} s, proven {}",
+        hull.cost_seconds, hull.bound_seconds, hull.proven
+    );
+    group.bench_function("5000-node joint graph/budget Lagrangian at a tenth of the min-cut", |b| {
+        b.iter(|| budget::lagrangian(&graph, &analysis, tenth))
     });
     group.bench_function("5000-node joint graph/parse + validate", |b| {
         b.iter(|| JointGraph::from_json(&text).expect("valid"))

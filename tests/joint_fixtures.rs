@@ -15,7 +15,8 @@ fn node<'a>(g: &'a JointGraph, name: &str) -> &'a remat::joint::Node {
     &g.nodes()[g.index_of(name).unwrap()]
 }
 
-const ALL: [&str; 6] = ["tanh_tanh", "sum_cos_cos", "gelu_erf", "dropout_like", "mlp_block", "attention_block"];
+const ALL: [&str; 8] =
+    ["tanh_tanh", "sum_cos_cos", "gelu_erf", "dropout_like", "mlp_block", "attention_block", "long_chain", "far_apart"];
 
 #[test]
 fn min_cut_saves_what_pytorch_saves_on_every_fixture() {
@@ -110,4 +111,28 @@ fn the_pareto_front_falls_in_bytes_and_rises_in_cost() {
     }
     let analysis = Analysis::new(&g);
     assert_eq!(front.last().unwrap().0.activation_bytes, budget::smallest_budget(&g, &analysis).0);
+}
+
+#[test]
+fn pytorchs_two_extra_bans_fire_where_pytorch_fires_them() {
+    use remat::joint::BanReason;
+    for (name, node, reason) in
+        [("long_chain", "sin_101", BanReason::LongFusibleChain), ("far_apart", "cos", BanReason::UsedFarApart)]
+    {
+        let (g, _) = fixture(name);
+        let a = joint::partition(&g, None).unwrap();
+        let extra: Vec<(&str, BanReason)> = a
+            .banned
+            .iter()
+            .filter(|b| matches!(b.reason, BanReason::LongFusibleChain | BanReason::UsedFarApart))
+            .map(|b| (b.node.as_str(), b.reason))
+            .collect();
+        assert_eq!(extra, vec![(node, reason)], "{name}");
+    }
+    // Without the chain ban the cut would save the input alone: the ban is
+    // what makes the 101st sine saved, as in PyTorch.
+    let (g, _) = fixture("long_chain");
+    let a = joint::partition(&g, None).unwrap();
+    assert_eq!(a.chosen.saved, vec!["primals_1".to_string(), "sin_101".to_string()]);
+    assert_eq!(a.recompute_all.saved, vec!["primals_1".to_string()]);
 }

@@ -195,7 +195,8 @@ pub fn lagrangian(graph: &JointGraph, analysis: &Analysis, budget: u64) -> Hull 
             .expect("a finite cut is a valid saved set")
             .iter()
             .map(|&i| cost_ns[i])
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         let bound = value as f64 * UNIT_NS - slack_ns - lambda * budget as f64;
         (cost, bytes, bound, saved)
     };
@@ -234,7 +235,8 @@ pub fn lagrangian(graph: &JointGraph, analysis: &Analysis, budget: u64) -> Hull 
     let (cost_ns_best, saved) = best.unwrap_or_else(|| {
         // Only the smallest budget's set fits (the price search gave up).
         let (_, saved) = smallest_budget(graph, analysis);
-        let cost = recompute_set(graph, analysis, &saved).expect("valid").iter().map(|&i| cost_ns[i]).sum();
+        let cost =
+            recompute_set(graph, analysis, &saved).expect("valid").iter().map(|&i| cost_ns[i]).sum::<f64>() + 0.0;
         (cost, saved)
     });
     let bound = bound.max(0.0);

@@ -111,6 +111,12 @@ pub enum BanReason {
     MaterializedInBackward,
     /// Output over 4x smaller than its inputs (a reduction's).
     Reduction,
+    /// A fusible user of a value that another user reads only after an
+    /// unfusible op (PyTorch's `ban_recompute_used_far_apart`).
+    UsedFarApart,
+    /// Over 100 forward nodes down a chain of fusible ops (PyTorch's
+    /// `ban_recompute_long_fusible_chains`).
+    LongFusibleChain,
 }
 
 /// The min-cut's ban on node `i`, if any. Only nodes the forward needs are
@@ -250,7 +256,8 @@ pub fn evaluate(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Part
     let traffic_bytes =
         saved_idx.iter().map(|&i| if analysis.materialized[i] { nodes[i].bytes } else { 2 * nodes[i].bytes }).sum();
     let roofline = super::cost::Roofline::default();
-    let recompute_seconds = recomputed.iter().map(|&i| roofline.seconds(graph, i)).sum();
+    // f64's empty sum is -0.0; adding 0.0 makes it the 0 people expect in JSON.
+    let recompute_seconds = recomputed.iter().map(|&i| roofline.seconds(graph, i)).sum::<f64>() + 0.0;
     Partition {
         saved: saved_idx.iter().map(|&i| nodes[i].name.clone()).collect(),
         saved_bytes,
@@ -319,13 +326,103 @@ pub(crate) fn cut_with_value(
     Some((value, (0..n).map(|i| !cut.sink_side[vin(i)] && cut.sink_side[vout(i)]).collect()))
 }
 
+/// Every node's ban under the min-cut: [`ban_reason`], then PyTorch's two
+/// further heuristics (beyond the paper, on by default in PyTorch), in
+/// PyTorch's order:
+///
+/// - used far apart: for each forward node, its forward users in forward
+///   order are walked through fusible edges up to the last of them; a fusible
+///   user after the first unfusible op met is banned (recomputing both near
+///   and far users is unlikely to fuse);
+/// - long fusible chains: walking fusible edges from each forward node (each
+///   node visited once over all walks), the node at which the walk has gone
+///   over 100 forward nodes past its start with nothing else pending is banned.
+///
+/// Views are never banned. O((V + E) log V).
+pub fn bans(graph: &JointGraph, analysis: &Analysis) -> Vec<Option<BanReason>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let nodes = graph.nodes();
+    let n = nodes.len();
+    let mut bans: Vec<Option<BanReason>> = (0..n).map(|i| ban_reason(graph, analysis, i)).collect();
+    let can_ban = |i: usize| nodes[i].op != Some(OpClass::View);
+    // Forward order: position among the forward nodes in topological order.
+    let mut fw_order = vec![usize::MAX; n];
+    let mut count = 0;
+    for &i in graph.order() {
+        if analysis.required_forward[i] {
+            fw_order[i] = count;
+            count += 1;
+        }
+    }
+    let forward_nodes: Vec<usize> = graph.order().iter().copied().filter(|&i| analysis.required_forward[i]).collect();
+    // Used far apart.
+    for &used in &forward_nodes {
+        let fw_users: Vec<usize> =
+            graph.users(used).iter().copied().filter(|&u| analysis.required_forward[u]).collect();
+        let Some(max_range) = fw_users.iter().map(|&u| fw_order[u]).max() else { continue };
+        let mut heap: BinaryHeap<Reverse<(usize, usize, bool)>> =
+            fw_users.iter().map(|&u| Reverse((fw_order[u], u, true))).collect();
+        let mut first_unfusible = max_range;
+        while let Some(Reverse((order, node, node_fusible))) = heap.pop() {
+            if !node_fusible {
+                first_unfusible = order;
+                break;
+            }
+            for &u in graph.users(node) {
+                if analysis.required_forward[u] && fw_order[u] <= max_range {
+                    let entry = Reverse((fw_order[u], u, fusible(graph, node, u)));
+                    if !heap.iter().any(|e| *e == entry) {
+                        heap.push(entry);
+                    }
+                }
+            }
+        }
+        for &u in graph.users(used) {
+            if analysis.required_forward[u]
+                && fw_order[u] > first_unfusible
+                && fusible(graph, used, u)
+                && bans[u].is_none()
+                && can_ban(u)
+            {
+                bans[u] = Some(BanReason::UsedFarApart);
+            }
+        }
+    }
+    // Long fusible chains.
+    let mut visited = vec![false; n];
+    for &start in &forward_nodes {
+        let start_order = fw_order[start];
+        let mut heap: BinaryHeap<Reverse<(usize, usize)>> = BinaryHeap::from([Reverse((start_order, start))]);
+        while let Some(Reverse((_, cur))) = heap.pop() {
+            if visited[cur] {
+                continue;
+            }
+            visited[cur] = true;
+            if fw_order[cur] > start_order + 100 && heap.is_empty() {
+                if bans[cur].is_none() && can_ban(cur) {
+                    bans[cur] = Some(BanReason::LongFusibleChain);
+                }
+                break;
+            }
+            for &u in graph.users(cur) {
+                if analysis.required_forward[u] && fusible(graph, cur, u) && bans[u].is_none() {
+                    heap.push(Reverse((fw_order[u], u)));
+                }
+            }
+        }
+    }
+    bans
+}
+
 /// The min-cut partition: the saved set of least memory traffic under the
-/// paper's cost model and bans, the heuristics' re-weighting included.
-/// Ties go to the cut saving latest in the forward (see
-/// [`FlowNetwork::min_cut`]). O(V + E) to build, then one max-flow.
+/// paper's cost model and the bans of [`bans`], the heuristics' re-weighting
+/// included. Ties go to the cut saving latest in the forward (see
+/// [`FlowNetwork::min_cut`]). O((V + E) log V) to build, then one max-flow.
 pub fn min_cut(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
+    let bans = bans(graph, analysis);
     cut(graph, analysis, |i| CutRule {
-        banned: ban_reason(graph, analysis, i).is_some(),
+        banned: bans[i].is_some(),
         weight: cut_weight(graph, analysis, i),
         recompute: 0,
     })

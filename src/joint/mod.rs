@@ -163,11 +163,11 @@ fn answer(
     let save_all = mincut::evaluate(graph, analysis, &mincut::save_all(graph, analysis));
     let recompute_all = mincut::evaluate(graph, analysis, &mincut::recompute_all(graph, analysis));
     let (smallest_budget, _) = budget::smallest_budget(graph, analysis);
-    let banned = (0..graph.nodes().len())
-        .filter(|&i| analysis.forward_computable[i])
-        .filter_map(|i| {
-            mincut::ban_reason(graph, analysis, i).map(|reason| Ban { node: graph.nodes()[i].name.clone(), reason })
-        })
+    let banned = mincut::bans(graph, analysis)
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| analysis.forward_computable[i])
+        .filter_map(|(i, reason)| reason.map(|reason| Ban { node: graph.nodes()[i].name.clone(), reason }))
         .collect();
     Answer {
         graph: graph.name().to_string(),

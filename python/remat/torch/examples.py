@@ -73,6 +73,29 @@ class AttentionBlock(torch.nn.Module):
         return x + self.proj(att.transpose(1, 2).reshape(b, t, d))
 
 
+def long_chain() -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """110 sines in a row: PyTorch's long-fusible-chain ban fires."""
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(110):
+            x = x.sin()
+        return x
+
+    return chain, (_leaf(256),)
+
+
+def far_apart() -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A value read by a matmul and, after it, by a fusible op: PyTorch's
+    used-far-apart ban fires."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        z = (y @ w).relu()
+        return (z.sum(-1, keepdim=True) + y.cos()).tanh()
+
+    return f, (_leaf(16, 16), _leaf(16, 16))
+
+
 def mlp_block() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return MLPBlock(), (_leaf(4, 16, 64),)
 
@@ -88,4 +111,6 @@ EXAMPLES: dict[str, Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]] = 
     "dropout_like": dropout_like,
     "mlp_block": mlp_block,
     "attention_block": attention_block,
+    "long_chain": long_chain,
+    "far_apart": far_apart,
 }
