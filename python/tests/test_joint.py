@@ -221,3 +221,27 @@ def test_an_infeasible_budget_raises_with_the_smallest() -> None:
         RematSolverError, match="the smallest that fits needs 1024 bytes"
     ):
         _grads(fn, inputs, compiled=True, partition_fn=partitioner(memory=10))
+
+
+def test_the_partitioner_works_under_torch_compile() -> None:
+    from functorch.compile import make_boxed_func
+    from remat.torch import partitioner
+    from torch._dynamo.backends.common import aot_autograd
+
+    def nop(gm: object, _inputs: object) -> object:
+        return make_boxed_func(gm)
+
+    torch.manual_seed(0)
+    module, (x,) = EXAMPLES["mlp_block"]()
+    backend = aot_autograd(
+        fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory="16KiB")
+    )
+    torch.compile(module, backend=backend)(x).sum().backward()
+    compiled = [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+    for p in module.parameters():
+        p.grad = None
+    x.grad = None
+    module(x).sum().backward()
+    eager = [p.grad for p in module.parameters()] + [x.grad]
+    for a, b in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(a, b)
