@@ -48,6 +48,7 @@
 //! | [`slots`] | budgets in bytes to memory slots for the dynamic programs |
 //! | [`solve`](mod@solve) | every chain algorithm behind [`solve()`], `auto`'s policy, minimum budgets |
 //! | [`graph`] | forward and joint graphs, their simulator, the Checkmate MILP and LP rounding |
+//! | [`joint`] | operator-level forward+backward graphs: the fusion-aware min-cut and its exact byte budget |
 //! | `exec` | an ndarray executor that runs schedules and proves the model in Rust (feature `exec`) |
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
@@ -74,6 +75,7 @@ pub mod chain;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
+pub mod joint;
 pub mod model {
     #![doc = include_str!("../docs/model.md")]
 }

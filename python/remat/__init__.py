@@ -42,6 +42,7 @@ from remat._core import (
     format_size,
     min_memory,
     parse_size,
+    partition_joint,
     simulate,
     solve,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "format_size",
     "min_memory",
     "parse_size",
+    "partition_joint",
     "simulate",
     "solve",
 ]

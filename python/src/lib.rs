@@ -277,6 +277,30 @@ fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     size_arg(size, "size")
 }
 
+/// The fusion-aware min-cut of a joint forward+backward graph (remat's joint
+/// JSON, as ``remat.torch.export_joint`` writes it): the whole answer as a
+/// dict (``chosen`` with its ``saved`` node names, the ``min_cut``,
+/// ``save_all`` and ``recompute_all`` partitions, the bans). With ``memory``
+/// (bytes or a size string) the saved activations fit that budget at the
+/// least recompute cost; random ops are never recomputed. Raises
+/// ``ValueError`` for a malformed graph and ``RematError`` when no partition
+/// fits the budget. Releases the GIL.
+#[pyfunction]
+#[pyo3(signature = (graph_json, memory=None))]
+fn partition_joint<'py>(
+    py: Python<'py>,
+    graph_json: &str,
+    memory: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let memory = memory.map(|m| size_arg(m, "memory")).transpose()?;
+    let answer = py.detach(|| remat::joint::partition_json(graph_json, memory)).map_err(|e| match e {
+        remat::joint::PartitionError::Graph(e) => PyValueError::new_err(e.to_string()),
+        other => RematError::new_err(other.to_string()),
+    })?;
+    let text = serde_json::to_string(&answer).expect("answers serialize");
+    json_loads(py, &text)
+}
+
 /// Bytes for people, in binary units with two decimals: ``"86.75 MiB"``,
 /// ``"512 B"``.
 #[pyfunction]
@@ -307,6 +331,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
+    m.add_function(wrap_pyfunction!(partition_joint, m)?)?;
     m.add("DEFAULT_SLOTS", remat::solve::DEFAULT_SLOTS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

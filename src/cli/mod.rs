@@ -4,6 +4,7 @@
 mod compare;
 mod graph;
 mod min_memory;
+mod mincut;
 mod show;
 mod simulate;
 mod solve;
@@ -104,6 +105,7 @@ enum Command {
     Sweep(sweep::Args),
     Show(show::Args),
     Zoo(zoo::Args),
+    Mincut(mincut::Args),
 }
 
 /// Runs the CLI and maps failures to exit codes.
@@ -118,6 +120,7 @@ pub fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(args),
         Command::Show(args) => show::run(args),
         Command::Zoo(args) => zoo::run(args),
+        Command::Mincut(args) => mincut::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

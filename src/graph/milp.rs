@@ -7,7 +7,7 @@
 //!   is a constant (frontier advancing);
 //! - `S[t][i]` (i < t), binary: node i is held from stage t-1 into stage t.
 //!   `S[t][i]` is fixed to 0 only when no node reads i at all (see
-//!   [`holdable`] for why that is safe, and why "no node after `t - 1` reads
+//!   `holdable` for why that is safe, and why "no node after `t - 1` reads
 //!   i" is not);
 //! - `FREE[t][(i,k)]` for every edge i -> k with k <= t, binary;
 //! - `U[t][k]` (k <= t), continuous: bytes in use right after node k in stage

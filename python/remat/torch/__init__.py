@@ -9,6 +9,10 @@
   network's gradients.
 - :class:`LiveBytes` counts the bytes of live tensors (on any device, the CPU
   included), to check what a schedule really holds.
+- :func:`export_joint` writes the joint forward+backward graph of any function
+  through AOTAutograd, and :func:`partitioner` is a ``partition_fn`` for
+  ``aot_function`` / ``torch.compile`` that asks remat's fusion-aware min-cut
+  (optionally under a byte budget) which activations to save.
 
 Example::
 
@@ -21,7 +25,20 @@ Example::
 
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
+from .joint import export_joint, pytorch_min_cut
 from .memory import LiveBytes
+from .partition import RematSolverError, partitioner
 from .profile import profile, stages_of
 
-__all__ = ["Checkpointed", "LiveBytes", "Plan", "profile", "run_schedule", "stages_of"]
+__all__ = [
+    "Checkpointed",
+    "LiveBytes",
+    "Plan",
+    "RematSolverError",
+    "export_joint",
+    "partitioner",
+    "profile",
+    "pytorch_min_cut",
+    "run_schedule",
+    "stages_of",
+]

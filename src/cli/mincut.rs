@@ -1,0 +1,177 @@
+//! `remat mincut`: the fusion-aware min-cut partition of a joint graph, or the
+//! least recompute cost within a byte budget, beside the two baselines.
+
+use std::path::PathBuf;
+
+use remat::joint::budget::BudgetOptions;
+use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
+use remat::size::format_size;
+
+use super::{CliResult, Failure, size_arg};
+
+/// The most points `--pareto` prints.
+const MAX_PARETO_POINTS: usize = 200;
+
+/// Choose which forward values a joint (forward + backward) graph saves for
+/// the backward: the paper's fusion-aware min-cut (least memory traffic), or
+/// with --memory the least recompute cost whose saved bytes fit (an ILP,
+/// proven optimal; random ops are never recomputed).
+///
+/// The joint graph's JSON form is in docs/joint.md (`remat.torch.export_joint`
+/// writes it from a PyTorch function).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Joint graph file (JSON).
+    joint: PathBuf,
+    /// Byte budget for the saved activations (saved primals are free: they
+    /// are alive anyway): 64MiB, 1.5GB, 100000.
+    #[arg(short, long, value_parser = size_arg, value_name = "SIZE")]
+    memory: Option<u64>,
+    /// Print the whole front of saved bytes against recompute cost.
+    #[arg(long, conflicts_with = "memory")]
+    pareto: bool,
+    /// Evaluate this saved set instead (comma-separated node names, e.g.
+    /// PyTorch's): its bytes, traffic, recomputed nodes and recompute cost.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES", conflicts_with_all = ["memory", "pareto"])]
+    saved: Option<Vec<String>>,
+    /// Seconds each ILP solve of --memory may take (0: no limit); past it the
+    /// answer is the Lagrangian one, marked not proven optimal, with its bound.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    time_limit: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `remat mincut`.
+pub fn run(args: Args) -> CliResult {
+    let text = std::fs::read_to_string(&args.joint)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cannot read joint graph `{}`: {e}", args.joint.display())))?;
+    let graph = JointGraph::from_json(&text)
+        .map_err(|e| Failure::input(anyhow::anyhow!("joint graph `{}`: {e}", args.joint.display())))?;
+    if args.pareto {
+        return pareto(&graph, args.json);
+    }
+    if !(args.time_limit.is_finite() && args.time_limit >= 0.0) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--time-limit must be a number of seconds >= 0, not {}",
+            args.time_limit
+        )));
+    }
+    let options = BudgetOptions { time_limit: (args.time_limit > 0.0).then_some(args.time_limit) };
+    let answer = match &args.saved {
+        Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
+        None => joint::partition_with(&graph, args.memory, &options).map_err(|e| match e {
+            BudgetError::Infeasible { budget, smallest } => {
+                if args.json {
+                    // Scripts sweeping budgets get the answer on stdout too, as from `remat solve`.
+                    let out = serde_json::json!({"status": "infeasible", "budget": budget, "min_budget": smallest});
+                    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                }
+                Failure::infeasible(e)
+            }
+            BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
+        })?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer).expect("serializable"));
+    } else {
+        print_answer(&answer);
+    }
+    Ok(())
+}
+
+fn seconds(s: f64) -> String {
+    if s == 0.0 {
+        "0".to_string()
+    } else if s < 1e-6 {
+        format!("{:.3} ns", s * 1e9)
+    } else if s < 1e-3 {
+        format!("{:.3} us", s * 1e6)
+    } else {
+        format!("{:.3} ms", s * 1e3)
+    }
+}
+
+fn names(list: &[String]) -> String {
+    if list.is_empty() { "(none)".to_string() } else { list.join(", ") }
+}
+
+fn print_answer(a: &Answer) {
+    match a.memory {
+        None if a.method == Method::Given => println!("joint graph `{}`: the given saved set", a.graph),
+        None => println!("joint graph `{}`: fusion-aware min-cut", a.graph),
+        Some(m) => println!(
+            "joint graph `{}`: least recompute cost within {} ({})",
+            a.graph,
+            format_size(m),
+            if a.optimal == Some(true) {
+                "proven optimal".to_string()
+            } else {
+                format!("NOT proven optimal: the least cost is at least {}", seconds(a.bound_seconds.unwrap_or(0.0)))
+            }
+        ),
+    }
+    println!(
+        "saved ({}, of which activations {}): {}",
+        format_size(a.chosen.saved_bytes),
+        format_size(a.chosen.activation_bytes),
+        names(&a.chosen.saved)
+    );
+    println!("recomputed in the backward: {}", names(&a.chosen.recomputed));
+    println!();
+    println!(
+        "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
+        "", "saved", "activations", "traffic fw<->bw", "recompute", "nodes"
+    );
+    let row = |label: &str, p: &Partition| {
+        println!(
+            "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
+            label,
+            format_size(p.saved_bytes),
+            format_size(p.activation_bytes),
+            format_size(p.traffic_bytes),
+            seconds(p.recompute_seconds),
+            p.saved.len()
+        );
+    };
+    match a.method {
+        Method::Budget => row("within budget", &a.chosen),
+        Method::Given => row("given", &a.chosen),
+        Method::MinCut => {}
+    }
+    row("min-cut", &a.min_cut);
+    row("save everything", &a.save_all);
+    row("recompute everything", &a.recompute_all);
+    println!();
+    println!("smallest budget (activations; random ops never recomputed): {}", format_size(a.smallest_budget));
+    if !a.banned.is_empty() {
+        let list: Vec<String> = a.banned.iter().map(|b| format!("{} ({:?})", b.node, b.reason)).collect();
+        println!("banned from recompute by the min-cut: {}", list.join(", "));
+    }
+}
+
+fn pareto(graph: &JointGraph, json: bool) -> CliResult {
+    let points = joint::pareto(graph, MAX_PARETO_POINTS).map_err(|e| Failure { code: 70, error: e.into() })?;
+    if json {
+        let rows: Vec<serde_json::Value> =
+            points.iter().map(|(p, optimal)| serde_json::json!({ "partition": p, "optimal": optimal })).collect();
+        println!("{}", serde_json::to_string_pretty(&rows).expect("serializable"));
+        return Ok(());
+    }
+    println!("joint graph `{}`: saved bytes against least recompute cost", graph.name());
+    println!("{:>12} {:>14} {:>8}  saved", "activations", "recompute", "optimal");
+    for (p, optimal) in &points {
+        println!(
+            "{:>12} {:>14} {:>8}  {}",
+            format_size(p.activation_bytes),
+            seconds(p.recompute_seconds),
+            if *optimal { "yes" } else { "no" },
+            names(&p.saved)
+        );
+    }
+    if points.len() == MAX_PARETO_POINTS {
+        println!("(stopped after {MAX_PARETO_POINTS} points)");
+    }
+    Ok(())
+}

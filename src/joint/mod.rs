@@ -1,0 +1,201 @@
+//! Operator-level joint graphs (a forward and its backward, as AOTAutograd
+//! traces them) and the fusion-aware min-cut partitioner that chooses which
+//! forward values to save for the backward, with an exact byte budget.
+//!
+//! - [`graph`]: the [`JointGraph`], its JSON form (`docs/joint.md`) and
+//!   validation with named errors.
+//! - [`mincut`]: the paper's Algorithms 1 and 2 and section 3.4 heuristics;
+//!   the "save everything" and "recompute everything" baselines; the figures
+//!   every partition is judged by.
+//! - [`maxflow`]: Dinic's max-flow and the documented choice among equal cuts.
+//! - [`cost`]: the roofline that defines a recompute's cost.
+//! - [`budget`]: least recompute cost within a byte budget (an ILP), the
+//!   smallest feasible budget (a min-cut), the Pareto front.
+//!
+//! [`partition_json`] is the one-call entry point (the Python bindings use it).
+//!
+//! | step | complexity |
+//! |---|---|
+//! | parse + validate | O((V + E) log V) |
+//! | min-cut | one max-flow on 2V + 2 vertices (Dinic: O(V^2 E) worst case) |
+//! | byte budget | two ILPs (exponential worst case) + one max-flow |
+
+pub mod budget;
+pub mod cost;
+pub mod graph;
+pub mod maxflow;
+pub mod mincut;
+
+use serde::Serialize;
+use thiserror::Error;
+
+pub use budget::BudgetError;
+pub use graph::{JointError, JointGraph, Node, OpClass, Role};
+pub use mincut::{Analysis, BanReason, Partition};
+
+/// A node the min-cut bans from recompute, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ban {
+    /// The node's name.
+    pub node: String,
+    /// The rule that bans it.
+    pub reason: BanReason,
+}
+
+/// How the chosen partition was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// The paper's min-cut (least memory traffic, fusion-aware bans).
+    MinCut,
+    /// The byte budget's ILP (least recompute cost within the budget).
+    Budget,
+    /// A saved set given by the caller ([`partition_saved`]).
+    Given,
+}
+
+/// Everything `remat mincut` reports: the chosen partition and the baselines.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Answer {
+    /// The graph's name.
+    pub graph: String,
+    /// How `chosen` was found.
+    pub method: Method,
+    /// The byte budget, when one was given.
+    pub memory: Option<u64>,
+    /// The partition to use: the min-cut's, the budget's, or the given one.
+    pub chosen: Partition,
+    /// With a budget: whether the ILP proved its answer optimal.
+    pub optimal: Option<bool>,
+    /// With a budget: the ILP's lower bound on the recompute cost (seconds).
+    pub bound_seconds: Option<f64>,
+    /// The min-cut's partition (the same as `chosen` without a budget).
+    pub min_cut: Partition,
+    /// Save every forward value the backward reads; recompute nothing.
+    pub save_all: Partition,
+    /// Recompute every forward value from the primals (random ops saved).
+    pub recompute_all: Partition,
+    /// The smallest activation bytes any partition fits in (random ops never recomputed).
+    pub smallest_budget: u64,
+    /// The min-cut's bans, in the file's order.
+    pub banned: Vec<Ban>,
+}
+
+/// A failure of [`partition_json`].
+#[derive(Debug, Error, PartialEq)]
+pub enum PartitionError {
+    /// The graph was rejected.
+    #[error(transparent)]
+    Graph(#[from] JointError),
+    /// The budget has no answer.
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+}
+
+/// Partitions a validated graph: the min-cut, or with `memory` the least
+/// recompute cost within that many saved activation bytes; with the baselines
+/// beside it.
+pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
+    partition_with(graph, memory, &budget::BudgetOptions::default())
+}
+
+/// [`partition`] with the budget's solver options (its ILP time limit).
+pub fn partition_with(
+    graph: &JointGraph,
+    memory: Option<u64>,
+    options: &budget::BudgetOptions,
+) -> Result<Answer, BudgetError> {
+    let analysis = Analysis::new(graph);
+    let (method, saved, optimal, bound_seconds) = match memory {
+        None => (Method::MinCut, mincut::min_cut(graph, &analysis), None, None),
+        Some(m) => {
+            let solution = budget::solve_with(graph, &analysis, Some(m), options)?;
+            (Method::Budget, solution.saved, Some(solution.optimal), Some(solution.bound_seconds))
+        }
+    };
+    let chosen = mincut::evaluate(graph, &analysis, &saved);
+    Ok(answer(graph, &analysis, method, memory, chosen, optimal, bound_seconds))
+}
+
+/// Why a given saved set cannot be evaluated.
+#[derive(Debug, Error, PartialEq)]
+pub enum SavedSetError {
+    /// A name that is no node.
+    #[error("saved node `{0}` is not a node of the graph")]
+    UnknownNode(String),
+    /// A node that depends on a tangent.
+    #[error("saved node `{0}` depends on a tangent: the forward cannot compute it")]
+    NotInForward(String),
+    /// The backward needs a primal the set does not hold.
+    #[error("the backward needs primal `{0}`, which the saved set does not hold")]
+    MissingPrimal(String),
+}
+
+/// The figures of a saved set given by name (e.g. PyTorch's), beside the
+/// min-cut and the baselines. The set may recompute anything, random ops
+/// included (the answer's `chosen.recomputed` shows it). O(V + E) + one max-flow.
+pub fn partition_saved(graph: &JointGraph, names: &[String]) -> Result<Answer, SavedSetError> {
+    let analysis = Analysis::new(graph);
+    let mut saved = vec![false; graph.nodes().len()];
+    for name in names {
+        let i = graph.index_of(name).ok_or_else(|| SavedSetError::UnknownNode(name.clone()))?;
+        if !analysis.forward_computable[i] {
+            return Err(SavedSetError::NotInForward(name.clone()));
+        }
+        saved[i] = true;
+    }
+    mincut::recompute_set(graph, &analysis, &saved)
+        .map_err(|j| SavedSetError::MissingPrimal(graph.nodes()[j].name.clone()))?;
+    let chosen = mincut::evaluate(graph, &analysis, &saved);
+    Ok(answer(graph, &analysis, Method::Given, None, chosen, None, None))
+}
+
+fn answer(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    method: Method,
+    memory: Option<u64>,
+    chosen: Partition,
+    optimal: Option<bool>,
+    bound_seconds: Option<f64>,
+) -> Answer {
+    let min_cut = mincut::evaluate(graph, analysis, &mincut::min_cut(graph, analysis));
+    let save_all = mincut::evaluate(graph, analysis, &mincut::save_all(graph, analysis));
+    let recompute_all = mincut::evaluate(graph, analysis, &mincut::recompute_all(graph, analysis));
+    let (smallest_budget, _) = budget::smallest_budget(graph, analysis);
+    let banned = mincut::bans(graph, analysis)
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| analysis.forward_computable[i])
+        .filter_map(|(i, reason)| reason.map(|reason| Ban { node: graph.nodes()[i].name.clone(), reason }))
+        .collect();
+    Answer {
+        graph: graph.name().to_string(),
+        method,
+        memory,
+        chosen,
+        optimal,
+        bound_seconds,
+        min_cut,
+        save_all,
+        recompute_all,
+        smallest_budget,
+        banned,
+    }
+}
+
+/// Parses a joint graph from JSON and partitions it (see [`partition`]).
+pub fn partition_json(text: &str, memory: Option<u64>) -> Result<Answer, PartitionError> {
+    let graph = JointGraph::from_json(text)?;
+    Ok(partition(&graph, memory)?)
+}
+
+/// The Pareto front of saved bytes against recompute cost, most bytes first,
+/// at most `max_points` points (see [`budget::pareto`]).
+pub fn pareto(graph: &JointGraph, max_points: usize) -> Result<Vec<(Partition, bool)>, BudgetError> {
+    let analysis = Analysis::new(graph);
+    Ok(budget::pareto(graph, &analysis, max_points)?
+        .into_iter()
+        .map(|p| (mincut::evaluate(graph, &analysis, &p.saved), p.optimal))
+        .collect())
+}
