@@ -8,6 +8,7 @@ pub mod baselines;
 pub mod exhaustive;
 pub mod fit;
 pub mod floating;
+pub mod fronts;
 pub mod persistent;
 
 use std::fmt;
