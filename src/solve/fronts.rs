@@ -190,7 +190,8 @@ impl Fronts {
                 .collect();
             let points: u64 = filled.iter().map(|f| f.0.len() as u64).sum();
             bytes += points * per_point;
-            let too_large = |projected| FrontsTooLarge { limit: max_bytes, bytes, projected, stages: chain.len(), done: d };
+            let too_large =
+                |projected| FrontsTooLarge { limit: max_bytes, bytes, projected, stages: chain.len(), done: d };
             if bytes > max_bytes {
                 return Err(too_large(false));
             }
@@ -260,12 +261,39 @@ impl Fronts {
             if stop <= from {
                 continue;
             }
-            cand.clear();
+            // Walk the candidate's breakpoints beside the envelope; most
+            // candidates beat it nowhere, and are never written out.
             let (mut i, mut k) = (right.step(from - w), left.step(from));
-            cand.push((from, fwd + right.0[i].1 + left.0[k].1));
-            loop {
+            let (mut m, mut c) = (from, fwd + right.0[i].1 + left.0[k].1);
+            let mut e = env.partition_point(|p| p.0 <= m);
+            let next = |i: usize, k: usize| {
                 let mr = right.0.get(i + 1).map_or(usize::MAX, |p| p.0 + w);
                 let ml = left.0.get(k + 1).map_or(usize::MAX, |p| p.0);
+                (mr, ml)
+            };
+            let improves = loop {
+                while e < env.len() && env[e].0 <= m {
+                    e += 1;
+                }
+                if e == 0 || c < env[e - 1].1 {
+                    break true;
+                }
+                let (mr, ml) = next(i, k);
+                m = mr.min(ml);
+                if m >= stop {
+                    break false;
+                }
+                i += usize::from(mr == m);
+                k += usize::from(ml == m);
+                c = fwd + right.0[i].1 + left.0[k].1;
+            };
+            if !improves {
+                continue;
+            }
+            cand.clear();
+            cand.push((m, c));
+            loop {
+                let (mr, ml) = next(i, k);
                 let m = mr.min(ml);
                 if m >= stop {
                     break;
