@@ -92,8 +92,9 @@ fn auto_meets_its_smallest_budget() {
 
 #[test]
 fn auto_matches_checkpoint_sequential_at_its_own_peak_on_gpt2_small() {
-    // The case that motivated fitting: at K = 2's exact peak, the DPs alone
-    // (sizes rounded up to 500 slots) are slower than checkpoint_sequential.
+    // The case that motivated fitting: at K = 2's exact peak, the DPs
+    // rounding sizes up to 500 slots were slower than checkpoint_sequential;
+    // persistent, now exact in bytes where its fronts fit, no longer is.
     let text = std::fs::read_to_string("chains/gpt2-small-s1024-b8.json").unwrap();
     let chain = Chain::from_json(&text).unwrap();
     let opts = SolveOptions::default();
@@ -101,7 +102,7 @@ fn auto_matches_checkpoint_sequential_at_its_own_peak_on_gpt2_small() {
     let budget = seq.schedule.peak_memory;
     let persistent = solve(&chain, budget, Algorithm::Persistent, &opts).unwrap().schedule.makespan;
     let auto = solve(&chain, budget, Algorithm::Auto, &opts).unwrap();
-    assert!(persistent > seq.schedule.makespan, "the rounding artefact this test is about");
+    assert!(persistent <= seq.schedule.makespan + 1e-9, "exact persistent loses to a persistent baseline");
     assert!(
         auto.schedule.makespan <= seq.schedule.makespan + 1e-9,
         "{} vs {}",

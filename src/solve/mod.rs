@@ -250,6 +250,22 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         Algorithm::Persistent => {
             check_persistent_size(chain)?;
             let slots = Slots::new(budget, opts.slots);
+            // Exact in bytes (no slot rounding) when the fronts fit in the
+            // memory the slot table would take; otherwise the slot DP (which
+            // refuses a table over the memory limit, as before).
+            let limit = persistent::table_bytes_estimate(&SlotChain::new(chain, slots));
+            if limit <= floating::memory_limit()
+                && let Ok(table) = fronts::Fronts::build_within(chain, budget, limit)
+            {
+                let Some(ops) = table.sequence(budget) else {
+                    return Err(SolveError::Infeasible {
+                        algorithm,
+                        budget,
+                        min_budget: Some(persistent::min_peak_exact(chain)),
+                    });
+                };
+                return checked(chain, budget, algorithm, ops, 1, table.makespan(budget));
+            }
             if persistent::min_peak_slots(&SlotChain::new(chain, slots)) > slots.budget {
                 return Err(SolveError::Infeasible {
                     algorithm,
