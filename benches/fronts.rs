@@ -1,8 +1,8 @@
 //! The exact persistent DP (`solve::fronts`) against the slot DP at the
 //! default 500 slots, side by side, with the budget halfway between the
 //! smallest feasible one and store-all's peak (as `benches/persistent.rs`):
-//! - `before`: `solve` with `Algorithm::Persistent` at 500 slots (table,
-//!   sequence, replay);
+//! - `before`: the 500-slot DP as `solve` ran it before the fronts (its
+//!   feasibility check, table, sequence and replay);
 //! - `exact`: the fronts with no limit, sequence and replay (only where they
 //!   finish in seconds: network-like L = 100, DenseNet-121 batch 32);
 //! - `exact-or-slots`: the fronts within the memory of the 500-slot table,
@@ -17,7 +17,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rayon::ThreadPoolBuilder;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::fronts::Fronts;
-use remat::solve::{Algorithm, SolveOptions, persistent, solve};
+use remat::solve::persistent;
 use remat::synthetic::network_like;
 use remat::{Chain, Op, simulate_within};
 
@@ -41,6 +41,17 @@ fn chain_file(name: &str) -> Chain {
     Chain::from_json(&std::fs::read_to_string(path).expect("chain file")).expect("valid chain")
 }
 
+/// The 500-slot DP's makespan, its schedule replayed (`solve` itself now
+/// answers exactly where the fronts fit).
+fn slot_dp(chain: &Chain, budget: u64) -> f64 {
+    let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
+    let m = sc.slots.budget;
+    assert!(persistent::min_peak_slots(&sc) <= m, "feasible");
+    let table = persistent::Table::build(sc, None);
+    let ops = table.sequence(m).expect("feasible");
+    simulate_within(chain, &ops, budget).expect("replays").makespan
+}
+
 /// The exact makespan, its schedule replayed, from fronts within `limit` bytes.
 fn exact(chain: &Chain, budget: u64, limit: u64) -> Option<f64> {
     let table = Fronts::build_within(chain, budget, limit).ok()?;
@@ -57,29 +68,20 @@ fn bench(c: &mut Criterion) {
         ("resnet1001", chain_file("resnet1001-224-b8"), false),
         ("L=1000", network_like(42, 1000), false),
     ];
-    let opts = SolveOptions { slots: SLOTS, ..SolveOptions::default() };
     for (name, chain, unlimited) in &chains {
         let budget = budget(chain);
         let limit = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, SLOTS)));
         for threads in [1, 2] {
             let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
             let id = |what: &str| BenchmarkId::new(format!("{name}/{what}"), format!("{threads}-thread"));
-            group.bench_function(id("before"), |b| {
-                b.iter(|| pool.install(|| solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible")))
-            });
+            group.bench_function(id("before"), |b| b.iter(|| pool.install(|| slot_dp(chain, budget))));
             if *unlimited {
                 group.bench_function(id("exact"), |b| {
                     b.iter(|| pool.install(|| exact(chain, budget, u64::MAX).expect("no limit")))
                 });
             }
             group.bench_function(id("exact-or-slots"), |b| {
-                b.iter(|| {
-                    pool.install(|| {
-                        exact(chain, budget, limit).unwrap_or_else(|| {
-                            solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible").schedule.makespan
-                        })
-                    })
-                })
+                b.iter(|| pool.install(|| exact(chain, budget, limit).unwrap_or_else(|| slot_dp(chain, budget))))
             });
         }
     }

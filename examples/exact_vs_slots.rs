@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use remat::slots::{SlotChain, Slots};
 use remat::solve::fronts::Fronts;
-use remat::solve::{Algorithm, SolveError, SolveOptions, persistent, solve};
+use remat::solve::persistent;
 use remat::{Chain, Op, simulate_within};
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -25,15 +25,19 @@ fn store_all_peak(chain: &Chain) -> u64 {
     remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
 }
 
-/// Makespan, seconds and table MiB of the slot DP, or why none.
+/// Makespan (replayed), seconds and table MiB of the slot DP itself (not
+/// `solve`, which answers exactly where the fronts fit), or why none.
 fn slot_dp(chain: &Chain, budget: u64, slots: usize) -> (Result<f64, String>, f64, f64) {
-    let mib = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots))) as f64 / MIB;
-    let opts = SolveOptions { slots, ..SolveOptions::default() };
+    let sc = SlotChain::new(chain, Slots::new(budget, slots));
+    let mib = persistent::table_bytes_estimate(&sc) as f64 / MIB;
     let start = Instant::now();
-    let result = match solve(chain, budget, Algorithm::Persistent, &opts) {
-        Ok(sol) => Ok(sol.schedule.makespan),
-        Err(SolveError::Infeasible { .. }) => Err("infeasible".to_string()),
-        Err(e) => Err(e.to_string()),
+    let m = sc.slots.budget;
+    let result = if persistent::min_peak_slots(&sc) > m {
+        Err("infeasible".to_string())
+    } else {
+        let table = persistent::Table::build(sc, None);
+        let ops = table.sequence(m).expect("feasible by the min-peak check");
+        Ok(simulate_within(chain, &ops, budget).expect("the slot schedule replays").makespan)
     };
     (result, start.elapsed().as_secs_f64(), mib)
 }
