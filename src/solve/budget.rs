@@ -103,7 +103,7 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
     }
 }
 
-fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {
+pub(crate) fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {
     D::plan(SlotChain::new(chain, Slots::new(budget, opts.slots.get()))).table_bytes()
 }
 

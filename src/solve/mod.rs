@@ -19,6 +19,7 @@ pub mod error;
 pub mod exhaustive;
 pub mod fit;
 pub mod floating;
+pub mod fronts;
 pub mod options;
 pub mod persistent;
 

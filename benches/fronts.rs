@@ -1,0 +1,92 @@
+//! The exact persistent DP (`solve::fronts`) against the slot DP at the
+//! default 500 slots, side by side, with the budget halfway between the
+//! smallest feasible one and store-all's peak (as `benches/persistent.rs`):
+//! - `before`: the 500-slot DP as `solve` ran it before the fronts (its
+//!   feasibility check, table, sequence and replay);
+//! - `exact`: the fronts with no limit, sequence and replay (only where they
+//!   finish in seconds: network-like L = 100, DenseNet-121 batch 32);
+//! - `exact-or-slots`: the fronts within the memory of the 500-slot table,
+//!   falling back to the 500-slot DP when they give up (what routing
+//!   `persistent` to the fronts would cost), on every chain, ResNet-1001
+//!   (L = 339) and network-like L = 1000 included.
+//!
+//! Each on 1 and 2 threads. `cargo bench --bench fronts` runs everything; a
+//! filter such as `cargo bench --bench fronts -- L=100` runs a part.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rayon::ThreadPoolBuilder;
+use remat::slots::{SlotChain, Slots};
+use remat::solve::fronts::Fronts;
+use remat::solve::persistent;
+use remat::synthetic::network_like;
+use remat::{Chain, Op, simulate_within};
+
+const SLOTS: usize = 500;
+
+fn store_all_peak(chain: &Chain) -> u64 {
+    let n = chain.len() + 1;
+    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
+}
+
+/// Halfway between the smallest budget the 500-slot DP meets and store-all's peak.
+fn budget(chain: &Chain) -> u64 {
+    let peak = store_all_peak(chain);
+    let min = remat::solve::dp::min_budget::<remat::solve::dp::Persistent>(chain, SLOTS).expect("feasible");
+    min + (peak - min) / 2
+}
+
+fn chain_file(name: &str) -> Chain {
+    let path = format!("{}/chains/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    Chain::from_json(&std::fs::read_to_string(path).expect("chain file")).expect("valid chain")
+}
+
+/// The 500-slot DP's makespan, its schedule replayed (`solve` itself now
+/// answers exactly where the fronts fit).
+fn slot_dp(chain: &Chain, budget: u64) -> f64 {
+    let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
+    let m = sc.slots.budget;
+    assert!(persistent::min_peak_slots(&sc) <= m, "feasible");
+    let table = persistent::Table::build(sc, None);
+    let ops = table.sequence(m).expect("feasible");
+    simulate_within(chain, &ops, budget).expect("replays").makespan
+}
+
+/// The exact makespan, its schedule replayed, from fronts within `limit` bytes.
+fn exact(chain: &Chain, budget: u64, limit: u64) -> Option<f64> {
+    let table = Fronts::build_within(chain, budget, limit).ok()?;
+    let ops = table.sequence(budget).expect("feasible");
+    Some(simulate_within(chain, &ops, budget).expect("replays").makespan)
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fronts");
+    group.sample_size(10);
+    let chains = [
+        ("L=100", network_like(42, 100), true),
+        ("densenet121-b32", chain_file("densenet121-224-b32"), true),
+        ("resnet1001", chain_file("resnet1001-224-b8"), false),
+        ("L=1000", network_like(42, 1000), false),
+    ];
+    for (name, chain, unlimited) in &chains {
+        let budget = budget(chain);
+        let limit = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, SLOTS)));
+        for threads in [1, 2] {
+            let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+            let id = |what: &str| BenchmarkId::new(format!("{name}/{what}"), format!("{threads}-thread"));
+            group.bench_function(id("before"), |b| b.iter(|| pool.install(|| slot_dp(chain, budget))));
+            if *unlimited {
+                group.bench_function(id("exact"), |b| {
+                    b.iter(|| pool.install(|| exact(chain, budget, u64::MAX).expect("no limit")))
+                });
+            }
+            group.bench_function(id("exact-or-slots"), |b| {
+                b.iter(|| pool.install(|| exact(chain, budget, limit).unwrap_or_else(|| slot_dp(chain, budget))))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,488 @@
+//! The persistent dynamic program exact in bytes: every table cell is a
+//! step function of memory (a Pareto front of (bytes, time)), not an array
+//! over rounded slots.
+//!
+//! C(s, t, m) is the persistent recurrence of [`super::persistent`] (Rotor's
+//! Algorithms 3 and 4 with the model's corrections): the fastest persistent
+//! way to turn {a^{s-1}, delta^t} into {delta^{s-1}} with at most m bytes
+//! besides a^{s-1}. As a function of m it is non-increasing and piecewise
+//! constant, so it is stored as its breakpoints: points (m_0, c_0), (m_1,
+//! c_1), ... with m increasing and c strictly decreasing, C(s, t, x) = c_i for
+//! the last m_i <= x, infinite below m_0.
+//!
+//! # Exactness
+//! Claim: the front of (s, t) equals C(s, t, .) of the slot DP with one-byte
+//! slots (exact sizes, so the true persistent optimum) at every x up to the
+//! cell's cap, with the same `f64` values bit for bit. By induction on t - s:
+//! - s = t: one point, at the memory of F_all^s and B^s.
+//! - s < t: each candidate of the recurrence is a function of m built from
+//!   sub-chains of shorter length, whose fronts are exact by induction. The
+//!   F_all candidate u_f^s + u_b^s + C(s+1, t, m - w_abar^s) changes value only
+//!   at its threshold and where C(s+1, t, .) does, shifted by w_abar^s; the
+//!   split candidate fwd + C(j+1, t, m - w_a^j) + C(s, j, m) only at its
+//!   threshold, at the shifted breakpoints of its right part and at the
+//!   breakpoints of its left part. So evaluating each candidate at that finite
+//!   set of points (in the same float order as the slot DP, `(fwd + right) +
+//!   left`) gives it exactly, as a step function. The minimum of step
+//!   functions changes value only at their breakpoints, and the merge keeps,
+//!   in increasing m, each point that is strictly below everything before it:
+//!   the lower envelope exactly. The minimum of floats does not depend on the
+//!   order it is taken in, so the values are the slot DP's.
+//! - Pruning never drops a point of the envelope: a candidate is at least
+//!   `fwd + min right + min left` (float addition is monotone), so it is
+//!   skipped only over the memory where the envelope is already at or below
+//!   that bound, and there min(envelope, candidate) = envelope.
+//! - Caps: the whole chain is asked at m = M - w_a^0 only, and any (s, t) with
+//!   s > 1 is asked at most at M - w_a^0 - w_a^{s-1} (a^0 and a^{s-1} are both
+//!   held while it runs; a recorded abar^{s-1} is larger). Points above a
+//!   cell's cap are never read, so they are not stored.
+//!
+//! The schedule is read back as in [`super::persistent`]: at each cell, the
+//! first candidate (F_all, then splits in increasing order) whose value equals
+//! the cell's, so for a budget of M bytes it is the schedule the slot DP at
+//! S = M slots returns, operation for operation.
+//!
+//! # Cost
+//! Time O(K L^3) for fronts of at most K points and memory 16 bytes per
+//! point, O(K L^2). K is the number of budgets below the cell's cap at which
+//! the sub-chain's optimum changes; unlike the slot DP's it does not grow with
+//! the budget in bytes, but it is not small on long chains: fronts grow about
+//! linearly with the sub-chain's length (ResNet-1001: 24 points on average
+//! at 10 stages, 720 at 100, 1,200 at 150). Measured with
+//! `examples/exact_vs_slots.rs` (every chain of `chains/` at 1/2, 1/3 and 1/5
+//! of store-all's peak, on a loaded 2-core machine):
+//! - transformers and ResNets of up to 72 stages: 0.1 to 4.4 MiB of fronts
+//!   in 0.01 to 0.3 s, less memory than the 500-slot table, a time between
+//!   the 500-slot and the 8,000-slot DP's;
+//! - DenseNet-121 and -201 (74 and 114 stages): 8 to 56 MiB and 0.2 to 7 s,
+//!   more than the 500-slot table (8 to 23 MiB) and 10 to 40 times its time;
+//! - ResNet-1001 and network-like chains of 339 stages: gigabytes (the
+//!   network-like one, 86 million points, 1.4 GB, about 280 s against 6 s at
+//!   500 slots), so [`Fronts::build_within`] gives up and the caller falls
+//!   back to the slot DP.
+
+use rayon::prelude::*;
+use thiserror::Error;
+
+use crate::chain::Chain;
+use crate::schedule::Op;
+use crate::slots::{SlotChain, Slots};
+
+const INF: f64 = f64::INFINITY;
+
+/// A breakpoint: from `m` bytes on, the value is `c` (until the next point).
+type Point = (usize, f64);
+
+/// C(s, t, .) as a step function (see the module documentation). Empty when
+/// the sub-chain does not fit below its cap.
+#[derive(Clone, Debug, Default)]
+struct Front(Box<[Point]>);
+
+impl Front {
+    /// The smallest m with a finite value (`usize::MAX` if none).
+    fn lo(&self) -> usize {
+        self.0.first().map_or(usize::MAX, |p| p.0)
+    }
+
+    /// The smallest value (at the largest m).
+    fn tail(&self) -> f64 {
+        self.0.last().map_or(INF, |p| p.1)
+    }
+
+    /// Index of the step holding `x`, for `x >= lo()`. O(log K).
+    fn step(&self, x: usize) -> usize {
+        self.0.partition_point(|p| p.0 <= x) - 1
+    }
+
+    /// C(s, t, x). O(log K).
+    fn get(&self, x: usize) -> f64 {
+        match self.0.partition_point(|p| p.0 <= x) {
+            0 => INF,
+            i => self.0[i - 1].1,
+        }
+    }
+}
+
+/// Why [`Fronts::build_within`] gave up: the fronts outgrew the memory
+/// allowed.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error(
+    "the exact fronts of this {stages}-stage chain {} the {limit} bytes allowed ({bytes} bytes after sub-chains of \
+     {done} stages)",
+    if *projected { "are projected to exceed" } else { "exceed" }
+)]
+pub struct FrontsTooLarge {
+    /// The limit given.
+    pub limit: u64,
+    /// Bytes the fronts took when it gave up.
+    pub bytes: u64,
+    /// True when it gave up on the projection, before reaching the limit.
+    pub projected: bool,
+    /// Stages of the chain.
+    pub stages: usize,
+    /// Sub-chains of up to this many stages (plus one) were done.
+    pub done: usize,
+}
+
+/// Per-thread buffers of [`Fronts::fill`].
+#[derive(Default)]
+struct Scratch {
+    env: Vec<Point>,
+    cand: Vec<Point>,
+    merged: Vec<Point>,
+}
+
+/// The filled exact table for one chain, answering every budget up to the one
+/// it was built for.
+pub struct Fronts {
+    /// The chain's figures in one-byte slots (exact).
+    sc: SlotChain,
+    /// The largest m the whole chain is asked at: the budget less w_a^0.
+    cap: usize,
+    /// Front of (s, t), s <= t, at `index(s, t)` (by s, then t).
+    fronts: Vec<Front>,
+}
+
+impl Fronts {
+    fn index(&self, s: usize, t: usize) -> usize {
+        let n = self.sc.n;
+        (s - 1) * n - (s - 1) * s.saturating_sub(2) / 2 + (t - s)
+    }
+
+    fn front(&self, s: usize, t: usize) -> &Front {
+        &self.fronts[self.index(s, t)]
+    }
+
+    /// The largest m at which (s, t) is ever read (see the module doc).
+    fn cell_cap(&self, s: usize) -> usize {
+        if s == 1 { self.cap } else { self.cap.saturating_sub(self.sc.output[s - 1]) }
+    }
+
+    /// Builds the fronts of `chain` for budgets up to `budget` bytes, with no
+    /// limit on their size (see [`Fronts::build_within`]).
+    pub fn build(chain: &Chain, budget: u64) -> Fronts {
+        match Fronts::build_within(chain, budget, u64::MAX) {
+            Ok(table) => table,
+            Err(e) => unreachable!("no limit: {e}"),
+        }
+    }
+
+    /// Builds the fronts of `chain` for budgets up to `budget` bytes, or
+    /// gives up once they take, or are projected to take, more than
+    /// `max_bytes` (then the caller can fall back to the slot DP).
+    ///
+    /// Cells are filled by diagonals t - s = 0, 1, ..., the cells of one
+    /// diagonal in parallel (rayon); each reads only shorter sub-chains. Time
+    /// O(K L^3), memory O(K L^2) for fronts of at most K points.
+    ///
+    /// The projection: fronts measured on real chains grow about linearly
+    /// with the sub-chain's length or faster (ResNet-1001: 2.4 points per
+    /// stage of length on average at 10 stages, 7.2 at 100, 8 at 150), so
+    /// after each diagonal d the fronts still to come are estimated as that
+    /// diagonal's average per stage of length times the sum of (L - e) e over
+    /// the diagonals e > d, and it gives up as soon as that estimate exceeds
+    /// the limit (rather than seconds later, when the limit is reached). It
+    /// only decides when to give up; a table that is returned is exact.
+    pub fn build_within(chain: &Chain, budget: u64, max_bytes: u64) -> Result<Fronts, FrontsTooLarge> {
+        let sc = SlotChain::new(chain, Slots::with_slot(u64::MAX, 1));
+        let n = sc.n;
+        let cap = usize::try_from(budget).unwrap_or(usize::MAX).saturating_sub(sc.output[0]);
+        let feasible = usize::try_from(budget).is_ok_and(|b| b >= sc.output[0]);
+        let mut table = Fronts { sc, cap, fronts: Vec::new() };
+        table.fronts.resize_with(n * (n + 1) / 2, Front::default);
+        if !feasible {
+            return Ok(table);
+        }
+        let per_cell = std::mem::size_of::<Front>() as u64;
+        let per_point = std::mem::size_of::<Point>() as u64;
+        let mut bytes = table.fronts.len() as u64 * per_cell;
+        for d in 0..n {
+            let filled: Vec<Front> = (1..=n - d)
+                .into_par_iter()
+                .map_init(Scratch::default, |scratch, s| table.fill(s, s + d, scratch))
+                .collect();
+            let points: u64 = filled.iter().map(|f| f.0.len() as u64).sum();
+            bytes += points * per_point;
+            let too_large =
+                |projected| FrontsTooLarge { limit: max_bytes, bytes, projected, stages: chain.len(), done: d };
+            if bytes > max_bytes {
+                return Err(too_large(false));
+            }
+            if d > 0 {
+                // The diagonals left, if their fronts keep growing in
+                // proportion to their length from this one's average.
+                let per_length = points as f64 / (n - d) as f64 / d as f64;
+                let rest: f64 = (d + 1..n).map(|e| ((n - e) * e) as f64).sum();
+                if bytes as f64 + per_length * rest * per_point as f64 > max_bytes as f64 {
+                    return Err(too_large(true));
+                }
+            }
+            for (s, front) in (1..=n - d).zip(filled) {
+                let k = table.index(s, s + d);
+                table.fronts[k] = front;
+            }
+        }
+        Ok(table)
+    }
+
+    /// The front of (s, t) from the fronts of shorter sub-chains.
+    fn fill(&self, s: usize, t: usize, scratch: &mut Scratch) -> Front {
+        let sc = &self.sc;
+        let cap = self.cell_cap(s);
+        if s == t {
+            let need = sc.forward_all_need(s, s).max(sc.backward_need(s));
+            if need > cap {
+                return Front::default();
+            }
+            return Front(Box::new([(need, sc.forward_time[s] + sc.backward_time[s])]));
+        }
+        let Scratch { env, cand, merged } = scratch;
+        env.clear();
+        // F_all^s, then (s + 1, t) beside abar^s, then B^s.
+        let sub = self.front(s + 1, t);
+        let w = sc.saved[s];
+        let from = sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w).max(sub.lo().saturating_add(w));
+        if from <= cap {
+            let base = sc.forward_time[s] + sc.backward_time[s];
+            let i0 = sub.step(from - w);
+            env.push((from, base + sub.0[i0].1));
+            for &(m, c) in &sub.0[i0 + 1..] {
+                if m + w > cap {
+                    break;
+                }
+                env.push((m + w, base + c));
+            }
+        }
+        // F_ck^s F_none^{s+1..j}, then (j + 1, t) beside a^j, then (s, j).
+        let mut need_fwd = sc.forward_ck_need(s, t);
+        let mut fwd = sc.forward_time[s];
+        for split in s + 1..=t {
+            let j = split - 1;
+            if j > s {
+                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
+                fwd += sc.forward_time[j];
+            }
+            let (right, left) = (self.front(split, t), self.front(s, j));
+            let w = sc.output[j];
+            let from = need_fwd.max(w).max(right.lo().saturating_add(w)).max(left.lo());
+            if from > cap {
+                continue;
+            }
+            // The candidate is never below `bound`; from the first point of
+            // the envelope at or below it on, it cannot improve anything.
+            let bound = fwd + right.tail() + left.tail();
+            let stop = env.get(env.partition_point(|p| p.1 > bound)).map_or(cap + 1, |p| p.0);
+            if stop <= from {
+                continue;
+            }
+            // Walk the candidate's breakpoints beside the envelope; most
+            // candidates beat it nowhere, and are never written out.
+            let (mut i, mut k) = (right.step(from - w), left.step(from));
+            let (mut m, mut c) = (from, fwd + right.0[i].1 + left.0[k].1);
+            let mut e = env.partition_point(|p| p.0 <= m);
+            let next = |i: usize, k: usize| {
+                let mr = right.0.get(i + 1).map_or(usize::MAX, |p| p.0 + w);
+                let ml = left.0.get(k + 1).map_or(usize::MAX, |p| p.0);
+                (mr, ml)
+            };
+            let improves = loop {
+                while e < env.len() && env[e].0 <= m {
+                    e += 1;
+                }
+                if e == 0 || c < env[e - 1].1 {
+                    break true;
+                }
+                let (mr, ml) = next(i, k);
+                m = mr.min(ml);
+                if m >= stop {
+                    break false;
+                }
+                i += usize::from(mr == m);
+                k += usize::from(ml == m);
+                c = fwd + right.0[i].1 + left.0[k].1;
+            };
+            if !improves {
+                continue;
+            }
+            cand.clear();
+            cand.push((m, c));
+            loop {
+                let (mr, ml) = next(i, k);
+                let m = mr.min(ml);
+                if m >= stop {
+                    break;
+                }
+                i += usize::from(mr == m);
+                k += usize::from(ml == m);
+                cand.push((m, fwd + right.0[i].1 + left.0[k].1));
+            }
+            merge(env, cand, merged);
+        }
+        Front(env.as_slice().into())
+    }
+
+    /// Best makespan for a budget of `budget` bytes (at most the build's), or
+    /// infinity when no persistent schedule fits. O(log K).
+    pub fn makespan(&self, budget: u64) -> f64 {
+        match self.top(budget) {
+            Some(m) => self.front(1, self.sc.n).get(m),
+            None => INF,
+        }
+    }
+
+    /// m of the whole chain for `budget` bytes, if within the table.
+    fn top(&self, budget: u64) -> Option<usize> {
+        let m = usize::try_from(budget).ok()?.checked_sub(self.sc.output[0])?;
+        (m <= self.cap).then_some(m)
+    }
+
+    /// The smallest budget, in bytes, at which a persistent schedule fits
+    /// (`None` if none up to the build's budget). O(1).
+    pub fn min_budget(&self) -> Option<u64> {
+        let lo = self.front(1, self.sc.n).lo();
+        (lo <= self.cap).then(|| (lo + self.sc.output[0]) as u64)
+    }
+
+    /// Points stored in all fronts (the table's size: 16 bytes each).
+    pub fn points(&self) -> usize {
+        self.fronts.iter().map(|f| f.0.len()).sum()
+    }
+
+    /// Bytes the table takes.
+    pub fn bytes(&self) -> u64 {
+        (self.fronts.len() * std::mem::size_of::<Front>() + self.points() * std::mem::size_of::<Point>()) as u64
+    }
+
+    /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,
+    /// `Some(s')` for F_ck^s .. F_none^{s'-1}; the first candidate, in the
+    /// order F_all then s' = s+1..=t, whose value is the cell's (the slot
+    /// DP's tie-break). O((t - s) log K).
+    fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
+        let sc = &self.sc;
+        let target = self.front(s, t).get(m);
+        if s == t {
+            return None;
+        }
+        let w = sc.saved[s];
+        if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
+            && sc.forward_time[s] + sc.backward_time[s] + self.front(s + 1, t).get(m - w) == target
+        {
+            return None;
+        }
+        let mut need_fwd = sc.forward_ck_need(s, t);
+        let mut fwd = sc.forward_time[s];
+        for split in s + 1..=t {
+            let j = split - 1;
+            if j > s {
+                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
+                fwd += sc.forward_time[j];
+            }
+            let w = sc.output[j];
+            if m >= need_fwd.max(w) && fwd + self.front(split, t).get(m - w) + self.front(s, j).get(m) == target {
+                return Some(split);
+            }
+        }
+        unreachable!("a finite cell is one of its candidates")
+    }
+
+    /// The operation sequence reaching [`Fronts::makespan`] at `budget`
+    /// bytes, or `None` when infeasible. O(L log K) per F_all or F_ck.
+    pub fn sequence(&self, budget: u64) -> Option<Vec<Op>> {
+        if !self.makespan(budget).is_finite() {
+            return None;
+        }
+        enum Task {
+            Solve(usize, usize, usize),
+            Emit(Op),
+        }
+        let sc = &self.sc;
+        let mut ops = Vec::new();
+        let mut stack = vec![Task::Solve(1, sc.n, self.top(budget)?)];
+        while let Some(task) = stack.pop() {
+            let (s, t, m) = match task {
+                Task::Emit(op) => {
+                    ops.push(op);
+                    continue;
+                }
+                Task::Solve(s, t, m) => (s, t, m),
+            };
+            match self.choice(s, t, m) {
+                None => {
+                    ops.push(Op::FAll(s));
+                    stack.push(Task::Emit(Op::B(s)));
+                    if s < t {
+                        stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
+                    }
+                }
+                Some(split) => {
+                    ops.push(Op::FCk(s));
+                    ops.extend((s + 1..split).map(Op::FNone));
+                    stack.push(Task::Solve(s, split - 1, m));
+                    stack.push(Task::Solve(split, t, m - sc.output[split - 1]));
+                }
+            }
+        }
+        Some(ops)
+    }
+}
+
+/// `env = min(env, cand)` as fronts: both are step functions (points by
+/// increasing m, values non-increasing), and the result keeps each point
+/// strictly below everything before it. Points of `env` before `cand`'s
+/// first are untouched; `merged` is scratch space. O(|env| + |cand|) when
+/// `cand` improves something, else one pass over the overlap.
+fn merge(env: &mut Vec<Point>, cand: &[Point], merged: &mut Vec<Point>) {
+    let Some(&(from, _)) = cand.first() else { return };
+    let i0 = env.partition_point(|p| p.0 < from);
+    // Quick check: does any candidate point beat the envelope?
+    let mut e = if i0 > 0 { env[i0 - 1].1 } else { INF };
+    let mut i = i0;
+    let mut improves = false;
+    for &(m, c) in cand {
+        while i < env.len() && env[i].0 <= m {
+            e = env[i].1;
+            i += 1;
+        }
+        if c < e {
+            improves = true;
+            break;
+        }
+    }
+    if !improves {
+        return;
+    }
+    merged.clear();
+    let mut last = if i0 > 0 { env[i0 - 1].1 } else { INF };
+    let (mut e, mut c) = (last, INF);
+    let (mut i, mut k) = (i0, 0);
+    while i < env.len() || k < cand.len() {
+        let me = env.get(i).map_or(usize::MAX, |p| p.0);
+        let mc = cand.get(k).map_or(usize::MAX, |p| p.0);
+        let m = me.min(mc);
+        if me == m {
+            e = env[i].1;
+            i += 1;
+        }
+        if mc == m {
+            c = cand[k].1;
+            k += 1;
+        }
+        let v = if c < e { c } else { e };
+        if v < last {
+            merged.push((m, v));
+            last = v;
+        }
+    }
+    env.truncate(i0);
+    env.extend_from_slice(merged);
+}
+
+/// The fastest persistent makespan at `budget` bytes and its operations,
+/// exact in bytes (`None` when no persistent schedule fits). Same answer as
+/// the slot DP with one-byte slots. Time O(K L^3), memory O(K L^2) (see the
+/// module documentation).
+pub fn fastest(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
+    let table = Fronts::build(chain, budget);
+    let ops = table.sequence(budget)?;
+    Some((table.makespan(budget), ops))
+}
