@@ -247,7 +247,7 @@ impl Fronts {
             let i0 = sub.step(from - w);
             env.push((from, base + sub.0[i0].1));
             for &(m, c) in &sub.0[i0 + 1..] {
-                if m + w > cap {
+                if m.saturating_add(w) > cap {
                     break;
                 }
                 env.push((m + w, base + c));
@@ -281,7 +281,7 @@ impl Fronts {
             let (mut m, mut c) = (from, fwd + right.0[i].1 + left.0[k].1);
             let mut e = env.partition_point(|p| p.0 <= m);
             let next = |i: usize, k: usize| {
-                let mr = right.0.get(i + 1).map_or(usize::MAX, |p| p.0 + w);
+                let mr = right.0.get(i + 1).map_or(usize::MAX, |p| p.0.saturating_add(w));
                 let ml = left.0.get(k + 1).map_or(usize::MAX, |p| p.0);
                 (mr, ml)
             };
