@@ -297,7 +297,14 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
         }
         f.free.push(row);
     }
-    // U is bounded by the budget row below; a loose upper bound keeps it finite.
+    // Bounds on U that cut nothing. Lower, 0: a value is freed only after the
+    // last node of the stage that reads it (FREE needs R[t][k] and no later
+    // reader computed), at most once per stage, and only once counted (its
+    // reader k needs it held or computed by (1b)), so U never goes below 0.
+    // Upper, total/budget + 1: never below the budget row's right side
+    // ((budget - input + 0.5)/budget <= 1 + 0.5/budget) unless every size
+    // is 0 (then U = 0), so the budget row is always the binding one; the
+    // bound only keeps U finite for the solver.
     let u_max = total as f64 / scale + 1.0;
     for t in 0..n {
         let row = (0..=t).map(|_| f.add(relaxed, Some(u_max))).collect();
@@ -314,7 +321,9 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
                 constraints.push(f.r_expr(t, v).leq(f.r_expr(t, u) + f.s_expr(t, u)));
             }
         }
-        // (1c): a held value was computed or held in the stage before.
+        // (1c): a held value was computed or held in the stage before. The
+        // row for i = t - 1 is left out, not cut: its right side contains
+        // R[t-1][t-1] = 1, so it always holds.
         if t > 0 {
             for i in 0..t {
                 if let Some(s) = f.s[t][i]
