@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, min_budget, min_budget_for_makespan};
 
+use super::output::outln;
 use super::solve::parse_algorithm;
 use super::{CliResult, Failure, Progress, load_chain};
 
@@ -24,7 +25,7 @@ pub struct Args {
     #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
     algorithm: Algorithm,
     /// Memory slots S the algorithm would use.
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: usize,
     /// Also find the smallest budget at which `remat solve` (with this
     /// --algorithm and --slots) meets a makespan at most PCT percent above
@@ -86,7 +87,7 @@ pub fn run(args: Args) -> CliResult {
                 "peak_memory": sol.as_ref().map(|s| s.schedule.peak_memory),
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return Ok(());
     }
     let show = |b: Option<u64>| match b {
@@ -94,23 +95,23 @@ pub fn run(args: Args) -> CliResult {
         None => "none (no budget works with these options)".to_string(),
     };
     match any_exact {
-        Some(bytes) => println!("any schedule:            {} [{}]", show(Some(bytes)), any.method),
-        None => println!(
+        Some(bytes) => outln!("any schedule:            {} [{}]", show(Some(bytes)), any.method),
+        None => outln!(
             "any schedule:            between {} and {} [{}]",
             show(Some(any.lower)),
             show(Some(any.upper)),
             any.method
         ),
     }
-    println!("{:<24} {}", format!("{}, {} slots:", args.algorithm, args.slots), show(with_slots));
-    println!("{:<24} {}", format!("{}, exact:", args.algorithm), show(exact));
+    outln!("{:<24} {}", format!("{}, {} slots:", args.algorithm, args.slots), show(with_slots));
+    outln!("{:<24} {}", format!("{}, exact:", args.algorithm), show(exact));
     if let Some((pct, sol)) = within {
         let label = format!("{}, within +{pct}%:", args.algorithm);
         match sol {
             Some(sol) => {
                 let s = &sol.schedule;
                 let over = super::overhead(s.makespan, base).unwrap_or_else(|| "+0.0%".into());
-                println!(
+                outln!(
                     "{label:<24} {} (makespan {:.2}, {over}; the schedule's peak: {} ({} bytes))",
                     show(Some(s.budget)),
                     s.makespan,
@@ -118,7 +119,7 @@ pub fn run(args: Args) -> CliResult {
                     s.peak_memory
                 );
             }
-            None => println!("{label:<24} none (no schedule is that fast)"),
+            None => outln!("{label:<24} none (no schedule is that fast)"),
         }
     }
     Ok(())

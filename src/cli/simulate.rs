@@ -6,6 +6,7 @@ use remat::size::format_size;
 
 use remat::Problem;
 
+use super::output::outln;
 use super::{CliResult, Failure, load_problem, replay_schedule_file, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
@@ -53,11 +54,11 @@ pub fn run(args: Args) -> CliResult {
             "budget": args.memory,
             "within_budget": within,
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        println!("valid schedule of {} operations on chain {}", ops.len(), chain.name());
-        println!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, chain.store_all_time());
-        println!(
+        outln!("valid schedule of {} operations on chain {}", ops.len(), chain.name());
+        outln!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, chain.store_all_time());
+        outln!(
             "peak memory: {} ({} bytes) during operation {} ({})",
             format_size(replay.peak_memory),
             replay.peak_memory,
@@ -71,7 +72,7 @@ pub fn run(args: Args) -> CliResult {
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !args.json {
-            println!("fits the budget of {} ({budget} bytes)", format_size(budget));
+            outln!("fits the budget of {} ({budget} bytes)", format_size(budget));
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
 use remat::{Chain, Problem};
 
+use super::output::outln;
 use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
 
 /// Compute the fastest schedule of a chain that fits a memory budget.
@@ -44,7 +45,7 @@ pub struct Args {
     segments: Option<usize>,
     /// Memory slots S: sizes are rounded up to budget/S bytes. More slots are
     /// closer to exact and slower (time and table memory grow linearly).
-    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = clap::value_parser!(usize))]
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: usize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
@@ -74,6 +75,9 @@ pub fn run(args: Args) -> CliResult {
             args.algorithm
         )));
     }
+    if let Some(path) = &args.output {
+        super::output::refuse_input(path, "--output", &[&args.chain])?;
+    }
     let problem = load_problem(&args.chain)?;
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
@@ -100,7 +104,7 @@ pub fn run(args: Args) -> CliResult {
                 && let Some(out) = infeasible_json(&e)
             {
                 // Scripts sweeping budgets get the answer on stdout too.
-                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
             }
             return Err(e.into());
         }
@@ -126,7 +130,7 @@ pub fn run(args: Args) -> CliResult {
         if algorithm == Algorithm::Auto && !why.is_empty() {
             eprintln!("note: auto chose the {why}");
         }
-        println!("{json}");
+        outln!("{json}");
         return Ok(());
     }
     match &outcome {
@@ -159,9 +163,9 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
 fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: usize) {
     let s = &solution.schedule;
     let base = chain.store_all_time();
-    println!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
+    outln!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
     if !why.is_empty() {
-        println!("path:        {why}");
+        outln!("path:        {why}");
     }
     let slots = if solution.slot_size == 1 {
         "exact bytes".to_string()
@@ -170,22 +174,22 @@ fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: us
     };
     let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
     match &solution.reason {
-        Some(why) => println!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
-        None => println!("algorithm:   {} ({slots}{detail})", s.algorithm),
+        Some(why) => outln!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
+        None => outln!("algorithm:   {} ({slots}{detail})", s.algorithm),
     }
-    println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
+    outln!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = super::overhead(s.makespan, base).map(|o| format!(", {o}")).unwrap_or_default();
-    println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
+    outln!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
     let peak_op = solution.replay.steps[solution.replay.peak_index].op;
-    println!(
+    outln!(
         "peak memory: {} ({} bytes) during operation {} ({peak_op})",
         format_size(s.peak_memory),
         s.peak_memory,
         solution.replay.peak_index + 1
     );
-    println!("schedule:    {} operations", s.operations.len());
-    println!("first pass:  {}", summary(&s.operations, chain.len()));
-    println!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));
+    outln!("schedule:    {} operations", s.operations.len());
+    outln!("first pass:  {}", summary(&s.operations, chain.len()));
+    outln!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));
 }
 
 /// Width of the printed schedule's lines.
