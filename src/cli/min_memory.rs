@@ -53,6 +53,7 @@ pub fn run(args: Args) -> CliResult {
         return Err(Failure::input(anyhow::anyhow!("--slots must be at least 1")));
     }
     let chain = load_chain(&args.chain, "`remat min-memory`")?;
+    remat::guard::any_min_budget(&chain)?;
     let any = any_min_budget(&chain);
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =

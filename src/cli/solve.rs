@@ -88,6 +88,10 @@ pub fn run(args: Args) -> CliResult {
         chain: SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments },
         milp: args.graph.milp_options(Some(&tick)),
     };
+    if let Problem::Chain(chain) = &problem {
+        // Before the estimate below, which is itself O(L^2).
+        remat::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
+    }
     if let Problem::Chain(chain) = &problem
         && let Some(bytes) = memory_estimate(chain, args.memory, algorithm, &opts.chain)
         && bytes >= LARGE_TABLE

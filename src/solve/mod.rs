@@ -243,6 +243,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
     if opts.slots == 0 {
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
+    crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
         Algorithm::Persistent => {
@@ -393,6 +394,13 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             reason: format!("{len} stages: exact search over every memory state is cheap"),
         };
     }
+    if len > floating::MAX_STAGES {
+        // Not even a plan: its estimate alone allocates O(L^2).
+        return AutoChoice {
+            algorithm: Algorithm::Persistent,
+            reason: format!("{len} stages: over the floating DP's {}", floating::MAX_STAGES),
+        };
+    }
     let m = Slots::new(budget, opts.slots.max(1)).budget;
     let est = floating::upper_estimate(len, m);
     let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
@@ -530,6 +538,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
     if opts.slots == 0 {
         return Err(SolveError::Options("--slots must be at least 1".into()));
     }
+    crate::guard::min_budget(chain, algorithm, opts)?;
     match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => Ok(persistent::min_budget(chain, opts.slots)),
@@ -597,7 +606,7 @@ pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
     if upper == lower {
         return AnyMinimum { lower, upper, method };
     }
-    if chain.len() <= exhaustive::MAX_STAGES {
+    if chain.len() <= crate::guard::EXHAUSTIVE_MIN_BUDGET_STAGES {
         let exact = exhaustive::min_peak(chain).0;
         return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
     }
