@@ -617,6 +617,10 @@ impl ForwardGraph {
         }
         let chain = Chain::new(name, input_size, stages, Stage::zero_loss()).map_err(|e| match e {
             crate::chain::ChainError::Overflow { stage } => GraphError::Overflow { node: stage },
+            // Each time is finite, but (nodes + 2) x their sum is not.
+            e @ crate::chain::ChainError::TimeOverflow { .. } => {
+                GraphError::Format { path: "nodes".into(), message: e.to_string().replace("stage ", "node ") }
+            }
             other => unreachable!("names, times and emptiness are checked above: {other}"),
         })?;
         Ok(ForwardGraph { chain, inputs, users, warnings: Vec::new() })

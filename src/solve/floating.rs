@@ -279,7 +279,7 @@ const CELL_BYTES: u64 = 8 + 32;
 /// full, `m_slots + 1` entries. O(L^2).
 pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     let lay = Layout::new(len + 1);
-    let row = m_slots as u64 + 1;
+    let row = (m_slots as u64).saturating_add(1);
     let mut options = 0u64;
     for l in 1..=lay.n {
         // D(s, l) has 1 + l - s options; for each t, the t - 2 cells F(s, t, l)
