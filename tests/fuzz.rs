@@ -150,6 +150,24 @@ fn slots(pick: u8) -> usize {
     [1, 2, 7, 50, 500, 500, 500, 1_000_000_000, usize::MAX][pick as usize % 9]
 }
 
+/// The most table memory a case may use: the guard allows tables up to half
+/// the machine's memory, which a test run shared with other builds must not
+/// take. (Refusals above the limit are covered by the guard's own tests.)
+const MAX_TABLE: u64 = 256 << 20;
+
+/// True when solving would build a table over [`MAX_TABLE`] that the guard
+/// allows (by the estimates the solvers use; for floating, whose exact
+/// estimate needs its plan, any upper estimate over [`MAX_TABLE`]).
+fn big_table(chain: &Chain, budget: u64, alg: Algorithm, opts: &SolveOptions) -> bool {
+    let m = remat::slots::Slots::new(budget, opts.slots.max(1)).budget;
+    let floating = chain.len() <= remat::solve::floating::MAX_STAGES
+        && remat::solve::floating::upper_estimate(chain.len(), m).table_bytes > MAX_TABLE;
+    // Over the guard's limit is fine: that is refused before allocation.
+    let limit = remat::guard::memory_limit();
+    let dp = remat::solve::memory_estimate(chain, budget, alg, opts).is_some_and(|b| b > MAX_TABLE && b <= limit);
+    dp || (floating && matches!(alg, Algorithm::Floating | Algorithm::Auto))
+}
+
 /// Runs one chain case through the library and checks the promise.
 fn check_chain_case(text: &str, alg: Algorithm, slots: usize, pick: u8, frac: f64) -> Result<(), TestCaseError> {
     let start = Instant::now();
@@ -163,6 +181,10 @@ fn check_chain_case(text: &str, alg: Algorithm, slots: usize, pick: u8, frac: f6
     };
     let budget = budget_for(&chain, pick, frac);
     let opts = SolveOptions { slots, ..SolveOptions::default() };
+    if big_table(&chain, budget, alg, &opts) {
+        count("chain: skipped, table over 256 MiB allowed by the guard");
+        return Ok(());
+    }
     match remat::solve(&chain, budget, alg, &opts) {
         Ok(sol) => {
             let replay = simulate_within(&chain, &sol.schedule.operations, budget);
@@ -173,6 +195,10 @@ fn check_chain_case(text: &str, alg: Algorithm, slots: usize, pick: u8, frac: f6
         }
         Err(SolveError::Infeasible { min_budget: Some(m), .. }) => {
             prop_assert!(m > budget, "{alg}: min budget {m} not above {budget}\n{text}");
+            if big_table(&chain, m, alg, &opts) {
+                count("chain: infeasible, named budget not re-solved (table over 256 MiB)");
+                return Ok(());
+            }
             match remat::solve(&chain, m, alg, &opts) {
                 Ok(_) => count("chain: infeasible, named budget works (exit 1)"),
                 // More slots at a larger budget: a bigger table than the
@@ -225,6 +251,16 @@ fn check_chain_binary(dir: &std::path::Path, text: &str, alg: Algorithm, slots: 
         Some(1) => {
             let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             match json["min_budget"].as_u64() {
+                Some(m)
+                    if big_table(
+                        chain.as_ref().unwrap(),
+                        m,
+                        alg,
+                        &SolveOptions { slots, ..SolveOptions::default() },
+                    ) =>
+                {
+                    count("binary: exit 1, named budget not re-run (table over 256 MiB)");
+                }
                 Some(m) => {
                     let again = run(m);
                     let stderr = String::from_utf8_lossy(&again.stderr);
@@ -257,8 +293,11 @@ fn chains_keep_the_promise() {
         .run(&strategy, |(text, alg, sl, pick, frac, sample)| {
             let (alg, slots) = (algorithm(alg), slots(sl));
             check_chain_case(&text, alg, slots, pick, frac)?;
-            if sample % 40 == 0 {
-                let budget = Chain::from_json(&text).map_or(1 << 20, |c| budget_for(&c, pick, frac));
+            let parsed = Chain::from_json(&text);
+            let opts = SolveOptions { slots, ..SolveOptions::default() };
+            let big = parsed.as_ref().is_ok_and(|c| big_table(c, budget_for(c, pick, frac), alg, &opts));
+            if sample % 40 == 0 && !big {
+                let budget = parsed.map_or(1 << 20, |c| budget_for(&c, pick, frac));
                 // The binary takes at most 10^9 slots: other values test its parser.
                 check_chain_binary(dir.path(), &text, alg, slots, budget);
             }
