@@ -95,6 +95,27 @@ pub enum ChainError {
         /// The value found.
         value: f64,
     },
+    /// The times add up to more than a makespan may hold: (L+2) times the sum
+    /// of all times must stay below [`MAX_TIME_TOTAL`], so that no makespan,
+    /// recomputations included, overflows to infinity.
+    #[error(
+        "{stage}: {field} {value:e} brings the sum of the chain's times to {sum:e}; ({len} stages + 2) x that sum \
+         must stay below {max:e} so that no makespan (recomputations included) overflows: express the times in a \
+         larger unit",
+        max = MAX_TIME_TOTAL
+    )]
+    TimeOverflow {
+        /// The stage at which the running sum becomes too large.
+        stage: String,
+        /// `forward_time` or `backward_time`.
+        field: &'static str,
+        /// The value of that field.
+        value: f64,
+        /// The running sum of times up to and including it.
+        sum: f64,
+        /// L, the number of stages.
+        len: usize,
+    },
     /// The chain has no stage.
     #[error("`stages` is empty: a chain needs at least one stage")]
     Empty,
@@ -105,6 +126,12 @@ pub enum ChainError {
         stage: String,
     },
 }
+
+/// (L+2) times the sum of a chain's times stays below this. Any schedule of
+/// the solvers runs each stage's forward at most L+1 times and its backward
+/// once, so every makespan, partial sums included, stays finite, with room to
+/// spare for float error.
+pub const MAX_TIME_TOTAL: f64 = 1e300;
 
 /// The JSON shape of a stage, before validation.
 #[derive(Deserialize)]
@@ -151,9 +178,9 @@ struct LossJson {
 struct ChainJson {
     name: String,
     input_size: u64,
-    stages: Vec<StageJson>,
+    stages: Vec<Object<StageJson>>,
     #[serde(default)]
-    loss: Option<LossJson>,
+    loss: Option<Object<LossJson>>,
     /// Free-form provenance (how the file was made, units, device...).
     #[serde(default)]
     metadata: Option<serde_json::Value>,
@@ -187,6 +214,45 @@ impl From<LossJson> for Stage {
             backward_overhead: s.backward_overhead,
         }
     }
+}
+
+/// A struct read from a JSON object only. serde's derived structs also accept
+/// a positional array (`[null, 1, 2, 100, 100]` for a stage), which reads
+/// fields by declaration order: a file meaning something else would be
+/// accepted silently, so every documented object goes through this.
+pub(crate) struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Only<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object with named fields")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(Only(std::marker::PhantomData)).map(Object)
+    }
+}
+
+/// Deserializes all of `text` as one JSON value of type `T`, or says where
+/// and what is wrong as [`describe_json_error`] does (`list`, `item` and
+/// `whole` as there). Unlike `serde_path_to_error::deserialize` on a stream,
+/// data after the value (a second object, a stray `}`, any garbage) is an
+/// error, not silently ignored. O(length of `text`).
+pub(crate) fn from_json_strict<T: serde::de::DeserializeOwned>(
+    text: &str,
+    list: &str,
+    item: &str,
+    whole: &str,
+) -> Result<T, (String, String)> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut *de).map_err(|e| describe_json_error(e, list, item, whole))?;
+    de.end().map_err(|e| (whole.to_string(), format!("{e} (a file holds one JSON value; remove what follows it)")))?;
+    Ok(value)
 }
 
 /// Where and what a JSON error is, for people: serde's path with list items
@@ -239,16 +305,13 @@ impl Chain {
     /// Errors name the offending field by its path, e.g.
     /// `stages[2].output_size (stage 3): invalid value: integer -5, expected u64`.
     pub fn from_json(text: &str) -> Result<Chain, ChainError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        let parsed: ChainJson = serde_path_to_error::deserialize(de).map_err(|e| {
-            let (path, message) = describe_json_error(e, "stages", "stage", "chain");
-            ChainError::Format { path, message }
-        })?;
+        let Object(parsed): Object<ChainJson> = from_json_strict(text, "stages", "stage", "chain")
+            .map_err(|(path, message)| ChainError::Format { path, message })?;
         let mut chain = Chain::new(
             parsed.name,
             parsed.input_size,
-            parsed.stages.into_iter().map(Stage::from).collect(),
-            parsed.loss.unwrap_or_default().into(),
+            parsed.stages.into_iter().map(|s| Stage::from(s.0)).collect(),
+            parsed.loss.map(|l| l.0).unwrap_or_default().into(),
         )?;
         chain.metadata = parsed.metadata;
         Ok(chain)
@@ -289,6 +352,8 @@ impl Chain {
         }
         let n = self.stages.len();
         let mut total: u64 = self.input_size;
+        let time_limit = MAX_TIME_TOTAL / (n as f64 + 2.0);
+        let mut time_sum = 0.0;
         for (i, stage) in self.stages.iter_mut().chain(std::iter::once(&mut self.loss)).enumerate() {
             let label = if i == n {
                 "loss".to_string()
@@ -301,6 +366,10 @@ impl Chain {
             for (field, value) in [("forward_time", stage.forward_time), ("backward_time", stage.backward_time)] {
                 if !value.is_finite() || value < 0.0 {
                     return Err(ChainError::BadTime { stage: label, field, value });
+                }
+                time_sum += value;
+                if time_sum >= time_limit {
+                    return Err(ChainError::TimeOverflow { stage: label, field, value, sum: time_sum, len: n });
                 }
             }
             if stage.saved_size < stage.output_size {

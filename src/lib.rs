@@ -75,6 +75,7 @@ pub mod chain;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
+pub mod guard;
 pub mod joint;
 pub mod model {
     #![doc = include_str!("../docs/model.md")]

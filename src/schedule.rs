@@ -324,13 +324,21 @@ pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
         path: if e.path().to_string() == "." { "schedule".into() } else { e.path().to_string() },
         message: e.into_inner().to_string(),
     };
+    // Data after the JSON value is an error, not silently ignored.
+    let trailing = |e: serde_json::Error| ScheduleParseError::Json {
+        path: "schedule".into(),
+        message: format!("{e} (a file holds one JSON value; remove what follows it)"),
+    };
     if trimmed.starts_with('{') {
         let de = &mut serde_json::Deserializer::from_str(text);
-        let s: Schedule = serde_path_to_error::deserialize(de).map_err(json_err)?;
+        let s: Schedule = serde_path_to_error::deserialize(&mut *de).map_err(json_err)?;
+        de.end().map_err(trailing)?;
         Ok(s.operations)
     } else if trimmed.starts_with('[') {
         let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(json_err)
+        let ops = serde_path_to_error::deserialize(&mut *de).map_err(json_err)?;
+        de.end().map_err(trailing)?;
+        Ok(ops)
     } else {
         let mut ops = Vec::new();
         let tokens = text.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty());

@@ -99,11 +99,12 @@ fn revolve_refuses_a_table_larger_than_memory() {
     assert!(estimate > 1 << 36, "{estimate}");
     match remat::solve::solve(&chain, budget, remat::solve::Algorithm::Revolve, &opts) {
         Err(e @ remat::solve::SolveError::TooLarge { .. }) => {
+            // Refused before any table is built, by its memory or (first,
+            // O(1)) by its step count (remat::guard).
             let msg = e.to_string();
-            assert!(
-                msg.contains("the revolve DP's tables would take about") && msg.contains("use fewer memory slots"),
-                "{msg}"
-            )
+            let named = msg.contains("the revolve DP's tables would take about")
+                || msg.contains("the revolve DP would take about");
+            assert!(named && msg.contains("use fewer memory slots"), "{msg}")
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }

@@ -161,7 +161,11 @@ fn bad_sizes_algorithms_and_slots() {
         .assert()
         .code(2)
         .stderr(contains("unknown algorithm `magic`").and(contains("persistent")));
-    remat().args(["solve", c, "--memory", "90MiB", "--slots", "0"]).assert().code(2).stderr(contains("at least 1"));
+    remat()
+        .args(["solve", c, "--memory", "90MiB", "--slots", "0"])
+        .assert()
+        .code(2)
+        .stderr(contains("give a whole number from 1 to"));
     remat().args(["solve", c]).assert().code(2).stderr(contains("--memory"));
 }
 

@@ -56,9 +56,10 @@ fn oversized_tables_are_refused_with_the_estimate() {
         .args(["solve", file.path().to_str().unwrap(), "--memory", "8GiB", "-a", "floating", "--slots", "10000000"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("the floating DP's tables would take about"))
-        .stderr(predicate::str::contains("hint: pass --slots N with a smaller N"))
-        .stderr(predicate::str::contains("--algorithm persistent"));
+        // Refused before any table, by its step count (remat::guard), with
+        // the estimate and the way out.
+        .stderr(predicate::str::contains("the floating DP would take about 6.9e14 steps for 200 stages"))
+        .stderr(predicate::str::contains("hint: pass --slots N with a smaller N"));
 }
 
 #[test]

@@ -203,11 +203,11 @@ fn chain_algorithms_refuse_graphs_and_options_are_checked() {
     remat().args(["solve", g, "--memory", "1KiB", "-a", "persistent"]).assert().code(2).stderr(
         predicate::str::contains("persistent solves chains, and graph `diamond` is not one: node `c` reads `a`"),
     );
-    remat()
-        .args(["solve", g, "--memory", "1KiB", "--time-limit", "0"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("`0` is not a time limit: give a positive number of seconds, or `none`"));
+    remat().args(["solve", g, "--memory", "1KiB", "--time-limit", "0"]).assert().code(2).stderr(
+        predicate::str::contains(
+            "`0` is not a time limit: give a number of seconds above 0 and at most 1e9, or `none`",
+        ),
+    );
     let lp = remat().args(["solve", g, "--memory", "1KiB", "--lp-solver", "gurobi"]).assert().code(2);
     let err = String::from_utf8_lossy(&lp.get_output().stderr).to_string();
     assert!(err.contains("unknown LP solver `gurobi`"), "{err}");

@@ -27,14 +27,10 @@ fn refuses_tables_that_would_not_fit_and_says_what_to_do() {
     let err = solve(&chain, budget, Algorithm::Floating, &opts(10_000_000)).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, SolveError::TooLarge { .. }), "{msg}");
-    for needle in
-        ["floating DP's tables would take about", "200 stages at 10000000 slots", "fewer memory slots", "persistent"]
-    {
+    // Refused before the plan is built, by its step count (remat::guard).
+    for needle in ["floating DP would take about 6.9e14 steps", "200 stages at 10000000 slots", "fewer memory slots"] {
         assert!(msg.contains(needle), "`{needle}` missing from: {msg}");
     }
-    // The figure it names is the plan's estimate, far over any machine.
-    let bytes: u64 = msg.split('(').nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    assert!(bytes > floating::memory_limit() && bytes > 1 << 46, "{bytes}");
 }
 
 #[test]

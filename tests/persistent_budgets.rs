@@ -106,11 +106,11 @@ fn min_memory_reports_the_budget_at_which_solve_meets_an_overhead() {
 }
 
 /// A table that cannot fit is announced, then refused with a way out, not
-/// allocated (a billion slots of 8 bytes for each of a tile's cells).
+/// allocated (a billion slots, the most --slots takes, of 8 bytes for each of a tile's cells).
 #[test]
 fn solve_refuses_a_table_larger_than_memory() {
     remat()
-        .args(["solve", &fc6(), "--memory", "1GiB", "--algorithm", "persistent", "--slots", "1000000000000"])
+        .args(["solve", &fc6(), "--memory", "1GiB", "--algorithm", "persistent", "--slots", "1000000000"])
         .assert()
         .code(2)
         .stderr(contains("note: the persistent solver's table will take about"))

@@ -6,6 +6,7 @@ use remat::report::{Verdict, compare, reported};
 use remat::size::format_size;
 use remat::solve::{DEFAULT_SLOTS, SolveOptions};
 
+use super::output::{out, outln};
 use super::{CliResult, Failure, load_chain, size_arg};
 
 /// Run every algorithm at one budget and compare them in one table.
@@ -37,9 +38,9 @@ pub fn run(args: Args) -> CliResult {
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     let cmp = compare(&chain, args.memory, &reported(), &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
+        outln!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
     } else {
-        print!("{}", cmp.table());
+        out!("{}", cmp.table());
     }
     if cmp.rows.iter().any(|r| matches!(r.verdict, Verdict::Solved { .. })) {
         return Ok(());

@@ -15,6 +15,7 @@ use remat::size::format_size;
 use remat::solve::Algorithm;
 
 use super::Failure;
+use super::output::outln;
 
 /// Default MILP time limit, in seconds.
 const DEFAULT_TIME_LIMIT: &str = "300";
@@ -54,13 +55,20 @@ impl GraphArgs {
 #[derive(Clone, Copy, Debug)]
 pub struct TimeLimit(Option<Duration>);
 
+/// The longest `--time-limit`, in seconds (about 31 years): anything longer
+/// is `none` in practice, and deadlines computed from it (now + limit) stay
+/// far inside what the clock can represent.
+const MAX_TIME_LIMIT: f64 = 1e9;
+
 fn parse_time_limit(s: &str) -> Result<TimeLimit, String> {
     if s == "none" {
         return Ok(TimeLimit(None));
     }
     match s.parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(TimeLimit(Some(Duration::from_secs_f64(x)))),
-        _ => Err(format!("`{s}` is not a time limit: give a positive number of seconds, or `none`")),
+        Ok(x) if x.is_finite() && x > 0.0 && x <= MAX_TIME_LIMIT => Ok(TimeLimit(Some(Duration::from_secs_f64(x)))),
+        _ => Err(format!(
+            "`{s}` is not a time limit: give a number of seconds above 0 and at most {MAX_TIME_LIMIT:e}, or `none`"
+        )),
     }
 }
 
@@ -140,11 +148,11 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
         Problem::Graph(GraphFile::Joint(g)) => g.len(),
         Problem::Chain(c) => c.len(),
     };
-    println!("graph:       {} ({}, {nodes} nodes)", problem.name(), problem.kind());
+    outln!("graph:       {} ({}, {nodes} nodes)", problem.name(), problem.kind());
     match outcome {
         Outcome::Chain { .. } => unreachable!("chain solutions are printed by `remat solve`"),
         Outcome::Graph { graph, solution, why } => {
-            println!("path:        {why}");
+            outln!("path:        {why}");
             let s = &solution.schedule;
             let solver = match solution.backend {
                 Some(b) => {
@@ -154,11 +162,11 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
                 }
                 None => format!("{} in {:.2} s", s.algorithm, solution.seconds),
             };
-            println!("solver:      {solver}");
+            outln!("solver:      {solver}");
             if let Some((name, cost)) = &solution.warm_start {
-                println!("warm start:  baseline {name} (makespan {cost:.2})");
+                outln!("warm start:  baseline {name} (makespan {cost:.2})");
             }
-            println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
+            outln!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
             let gap = s.gap.map_or("unknown".to_string(), |g| format!("{:.2}%", 100.0 * g));
             let status = match s.status {
                 remat::graph::Status::Optimal => "optimal (proven)".to_string(),
@@ -174,23 +182,23 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
                     format!("feasible, not proven optimal: within {gap} of optimal (proven)")
                 }
             };
-            println!("status:      {status}");
+            outln!("status:      {status}");
             let base = graph.total_cost();
-            println!("makespan:    {:.2} (no recomputation: {base:.2}{})", s.makespan, percent_over(s.makespan, base));
+            outln!("makespan:    {:.2} (no recomputation: {base:.2}{})", s.makespan, percent_over(s.makespan, base));
             let peak = &solution.replay;
             let at = s.operations.get(peak.peak_index).map(|op| graph.node(op.node()).name.as_str()).unwrap_or("-");
-            println!(
+            outln!(
                 "peak memory: {} ({} bytes) after computing `{at}` (operation {})",
                 format_size(s.peak_memory),
                 s.peak_memory,
                 peak.peak_index + 1
             );
-            println!(
+            outln!(
                 "schedule:    {} operations, {} recomputations (-x frees x)",
                 s.operations.len(),
                 peak.recomputations
             );
-            println!("{}", notation(graph, &s.operations));
+            outln!("{}", notation(graph, &s.operations));
         }
     }
 }
@@ -237,11 +245,11 @@ pub fn simulate_graph(
             "budget": budget,
             "within_budget": budget.map(|b| replay.peak_memory <= b),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        println!("valid schedule of {} operations on graph {}", schedule.operations.len(), graph.name());
-        println!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, graph.total_cost());
-        println!(
+        outln!("valid schedule of {} operations on graph {}", schedule.operations.len(), graph.name());
+        outln!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, graph.total_cost());
+        outln!(
             "peak memory: {} ({} bytes) after computing `{at}` (operation {})",
             format_size(replay.peak_memory),
             replay.peak_memory,
@@ -253,7 +261,7 @@ pub fn simulate_graph(
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !json {
-            println!("fits the budget of {} ({budget} bytes)", format_size(budget));
+            outln!("fits the budget of {} ({budget} bytes)", format_size(budget));
         }
     }
     Ok(true)

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, min_budget, min_budget_for_makespan};
 
+use super::output::outln;
 use super::solve::parse_algorithm;
 use super::{CliResult, Progress, load_chain};
 
@@ -49,6 +50,7 @@ fn percent_arg(s: &str) -> Result<f64, String> {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat min-memory`")?;
+    remat::guard::any_min_budget(&chain)?;
     let any = any_min_budget(&chain);
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =
@@ -87,7 +89,7 @@ pub fn run(args: Args) -> CliResult {
                 "peak_memory": sol.as_ref().map(|s| s.schedule.peak_memory),
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return Ok(());
     }
     let show = |b: Option<u64>| match b {
@@ -95,23 +97,23 @@ pub fn run(args: Args) -> CliResult {
         None => "none (no budget works with these options)".to_string(),
     };
     match any_exact {
-        Some(bytes) => println!("any schedule:            {} [{}]", show(Some(bytes)), any.method),
-        None => println!(
+        Some(bytes) => outln!("any schedule:            {} [{}]", show(Some(bytes)), any.method),
+        None => outln!(
             "any schedule:            between {} and {} [{}]",
             show(Some(any.lower)),
             show(Some(any.upper)),
             any.method
         ),
     }
-    println!("{:<24} {}", format!("{}, {} slots:", args.algorithm, args.slots), show(with_slots));
-    println!("{:<24} {}", format!("{}, exact:", args.algorithm), show(exact));
+    outln!("{:<24} {}", format!("{}, {} slots:", args.algorithm, args.slots), show(with_slots));
+    outln!("{:<24} {}", format!("{}, exact:", args.algorithm), show(exact));
     if let Some((pct, sol)) = within {
         let label = format!("{}, within +{pct}%:", args.algorithm);
         match sol {
             Some(sol) => {
                 let s = &sol.schedule;
                 let over = super::overhead(s.makespan, base).unwrap_or_else(|| "+0.0%".into());
-                println!(
+                outln!(
                     "{label:<24} {} (makespan {:.2}, {over}; the schedule's peak: {} ({} bytes))",
                     show(Some(s.budget)),
                     s.makespan,
@@ -119,7 +121,7 @@ pub fn run(args: Args) -> CliResult {
                     s.peak_memory
                 );
             }
-            None => println!("{label:<24} none (no schedule is that fast)"),
+            None => outln!("{label:<24} none (no schedule is that fast)"),
         }
     }
     Ok(())

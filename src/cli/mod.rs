@@ -5,6 +5,7 @@ mod compare;
 mod graph;
 mod min_memory;
 mod mincut;
+pub mod output;
 mod show;
 mod simulate;
 mod solve;
@@ -12,7 +13,7 @@ mod sweep;
 mod zoo;
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +55,7 @@ impl From<remat::SolveError> for Failure {
                     remat::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
                     remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
                     remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
+                    remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
@@ -110,7 +112,6 @@ enum Command {
 
 /// Runs the CLI and maps failures to exit codes.
 pub fn main() -> ExitCode {
-    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Solve(args) => solve::run(args),
@@ -122,32 +123,31 @@ pub fn main() -> ExitCode {
         Command::Zoo(args) => zoo::run(args),
         Command::Mincut(args) => mincut::run(args),
     };
+    // Whatever was printed must reach its reader before the exit code says
+    // it did.
+    output::flush_stdout();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure { code, error }) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_text(&error));
             ExitCode::from(code)
         }
     }
 }
 
-/// `println!` panics when stdout is a pipe whose reader has gone (`remat ... |
-/// head`). Like other command-line tools, stop quietly instead: the reader has
-/// all it wanted. Any other panic keeps the default report.
-fn quiet_on_closed_stdout() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+/// The error and its causes joined by `: `, each cause only when the text so
+/// far does not already contain it (library errors such as "chain file `x`:
+/// {source}" print their source themselves; `{:#}` would repeat it).
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
         }
-        default(info);
-    }));
+    }
+    text
 }
 
 /// Reads an input once (a path, or `-` for standard input), recognises
@@ -204,22 +204,36 @@ pub fn one_stdin(paths: &[&Path]) -> CliResult {
     Ok(())
 }
 
-/// Parses a slot count for clap: a whole number of at least 1.
-pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(n) => std::num::NonZeroUsize::new(n).ok_or_else(|| "--slots must be at least 1 (got 0)".to_string()),
-        Err(e) => Err(format!("`{s}` is not a number of memory slots: {e}")),
-    }
-}
-
 /// Parses a SIZE argument for clap.
 pub fn size_arg(s: &str) -> Result<u64, String> {
     remat::size::parse_size(s).map_err(|e| e.to_string())
 }
 
-/// Writes `text` to `path`, or fails with exit code 2 naming the file.
-pub fn write_file(path: &PathBuf, text: &str) -> CliResult {
-    std::fs::write(path, text).map_err(|e| Failure::input(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))
+pub use output::write_file;
+
+/// The most memory slots a command accepts. Tables grow linearly with the
+/// slot count; beyond this no table could be allocated anyway, and the
+/// arithmetic on slot indices stays far from overflow.
+pub const MAX_SLOTS: usize = 1_000_000_000;
+
+/// Parses `--slots` for clap: a whole number from 1 to [`MAX_SLOTS`].
+pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 && n <= MAX_SLOTS as u64 => Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1")),
+        _ => Err(format!("`{s}` is not a slot count: give a whole number from 1 to {MAX_SLOTS}")),
+    }
+}
+
+/// The most budgets one sweep accepts: each runs every algorithm, and a
+/// chart cannot show more points than this anyway.
+pub const MAX_STEPS: usize = 10_000;
+
+/// Parses `--steps` for clap: a whole number from 1 to [`MAX_STEPS`].
+pub fn steps_arg(s: &str) -> Result<usize, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 && n <= MAX_STEPS as u64 => Ok(n as usize),
+        _ => Err(format!("`{s}` is not a number of steps: give a whole number from 1 to {MAX_STEPS}")),
+    }
 }
 
 /// A progress bar on stderr when it is a terminal, for long solves.

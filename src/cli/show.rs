@@ -6,6 +6,7 @@ use remat::report::timeline_svg;
 use remat::schedule::Schedule;
 use remat::size::format_size;
 
+use super::output::outln;
 use super::{CliResult, Failure, load_chain, replay_schedule_file, size_arg, write_file};
 
 /// Show the memory timeline of a schedule, operation by operation.
@@ -35,6 +36,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     super::one_stdin(&[&args.chain, &args.schedule])?;
+    if let Some(path) = &args.plot {
+        super::output::refuse_input(path, "--plot", &[&args.chain, &args.schedule])?;
+    }
     let chain = load_chain(&args.chain, "`remat show`")?;
     let (text, _, replay) = replay_schedule_file(&chain, &args.schedule)?;
     let recorded = serde_json::from_str::<Schedule>(&text).ok();
@@ -47,16 +51,23 @@ pub fn run(args: Args) -> CliResult {
     }
     if args.json {
         let out = serde_json::json!({ "budget": budget, "replay": replay });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        println!(
+        outln!(
             "{:>5}  {:<10} {:>8}  {:>12} {:>12} {:>12} {:>12}  {:>12}",
-            "#", "operation", "time", "activations", "recorded", "gradients", "transient", "after"
+            "#",
+            "operation",
+            "time",
+            "activations",
+            "recorded",
+            "gradients",
+            "transient",
+            "after"
         );
         for (i, s) in replay.steps.iter().enumerate() {
             let d = &s.during;
             let mark = if i == replay.peak_index { "  <- peak" } else { "" };
-            println!(
+            outln!(
                 "{:>5}  {:<10} {:>8.2}  {:>12} {:>12} {:>12} {:>12}  {:>12}{mark}",
                 i + 1,
                 s.op.to_string(),
@@ -68,7 +79,7 @@ pub fn run(args: Args) -> CliResult {
                 format_size(s.after.total()),
             );
         }
-        println!(
+        outln!(
             "makespan {:.2}; peak {} ({} bytes) during operation {}",
             replay.makespan,
             format_size(replay.peak_memory),

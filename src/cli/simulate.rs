@@ -6,6 +6,7 @@ use remat::size::format_size;
 
 use remat::Problem;
 
+use super::output::outln;
 use super::{CliResult, Failure, load_problem, replay_schedule_file, size_arg};
 
 /// Replay a schedule on a chain with the exact simulator.
@@ -39,6 +40,17 @@ pub fn run(args: Args) -> CliResult {
     {
         return Ok(());
     }
+    // `remat solve -a checkmate` on a chain file writes a graph schedule (of
+    // the chain's forward graph): replay it on that graph.
+    if let Problem::Chain(chain) = &problem
+        && args.schedule.as_os_str() != "-"
+        && is_graph_schedule(&args.schedule)
+    {
+        let file = remat::graph::GraphFile::Forward(remat::graph::ForwardGraph::from_chain(chain));
+        if super::graph::simulate_graph(&file, &args.chain, &args.schedule, args.memory, args.json)? {
+            return Ok(());
+        }
+    }
     let path = args.chain.display().to_string();
     let chain = problem.into_chain(&path, "`remat simulate` of a chain schedule").map_err(Failure::input)?;
     let (_, ops, replay) = replay_schedule_file(&chain, &args.schedule)?;
@@ -53,11 +65,11 @@ pub fn run(args: Args) -> CliResult {
             "budget": args.memory,
             "within_budget": within,
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        println!("valid schedule of {} operations on chain {}", ops.len(), chain.name());
-        println!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, chain.store_all_time());
-        println!(
+        outln!("valid schedule of {} operations on chain {}", ops.len(), chain.name());
+        outln!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, chain.store_all_time());
+        outln!(
             "peak memory: {} ({} bytes) during operation {} ({})",
             format_size(replay.peak_memory),
             replay.peak_memory,
@@ -71,8 +83,18 @@ pub fn run(args: Args) -> CliResult {
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !args.json {
-            println!("fits the budget of {} ({budget} bytes)", format_size(budget));
+            outln!("fits the budget of {} ({budget} bytes)", format_size(budget));
         }
     }
     Ok(())
+}
+
+/// True when the file at `path` is a graph schedule (a JSON object with a
+/// `status` key, as `remat solve` writes for graphs; chain schedules have
+/// none). Unreadable files are not: the chain path reports them.
+fn is_graph_schedule(path: &std::path::Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|v| v.get("status").is_some())
 }

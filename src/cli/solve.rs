@@ -9,6 +9,7 @@ use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
 use remat::{Chain, Problem};
 
+use super::output::outln;
 use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
 
 /// Compute the fastest schedule of a chain that fits a memory budget.
@@ -71,6 +72,9 @@ pub fn run(args: Args) -> CliResult {
             args.algorithm
         )));
     }
+    if let Some(path) = &args.output {
+        super::output::refuse_input(path, "--output", &[&args.chain])?;
+    }
     let problem = load_problem(&args.chain)?;
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
@@ -81,6 +85,10 @@ pub fn run(args: Args) -> CliResult {
         chain: SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments },
         milp: args.graph.milp_options(Some(&tick)),
     };
+    if let Problem::Chain(chain) = &problem {
+        // Before the estimate below, which is itself O(L^2).
+        remat::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
+    }
     if let Problem::Chain(chain) = &problem
         && let Some(bytes) = memory_estimate(chain, args.memory, algorithm, &opts.chain)
         && bytes >= LARGE_TABLE
@@ -97,7 +105,7 @@ pub fn run(args: Args) -> CliResult {
                 && let Some(out) = infeasible_json(&e)
             {
                 // Scripts sweeping budgets get the answer on stdout too.
-                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
             }
             return Err(e.into());
         }
@@ -123,7 +131,7 @@ pub fn run(args: Args) -> CliResult {
         if algorithm == Algorithm::Auto && !why.is_empty() {
             eprintln!("note: auto chose the {why}");
         }
-        println!("{json}");
+        outln!("{json}");
         return Ok(());
     }
     match &outcome {
@@ -161,9 +169,9 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
 fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: std::num::NonZeroUsize) {
     let s = &solution.schedule;
     let base = chain.store_all_time();
-    println!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
+    outln!("chain:       {} ({} stages + loss)", chain.name(), chain.len());
     if !why.is_empty() {
-        println!("path:        {why}");
+        outln!("path:        {why}");
     }
     let slots = if solution.slot_size == 1 {
         "exact bytes".to_string()
@@ -172,22 +180,22 @@ fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: st
     };
     let detail = solution.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
     match &solution.reason {
-        Some(why) => println!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
-        None => println!("algorithm:   {} ({slots}{detail})", s.algorithm),
+        Some(why) => outln!("algorithm:   {} ({slots}{detail}); chosen by auto: {why}", s.algorithm),
+        None => outln!("algorithm:   {} ({slots}{detail})", s.algorithm),
     }
-    println!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
+    outln!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
     let overhead = super::overhead(s.makespan, base).map(|o| format!(", {o}")).unwrap_or_default();
-    println!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
+    outln!("makespan:    {:.2} (no recomputation: {:.2}{overhead})", s.makespan, base);
     let peak_op = solution.replay.steps[solution.replay.peak_index].op;
-    println!(
+    outln!(
         "peak memory: {} ({} bytes) during operation {} ({peak_op})",
         format_size(s.peak_memory),
         s.peak_memory,
         solution.replay.peak_index + 1
     );
-    println!("schedule:    {} operations", s.operations.len());
-    println!("first pass:  {}", summary(&s.operations, chain.len()));
-    println!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));
+    outln!("schedule:    {} operations", s.operations.len());
+    outln!("first pass:  {}", summary(&s.operations, chain.len()));
+    outln!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));
 }
 
 /// Width of the printed schedule's lines.

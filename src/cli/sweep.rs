@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use remat::report::{reported, sweep, tradeoff_svg};
 use remat::solve::{DEFAULT_SLOTS, SolveOptions};
 
+use super::output::out;
 use super::{CliResult, Progress, load_chain, size_arg, write_file};
 
 /// Trade-off curves: makespan against memory for every algorithm.
@@ -26,7 +27,7 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     to: Option<u64>,
     /// Number of budgets, evenly spaced, both ends included.
-    #[arg(long, default_value_t = 25, value_name = "N")]
+    #[arg(long, default_value_t = 25, value_name = "N", value_parser = super::steps_arg)]
     steps: usize,
     /// Memory slots S of the slot-based solvers (persistent, revolve).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
@@ -43,6 +44,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    for (flag, path) in [("--plot", &args.plot), ("--output", &args.output)] {
+        if let Some(path) = path {
+            super::output::refuse_input(path, flag, &[&args.chain])?;
+        }
+    }
     let chain = load_chain(&args.chain, "`remat sweep`")?;
     let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     if let (Some(from), Some(to)) = (args.from, args.to)
@@ -63,7 +69,7 @@ pub fn run(args: Args) -> CliResult {
     }
     match &args.output {
         Some(path) => write_file(path, &text)?,
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use remat::zoo::{Device, Dtype, Generated, Granularity, NETWORKS, Spec, generate};
 
+use super::output::{out, outln};
 use super::{CliResult, Failure, write_file};
 
 fn networks_help() -> String {
@@ -83,7 +84,7 @@ fn parse_blocks(s: &str) -> Result<(usize, usize), String> {
 pub fn run(args: Args) -> CliResult {
     if args.list {
         for n in NETWORKS {
-            println!("{n}");
+            outln!("{n}");
         }
         return Ok(());
     }
@@ -108,7 +109,7 @@ pub fn run(args: Args) -> CliResult {
             };
             eprintln!("wrote {}: {what}", path.display());
         }
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(())
 }

@@ -151,6 +151,10 @@ impl ForwardGraph {
         }
         let chain = Chain::new(name, input_size, stages, Stage::zero_loss()).map_err(|e| match e {
             crate::chain::ChainError::Overflow { stage } => GraphError::Overflow { node: stage },
+            // Each time is finite, but (nodes + 2) x their sum is not.
+            e @ crate::chain::ChainError::TimeOverflow { .. } => {
+                GraphError::Format { path: "nodes".into(), message: e.to_string().replace("stage ", "node ") }
+            }
             other => unreachable!("names, times and emptiness are checked above: {other}"),
         })?;
         Ok(ForwardGraph { chain, inputs, users, warnings: Vec::new() })
@@ -159,7 +163,8 @@ impl ForwardGraph {
     /// A chain as a forward graph: stage l becomes node l-1 reading node l-2
     /// (stage 1 reads the input). A loss with any non-zero field becomes a last
     /// node of its own; a zero loss is left out (it changes nothing). Unnamed
-    /// or repeated stage names get a `stage l` name.
+    /// or repeated stage names get a `stage l` name (the loss `loss`), numbered
+    /// `loss (2)`... when that too is taken.
     pub fn from_chain(chain: &Chain) -> ForwardGraph {
         let loss = chain.loss();
         let keep_loss = *loss != Stage { name: loss.name.clone(), ..Stage::zero_loss() };
@@ -169,7 +174,15 @@ impl ForwardGraph {
             .map(|l| {
                 let mut s = chain.stage(l).clone();
                 let fallback = if l == chain.len() + 1 { "loss".to_string() } else { format!("stage {l}") };
-                let name = s.name.take().filter(|n| !n.is_empty() && !seen.contains(n)).unwrap_or(fallback);
+                let mut name = s.name.take().filter(|n| !n.is_empty() && !seen.contains(n)).unwrap_or(fallback);
+                // The fallback may itself be taken (a stage named `loss`):
+                // number it until it is free, so names stay unique.
+                let base = name.clone();
+                let mut k = 2;
+                while seen.contains(&name) {
+                    name = format!("{base} ({k})");
+                    k += 1;
+                }
                 seen.insert(name.clone());
                 s.name = Some(name);
                 s

@@ -432,9 +432,16 @@ fn with_ticker<T>(ticker: Option<Ticker<'_>>, work: impl FnOnce() -> T) -> T {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let out = work();
-        done.store(true, Ordering::Relaxed);
-        out
+        // Set `done` even when `work` panics: the scope joins the ticker
+        // before it re-raises the panic, so a ticker left running would hang.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _done = Done(&done);
+        work()
     })
 }
 

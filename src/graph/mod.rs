@@ -127,6 +127,15 @@ fn parse_value(text: &str) -> Result<serde_json::Value, GraphError> {
 /// Deserializes one of the graph forms, naming the field at fault
 /// (`nodes[2].cost (node 3)`).
 fn deserialize<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> Result<T, GraphError> {
+    // serde reads a struct from a positional array too (fields in declaration
+    // order): a node must be an object with named fields.
+    let nodes = value.get("nodes").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
+    if let Some(i) = nodes.iter().position(|n| !n.is_object()) {
+        return Err(GraphError::Format {
+            path: format!("nodes[{i}] (node {})", i + 1),
+            message: format!("expected an object with named fields, found `{}`", nodes[i]),
+        });
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let (path, message) = crate::chain::describe_json_error(e, "nodes", "node", "graph");
         GraphError::Format { path, message }

@@ -164,9 +164,13 @@ impl GraphSchedule {
     /// names against `graph`.
     pub fn from_json(text: &str, graph: &Graph) -> Result<GraphSchedule, GraphScheduleError> {
         let de = &mut serde_json::Deserializer::from_str(text);
-        let j: ScheduleJson = serde_path_to_error::deserialize(de).map_err(|e| GraphScheduleError::Json {
+        let j: ScheduleJson = serde_path_to_error::deserialize(&mut *de).map_err(|e| GraphScheduleError::Json {
             path: if e.path().to_string() == "." { "schedule".into() } else { e.path().to_string() },
             message: e.into_inner().to_string(),
+        })?;
+        de.end().map_err(|e| GraphScheduleError::Json {
+            path: "schedule".into(),
+            message: format!("{e} (a file holds one JSON value; remove what follows it)"),
         })?;
         let operations = parse_ops(&j.operations, graph)?;
         Ok(GraphSchedule {

@@ -339,6 +339,9 @@ pub fn solve_joint(
     algorithm: Algorithm,
     opts: &MilpOptions,
 ) -> Result<GraphSolution, GraphSolveError> {
+    if matches!(algorithm, Algorithm::Checkmate | Algorithm::Auto | Algorithm::CheckmateApprox) {
+        crate::guard::milp(graph.len()).map_err(GraphSolveError::TooLarge)?;
+    }
     match algorithm {
         Algorithm::Checkmate | Algorithm::Auto => {
             let algorithm = Algorithm::Checkmate;

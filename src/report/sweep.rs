@@ -138,10 +138,23 @@ pub fn curve_by_budget(
         .collect()
 }
 
-/// checkpoint_sequential's schedule for every K in 1..=L, replayed. O(L^2).
+/// At most this many checkpoint_sequential points per sweep: each is a
+/// replay of O(L), so all L of them would be O(L^2) (minutes from about
+/// 20,000 stages); more points than this do not show on a chart anyway.
+pub const SEQUENTIAL_MAX_POINTS: usize = 50;
+
+/// checkpoint_sequential's schedule for every K in 1..=L, replayed; on chains
+/// of more than [`SEQUENTIAL_MAX_POINTS`] stages, for that many K evenly
+/// spaced from 1 to L (both included). O(L min(L, SEQUENTIAL_MAX_POINTS)).
 pub fn sequential_points(chain: &Chain) -> Result<Vec<SequentialPoint>, SolveError> {
-    (1..=chain.len())
-        .into_par_iter()
+    let len = chain.len();
+    let ks: Vec<usize> = if len <= SEQUENTIAL_MAX_POINTS {
+        (1..=len).collect()
+    } else {
+        let last = SEQUENTIAL_MAX_POINTS - 1;
+        (0..SEQUENTIAL_MAX_POINTS).map(|i| 1 + i * (len - 1) / last).collect()
+    };
+    ks.into_par_iter()
         .map(|k| {
             let opts = SolveOptions { segments: Some(k), ..SolveOptions::default() };
             let sol = solve(chain, u64::MAX, Algorithm::Sequential, &opts)?;

@@ -38,6 +38,13 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             reason: format!("{len} stages: exact search over every memory state is cheap"),
         };
     }
+    if len > floating::MAX_STAGES {
+        // Not even a plan: its estimate alone allocates O(L^2).
+        return AutoChoice {
+            algorithm: Algorithm::Persistent,
+            reason: format!("{len} stages: over the floating DP's {}", floating::MAX_STAGES),
+        };
+    }
     let m = Slots::new(budget, opts.slots.get()).budget;
     let est = floating::upper_estimate(len, m);
     let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());

@@ -14,6 +14,7 @@ use crate::solve::{
 /// these options. For `exhaustive` it is exact (and the smallest budget any
 /// schedule can meet).
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
+    crate::guard::min_budget(chain, algorithm, opts)?;
     match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => {
@@ -76,7 +77,7 @@ pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
     if upper == lower {
         return AnyMinimum { lower, upper, method };
     }
-    if chain.len() <= exhaustive::MAX_STAGES {
+    if chain.len() <= crate::guard::EXHAUSTIVE_MIN_BUDGET_STAGES {
         let exact = exhaustive::min_peak(chain).0;
         return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
     }

@@ -64,6 +64,8 @@ pub enum Remedy {
     FewerSlotsOr(Algorithm),
     /// Another algorithm.
     Use(Algorithm),
+    /// A coarser chain: fewer, larger stages.
+    FewerStages,
 }
 
 impl std::fmt::Display for Remedy {
@@ -74,6 +76,7 @@ impl std::fmt::Display for Remedy {
                 write!(f, "use fewer memory slots (time and tables grow linearly with them), or the {a} algorithm")
             }
             Remedy::Use(a) => write!(f, "use the {a} algorithm"),
+            Remedy::FewerStages => f.write_str("group the stages into fewer, larger ones"),
         }
     }
 }

@@ -279,7 +279,7 @@ const CELL_BYTES: u64 = 8 + 32;
 /// full, `m_slots + 1` entries. O(L^2).
 pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     let lay = Layout::new(len + 1);
-    let row = m_slots as u64 + 1;
+    let row = (m_slots as u64).saturating_add(1);
     let mut options = 0u64;
     for l in 1..=lay.n {
         // D(s, l) has 1 + l - s options; for each t, the t - 2 cells F(s, t, l)
@@ -298,18 +298,13 @@ pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     }
 }
 
-/// The memory a floating solve may use: half the machine's physical memory
-/// (`MemTotal` of `/proc/meminfo`), or 4 GiB where that cannot be read. A
-/// fixed figure per machine, so the same input gets the same answer there.
+/// The memory a floating solve may use: [`crate::guard::memory_limit`], half
+/// the machine's physical memory (`MemTotal` of `/proc/meminfo`, 4 GiB where
+/// that cannot be read) and of what the address-space limit leaves. Without
+/// such a limit a fixed figure per machine, so the same input gets the same
+/// answer there.
 pub fn memory_limit() -> u64 {
-    physical_memory().map(|b| b / 2).unwrap_or(4 << 30)
-}
-
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    crate::guard::memory_limit()
 }
 
 /// A cell's smallest feasible m from those of earlier diagonals: the (max,

@@ -60,6 +60,7 @@ pub struct Solution {
 /// Deterministic: the same input gives the same schedule. Complexity is the
 /// algorithm's (see each module).
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
         Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,

@@ -514,7 +514,7 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let per_cell = (std::mem::size_of::<Row>() + 2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>()) as u64;
     let threads = rayon::current_num_threads() as u64;
     let tile = TILE.min(n) as u64;
-    let mut total = tile * tile * threads * budget.saturating_add(1).saturating_mul(8);
+    let mut total = (tile * tile * threads).saturating_mul(budget.saturating_add(1).saturating_mul(8));
     // store_all[s] = the smallest m at which F_all^s .. F_all^t B^t .. B^s fits
     // in (s, t), for the current t.
     let mut store_all = vec![0usize; n + 2];

@@ -360,6 +360,10 @@ struct Resolved {
     seq: Option<usize>,
 }
 
+/// The largest batch x image side^2 (or batch x sequence length^2) the zoo
+/// builds: 2^32, far above any real training step (batch 85,000 at 224x224).
+pub const MAX_BATCH_AREA: u64 = 1 << 32;
+
 fn resolve(spec: &Spec) -> Result<Resolved, ZooError> {
     let network = network(&spec.network)?;
     let bad = |option, message: String| Err(ZooError::Option { option, message });
@@ -400,6 +404,25 @@ fn resolve(spec: &Spec) -> Result<Resolved, ZooError> {
         }
         (Some(image), None)
     };
+    // Every tensor is at most batch x (a few thousand channels, or heads) x
+    // image^2 (or seq^2) elements of at most 8 bytes, and the largest product
+    // the lowering forms (a layer's multiply-adds) multiplies that by at most
+    // 2^19 more: bounding batch x side^2 by 2^32 keeps all of it inside a
+    // u64, checked here once so the arithmetic downstream cannot wrap.
+    let side = image.or(seq).unwrap_or(1) as u64;
+    let per_batch = side.checked_mul(side);
+    if per_batch.and_then(|p| p.checked_mul(spec.batch as u64)).is_none_or(|x| x > MAX_BATCH_AREA) {
+        let (option, what) = if image.is_some() { ("--image", "image") } else { ("--seq", "seq") };
+        let option = if spec.batch > 1 { "--batch" } else { option };
+        return bad(
+            option,
+            format!(
+                "batch {} with {what} {side}: batch x {what}^2 must be at most {MAX_BATCH_AREA} (2^32) so that \
+                 every size and count of the network fits in 64 bits",
+                spec.batch
+            ),
+        );
+    }
     if spec.graph.is_none() && !network.is_chain() {
         return Err(ZooError::Network(format!(
             "{} is not a chain (its decoder reads the encoder's outputs); ask for its forward graph with --graph blocks \

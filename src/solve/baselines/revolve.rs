@@ -147,7 +147,7 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
 /// O(1).
 pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let cells = (sc.n as u64) * (sc.n as u64 + 1) / 2;
-    cells.saturating_mul(sc.slots.budget as u64 + 1).saturating_mul(10)
+    cells.saturating_mul((sc.slots.budget as u64).saturating_add(1)).saturating_mul(10)
 }
 
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots.get()`

@@ -1,0 +1,128 @@
+//! Output that cannot destroy data: files are written to a temporary file in
+//! the target's folder and renamed over the target (so a failed or interrupted
+//! write leaves the old file whole), an output path that names one of the
+//! inputs is refused, and standard output goes through [`out!`]/[`outln!`],
+//! which turn a write error into a clear exit instead of `println!`'s panic.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::{CliResult, Failure};
+
+/// Exit code for output that cannot be written (as for bad input: exit 2).
+const EXIT_OUTPUT: i32 = 2;
+
+/// Writes formatted text to standard output; on failure ends the program (see
+/// [`stdout_failed`]). Use instead of `print!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// Writes formatted text and a newline to standard output; on failure ends the
+/// program (see [`stdout_failed`]). Use instead of `println!`.
+macro_rules! outln {
+    () => {
+        $crate::cli::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {{
+        $crate::cli::output::write_stdout(format_args!($($arg)*));
+        $crate::cli::output::write_stdout(format_args!("\n"));
+    }};
+}
+
+pub(crate) use {out, outln};
+
+/// Writes to standard output, or ends the program when that fails.
+pub fn write_stdout(args: std::fmt::Arguments) {
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        stdout_failed(&e);
+    }
+}
+
+/// Flushes standard output at the end of a command (a final line without a
+/// newline, or a pipe's buffer), ending the program the same way on failure.
+pub fn flush_stdout() {
+    if let Err(e) = std::io::stdout().lock().flush() {
+        stdout_failed(&e);
+    }
+}
+
+/// What a failed write to standard output means. A reader that has gone
+/// (`remat ... | head`) has all it wanted: stop quietly with exit 0, like other
+/// command-line tools. Anything else (a full disk, `> /dev/full`, an I/O
+/// error) loses output the user asked for: say so and exit 2. Exiting here
+/// rather than returning keeps every printing function simple; nothing is
+/// left half-written, since files are written before anything is printed and
+/// only through [`write_file`]'s rename.
+pub fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: cannot write to standard output: {e}");
+    std::process::exit(EXIT_OUTPUT);
+}
+
+/// Fails (exit 2) when `output` is one of `inputs` (the same file after
+/// resolving links and relative paths): writing it would destroy the input
+/// the output was computed from. `-` (standard input) is never a file here.
+pub fn refuse_input(output: &Path, flag: &str, inputs: &[&Path]) -> CliResult {
+    let Ok(out) = std::fs::canonicalize(output) else {
+        return Ok(()); // does not exist yet: it cannot be an input
+    };
+    for input in inputs.iter().filter(|p| p.as_os_str() != "-") {
+        if std::fs::canonicalize(input).is_ok_and(|i| i == out) {
+            return Err(Failure::input(anyhow::anyhow!(
+                "{flag} `{}` is the input file `{}`: writing it would destroy the input; choose another path",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` without ever leaving a truncated file: the text
+/// goes to a temporary file in the target's folder, is synced, then renamed
+/// over the target (atomic on POSIX file systems), so the old content stays
+/// whole until the new one is complete. A target that exists and is not a
+/// regular file (`/dev/stdout`, a named pipe) cannot be replaced by a rename
+/// and is written directly. Fails with exit 2 naming the file.
+pub fn write_file(path: &Path, text: &str) -> CliResult {
+    let fail = |e: &dyn std::fmt::Display| Failure::input(anyhow::anyhow!("cannot write `{}`: {e}", path.display()));
+    // Follow a link to the file it names, so the rename replaces that file
+    // and not the link.
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if std::fs::metadata(&target).is_ok_and(|m| !m.is_file()) {
+        return std::fs::write(&target, text).map_err(|e| fail(&e));
+    }
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new().prefix(".remat-").suffix(".tmp").tempfile_in(&dir).map_err(|e| fail(&e))?;
+    tmp.write_all(text.as_bytes()).map_err(|e| fail(&e))?;
+    tmp.as_file().sync_all().map_err(|e| fail(&e))?;
+    // Keep the permissions of the file being replaced (the temporary file is
+    // created 0600).
+    if let Ok(meta) = std::fs::metadata(&target) {
+        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
+    } else {
+        set_default_permissions(tmp.path());
+    }
+    tmp.persist(&target).map_err(|e| fail(&e.error))?;
+    Ok(())
+}
+
+/// A new file gets the permissions `std::fs::write` would give it (0666 less
+/// the umask, which cannot be read without unsafe code: 0644 is its usual
+/// result), not the temporary file's private 0600.
+#[cfg(unix)]
+fn set_default_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644));
+}
+
+#[cfg(not(unix))]
+fn set_default_permissions(_path: &Path) {}

@@ -1,0 +1,341 @@
+//! Guards before work: each solver family's cost estimated from the chain's
+//! length, the slot count and the budget, before anything is allocated or
+//! looped over, and a refusal ([`SolveError::TooLarge`]) naming the estimate
+//! and what to change when it would not finish in reasonable time or fit in
+//! memory.
+//!
+//! Estimates are counted in *steps*, the inner-loop iterations of each
+//! algorithm, so that the same input gets the same verdict on every machine;
+//! the limits are set from measurements on a 2-core machine (about 1.25 ns
+//! per persistent step, 1 ns per floating step, with two threads), so that
+//! anything allowed finishes within about ten minutes there. Every function
+//! here is O(L) or less (the floating estimate is O(L^2) and only runs at
+//! most [`floating::MAX_STAGES`] stages).
+//!
+//! Memory is checked against [`memory_limit`]: half the machine's physical
+//! memory, and no more than half of what the process's address-space limit
+//! (`ulimit -v`) leaves.
+
+use crate::Chain;
+use crate::size::format_size;
+use crate::slots::Slots;
+use crate::solve::{Algorithm, Remedy, SolveError, SolveOptions, exhaustive, floating, persistent};
+
+/// The most steps a persistent-style DP (persistent, revolve) may take:
+/// L^3 / 6 x (M + 2) for M budget slots (the min-peak pass and the table).
+pub const PERSISTENT_MAX_STEPS: f64 = 5e11;
+/// The most steps the floating DP may take ([`floating::upper_estimate`]).
+pub const FLOATING_MAX_STEPS: f64 = 5e11;
+/// Exhaustive search solves chains of at most this many stages (its state
+/// space grows about 3.7x a stage: 11 s at 13 stages, about 40 s at 14).
+pub const EXHAUSTIVE_SOLVE_STAGES: usize = exhaustive::MAX_STAGES;
+/// Exhaustive search for the smallest budget (`min_peak`) at most this many
+/// stages: it explores every memory state without a budget to prune them, 4x
+/// slower than a solve (12 s at 12 stages, 52 s at 13, minutes at 14).
+pub const EXHAUSTIVE_MIN_BUDGET_STAGES: usize = 12;
+
+/// `sequential` without `--segments` and `chen-greedy` try O(L) candidate
+/// schedules, each replayed in O(L), and hold them all (about 4 L^2 bytes):
+/// at most this many stages (0.4 GB, about 10^8 steps).
+pub const CANDIDATE_SEARCH_MAX_STAGES: usize = 10_000;
+
+/// The memory, in bytes, one solve may use for its tables: half of the
+/// machine's physical memory (`MemTotal` of `/proc/meminfo`; 4 GiB where it
+/// cannot be read), and at most half of what the address-space
+/// limit (`Max address space` of `/proc/self/limits`) leaves above the
+/// process's current size. Half, because tables are not the only allocation
+/// and a second copy may exist while a result is built. O(1) (two small file
+/// reads).
+pub fn memory_limit() -> u64 {
+    let physical = physical_memory().map_or(4 << 30, |b| b / 2);
+    match address_space_left() {
+        Some(left) => physical.min(left / 2),
+        None => physical,
+    }
+}
+
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Bytes of address space the process may still map: the soft
+/// `RLIMIT_AS` less the current virtual size; `None` when unlimited or
+/// unreadable (not Linux).
+fn address_space_left() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let limit = address_space_limit(&limits)?;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let used = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |kib| kib.saturating_mul(1024));
+    Some(limit.saturating_sub(used))
+}
+
+/// The soft address-space limit in bytes from the text of
+/// `/proc/self/limits` (`Max address space  4294967296  unlimited  bytes`);
+/// `None` when unlimited or absent.
+fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max address space"))?;
+    line.trim_start_matches("Max address space").split_whitespace().next()?.parse().ok()
+}
+
+/// Refuses, before any work, a [`crate::solve::solve`] of `chain` at `budget`
+/// with `algorithm` that would not finish or fit (see the module's limits).
+/// `auto` is judged by what it would run. O(L^2) at most.
+pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    let len = chain.len();
+    let m = Slots::new(budget, opts.slots.get()).budget;
+    match algorithm {
+        Algorithm::Persistent | Algorithm::Revolve => {
+            if len > persistent::MAX_STAGES {
+                return Err(SolveError::TooLarge {
+                    reason: format!(
+                        "the {algorithm} DP handles at most {} stages; this chain has {len}",
+                        persistent::MAX_STAGES
+                    ),
+                    remedy: Remedy::Use(Algorithm::ChenSqrt),
+                });
+            }
+            dp_steps(algorithm, len, persistent_steps(len, m), PERSISTENT_MAX_STEPS, opts.slots.get(), true)
+        }
+        Algorithm::Floating => {
+            if len > floating::MAX_STAGES {
+                return Err(SolveError::TooLarge {
+                    reason: format!(
+                        "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); this \
+                     chain has {len}",
+                        floating::MAX_STAGES
+                    ),
+                    remedy: Remedy::Use(Algorithm::Persistent),
+                });
+            }
+            let steps = floating::upper_estimate(len, m).work as f64;
+            dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), true)
+        }
+        Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_SOLVE_STAGES, "a solve"),
+        Algorithm::Auto => solve(chain, budget, crate::solve::auto_choice(chain, budget, opts).algorithm, opts),
+        Algorithm::Sequential if opts.segments.is_some() => Ok(()),
+        Algorithm::Sequential | Algorithm::ChenGreedy => candidate_search(algorithm, len),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses, before any work, a [`crate::solve::min_budget`] of `chain` with
+/// `algorithm` that would not finish. The slot-based minimum bisects over
+/// budgets with the min-peak pass (L^3 / 6 steps) about log2(S) + 1 times.
+/// O(L^2) at most.
+pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    let len = chain.len();
+    let rounds = f64::from(usize::BITS - opts.slots.get().leading_zeros()) + 1.0;
+    match algorithm {
+        Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto => {
+            let steps = cube(len) / 6.0 * rounds;
+            dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), false)?;
+            if algorithm == Algorithm::Auto && len <= crate::solve::AUTO_EXHAUSTIVE_STAGES {
+                exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget")?;
+            }
+            Ok(())
+        }
+        Algorithm::Floating => {
+            if len > floating::MAX_STAGES {
+                return solve(chain, u64::MAX, algorithm, opts);
+            }
+            let steps = floating::upper_estimate(len, 0).work as f64 * rounds;
+            dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), false)
+        }
+        Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget"),
+        Algorithm::Sequential if opts.segments.is_some() => Ok(()),
+        Algorithm::Sequential | Algorithm::ChenGreedy => candidate_search(algorithm, len),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses, before any work, [`crate::solve::any_min_budget`] on `chain`
+/// when it would not finish: its exact pass is the floating DP's min-peak
+/// (L^4 / 24 steps) up to [`floating::MAX_STAGES`] stages, else the
+/// persistent one (L^3 / 6). O(1).
+pub fn any_min_budget(chain: &Chain) -> Result<(), SolveError> {
+    let len = chain.len();
+    let steps = if len <= floating::MAX_STAGES { cube(len) * len as f64 / 24.0 } else { cube(len) / 6.0 };
+    if steps <= PERSISTENT_MAX_STEPS {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "the smallest budget of any schedule of a {len}-stage chain takes about {steps:.1e} steps to compute (the \
+         limit is {PERSISTENT_MAX_STEPS:.0e}, about ten minutes)"
+        ),
+        remedy: Remedy::FewerStages,
+    })
+}
+
+/// L^3 as a float (no overflow for any length).
+fn cube(len: usize) -> f64 {
+    (len as f64).powi(3)
+}
+
+/// Steps of the persistent DP at `m` budget slots: the min-peak pass and the
+/// table, each about L^3 / 6 cells, the table's with a row of M + 1 budgets.
+fn persistent_steps(len: usize, m: usize) -> f64 {
+    cube(len) / 6.0 * (m as f64 + 2.0)
+}
+
+fn dp_steps(
+    algorithm: Algorithm,
+    len: usize,
+    steps: f64,
+    max: f64,
+    slots: usize,
+    slots_help: bool,
+) -> Result<(), SolveError> {
+    if steps <= max {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "the {algorithm} DP would take about {steps:.1e} steps for {len} stages at {slots} slots (the limit is \
+         {max:.0e}, about ten minutes)"
+        ),
+        remedy: if slots_help { Remedy::FewerSlots } else { Remedy::FewerStages },
+    })
+}
+
+fn exhaustive_stages(len: usize, max: usize, what: &str) -> Result<(), SolveError> {
+    if len <= max {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "exhaustive search for {what} is limited to chains of at most {max} stages (its state space grows about \
+         4x a stage: {len} stages would take minutes); this chain has {len}"
+        ),
+        remedy: Remedy::Use(Algorithm::Floating),
+    })
+}
+
+fn candidate_search(algorithm: Algorithm, len: usize) -> Result<(), SolveError> {
+    if len <= CANDIDATE_SEARCH_MAX_STAGES {
+        return Ok(());
+    }
+    let hint = if algorithm == Algorithm::Sequential { " (with a given number of segments it is O(L))" } else { "" };
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "{algorithm} searches over about {len} candidate schedules of {len} stages each (about {:.1e} steps and {} \
+         of candidates); remat does this for at most {CANDIDATE_SEARCH_MAX_STAGES} stages{hint}",
+            (len as f64).powi(2),
+            format_size((len as u64).saturating_mul(len as u64).saturating_mul(4))
+        ),
+        remedy: Remedy::Use(Algorithm::ChenSqrt),
+    })
+}
+
+/// Bytes the Checkmate MILP (or its LP relaxation) takes per squared node of
+/// the joint graph: its variables and constraints grow as T^2 for T joint
+/// nodes. Measured: 1.2 GB for densenet121's layer graph (307 forward nodes),
+/// 3.3 GB for densenet201's (507), with microlp.
+pub const MILP_BYTES_PER_NODE_SQUARED: u64 = 3_300;
+/// The most memory remat lets a MILP formulation take, below
+/// [`memory_limit`]: beyond it, building the model alone takes minutes
+/// whatever `--time-limit` says.
+pub const MILP_MAX_BYTES: u64 = 4 << 30;
+
+/// Refuses, before the model is built, the Checkmate MILP or LP of a joint
+/// graph of `nodes` nodes whose estimated size
+/// ([`MILP_BYTES_PER_NODE_SQUARED`] x T^2) exceeds [`MILP_MAX_BYTES`] or
+/// [`memory_limit`]; the message names the estimate and what to change. O(1).
+pub fn milp(nodes: usize) -> Result<(), String> {
+    let needed = (nodes as u64).saturating_mul(nodes as u64).saturating_mul(MILP_BYTES_PER_NODE_SQUARED);
+    let limit = MILP_MAX_BYTES.min(memory_limit());
+    if needed <= limit {
+        return Ok(());
+    }
+    Err(format!(
+        "the Checkmate MILP of this graph ({nodes} joint nodes) would take about {} to build (the limit is {}), and \
+         minutes before the time limit applies; coarsen the graph (e.g. `remat zoo ... --graph blocks`) or solve it \
+         as a chain",
+        format_size(needed),
+        format_size(limit)
+    ))
+}
+
+/// Refuses a table of `needed` bytes above [`memory_limit`], naming both.
+pub fn memory(algorithm: Algorithm, needed: u64) -> Result<(), SolveError> {
+    let limit = memory_limit();
+    if needed <= limit {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "the {algorithm} solver's tables would take about {} ({needed} bytes), over the {} ({limit} bytes) it may \
+         use (half of this machine's memory, or of what the process's address-space limit leaves)",
+            format_size(needed),
+            format_size(limit)
+        ),
+        remedy: Remedy::FewerSlots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Stage;
+
+    fn chain(len: usize) -> Chain {
+        Chain::new("c", 10, vec![Stage::simple(1.0, 2.0, 10, 20); len], Stage::zero_loss()).unwrap()
+    }
+
+    #[test]
+    fn milp_estimate_refuses_a_2000_node_joint_graph_only() {
+        assert!(milp(600).is_ok());
+        let err = milp(2000).unwrap_err();
+        assert!(err.contains("2000 joint nodes") && err.contains("12.29 GiB"), "{err}");
+    }
+
+    #[test]
+    fn reads_the_address_space_limit() {
+        let limited = "Limit                     Soft Limit           Hard Limit           Units\n\
+                       Max cpu time              unlimited            unlimited            seconds\n\
+                       Max address space         4294967296           unlimited            bytes\n";
+        assert_eq!(address_space_limit(limited), Some(4_294_967_296));
+        let unlimited = "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_limit(unlimited), None);
+        assert_eq!(address_space_limit(""), None);
+    }
+
+    #[test]
+    fn persistent_is_refused_on_3000_stages_at_500_slots_but_not_at_100() {
+        let c = chain(3000);
+        let at = |slots: usize| {
+            let slots = std::num::NonZeroUsize::new(slots).unwrap();
+            solve(&c, 1 << 30, Algorithm::Persistent, &SolveOptions { slots, ..SolveOptions::default() })
+        };
+        let err = at(500).unwrap_err().to_string();
+        assert!(err.contains("3000 stages at 500 slots") && err.contains("fewer memory slots"), "{err}");
+        assert!(at(100).is_ok());
+    }
+
+    #[test]
+    fn exhaustive_min_budget_stops_at_12_stages() {
+        let opts = SolveOptions::default();
+        assert!(min_budget(&chain(12), Algorithm::Exhaustive, &opts).is_ok());
+        let err = min_budget(&chain(14), Algorithm::Exhaustive, &opts).unwrap_err().to_string();
+        assert!(err.contains("at most 12 stages") && err.contains("this chain has 14"), "{err}");
+        assert!(solve(&chain(14), 1 << 30, Algorithm::Exhaustive, &opts).is_ok());
+    }
+
+    #[test]
+    fn a_100000_stage_chain_is_refused_by_every_dp_at_once() {
+        let c = chain(100_000);
+        let opts = SolveOptions::default();
+        for a in [Algorithm::Auto, Algorithm::Persistent, Algorithm::Floating, Algorithm::Revolve] {
+            assert!(matches!(solve(&c, 1 << 30, a, &opts), Err(SolveError::TooLarge { .. })), "{a}");
+        }
+        assert!(matches!(any_min_budget(&c), Err(SolveError::TooLarge { .. })));
+        assert!(solve(&c, 1 << 30, Algorithm::ChenSqrt, &opts).is_ok());
+    }
+}

@@ -1,0 +1,437 @@
+//! A structure-aware fuzzing harness for remat's promise (issue 15): for any
+//! input, a clear error (bad input), an infeasible verdict naming a budget that
+//! then works, or a schedule that replays within the budget; never a panic, a
+//! hang or a schedule over budget.
+//!
+//! proptest generates chains, graphs, schedules and option values as JSON text
+//! (so the parsers are fuzzed too), from well-formed ones to hostile ones:
+//! extreme times (up to 1e308) and sizes (up to u64::MAX), zero sizes, names
+//! that collide, stages as arrays, trailing data, truncated text. Most cases go
+//! through the library (fast); every 40th chain case also runs the `remat`
+//! binary, whose exit code must be 0, 1 or 2, whose schedule must replay within
+//! the budget and whose infeasible verdict must name a budget that `remat
+//! solve` then meets. The run prints its counts by outcome.
+//!
+//! `REMAT_FUZZ_CASES` sets the number of chain cases (default 10,000; graphs
+//! get a twentieth and schedules a tenth on top).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use remat::problem::{Options, Problem};
+use remat::solve::{Algorithm, SolveError, SolveOptions};
+use remat::{Chain, simulate_within};
+
+/// The longest a single case may take before it counts as a hang. Not a
+/// performance test: cases take milliseconds; this only turns a hang into a
+/// failure with the input that caused it.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Counts by outcome, printed at the end.
+static COUNTS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+fn count(what: impl Into<String>) {
+    *COUNTS.lock().unwrap().entry(what.into()).or_default() += 1;
+}
+
+fn cases() -> u32 {
+    std::env::var("REMAT_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+}
+
+/// A deterministic runner: the same cases on every run, so CI is reproducible
+/// (set `PROPTEST_RNG_SEED`-like variation by changing `seed`).
+fn runner(cases: u32, seed: u8) -> TestRunner {
+    let config = Config { cases, failure_persistence: None, max_shrink_iters: 200, ..Config::default() };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]))
+}
+
+/// A time as JSON text: ordinary, zero, tiny, huge, or invalid.
+fn time() -> impl Strategy<Value = String> {
+    prop_oneof![
+        60 => (0.0f64..100.0).prop_map(|t| format!("{t}")),
+        3 => Just("0".to_string()),
+        1 => prop_oneof![Just("1e-300"), Just("1e300"), Just("1e308"), Just("1.7976931348623157e308"), Just("-1"),
+                         Just("1e999"), Just("\"1\""), Just("null")]
+            .prop_map(str::to_string),
+    ]
+}
+
+/// A size as JSON text: small, large, extreme or invalid.
+fn size() -> impl Strategy<Value = String> {
+    prop_oneof![
+        50 => (0u64..1000).prop_map(|s| s.to_string()),
+        10 => (0u64..(1 << 40)).prop_map(|s| s.to_string()),
+        1 => prop_oneof![Just("0"), Just("18446744073709551615"), Just("9223372036854775808"), Just("-5"),
+                         Just("1.5"), Just("18446744073709551616")]
+            .prop_map(str::to_string),
+    ]
+}
+
+/// One stage as JSON text: an object with the required fields and some
+/// optional ones, occasionally with a field missing, unknown, or as an array.
+fn stage_text() -> impl Strategy<Value = String> {
+    (
+        time(),
+        time(),
+        size(),
+        size(),
+        proptest::option::weighted(0.3, size()),
+        proptest::option::weighted(0.2, size()),
+        proptest::option::weighted(0.2, size()),
+        proptest::option::weighted(0.2, prop_oneof![Just("loss"), Just("stage 2"), Just("a"), Just("")]),
+        0u8..200,
+    )
+        .prop_map(|(f, b, out, saved, grad, of, ob, name, shape)| {
+            let mut fields = vec![
+                format!("\"forward_time\": {f}"),
+                format!("\"backward_time\": {b}"),
+                format!("\"output_size\": {out}"),
+                format!("\"saved_size\": {saved}"),
+            ];
+            if let Some(g) = grad {
+                fields.push(format!("\"gradient_size\": {g}"));
+            }
+            if let Some(o) = of {
+                fields.push(format!("\"forward_overhead\": {o}"));
+            }
+            if let Some(o) = ob {
+                fields.push(format!("\"backward_overhead\": {o}"));
+            }
+            if let Some(n) = name {
+                fields.push(format!("\"name\": \"{n}\""));
+            }
+            match shape {
+                0 => format!("[{f}, {b}, {out}, {saved}]"), // positional: must be rejected
+                1 => format!("{{{}}}", fields[1..].join(", ")), // forward_time missing
+                2 => format!("{{{}, \"extra\": 1}}", fields.join(", ")),
+                _ => format!("{{{}}}", fields.join(", ")),
+            }
+        })
+}
+
+/// A whole chain file as text, with occasional damage after or inside it.
+fn chain_text() -> impl Strategy<Value = String> {
+    (size(), proptest::collection::vec(stage_text(), 0..10), proptest::option::weighted(0.3, stage_text()), 0u8..100)
+        .prop_map(|(input, stages, loss, damage)| {
+            let loss = loss.map(|l| format!(", \"loss\": {l}")).unwrap_or_default();
+            let text =
+                format!("{{\"name\": \"fuzz\", \"input_size\": {input}, \"stages\": [{}]{loss}}}", stages.join(", "));
+            match damage {
+                0 => format!("{text} trailing"),
+                1 => format!("{text}{text}"),
+                2 => text[..text.len() / 2].to_string(),
+                3 => text.replace("\"stages\"", "\"stage\""),
+                _ => text,
+            }
+        })
+}
+
+/// A budget: a fraction of the chain's store-all peak, or an extreme.
+fn budget_for(chain: &Chain, pick: u8, frac: f64) -> u64 {
+    let n = chain.len() + 1;
+    let store_all: Vec<remat::Op> = (1..=n).map(remat::Op::FAll).chain((1..=n).rev().map(remat::Op::B)).collect();
+    let peak = remat::simulate(chain, &store_all).map(|r| r.peak_memory).unwrap_or(u64::MAX);
+    match pick {
+        0 => 0,
+        1 => u64::MAX,
+        2 => peak,
+        _ => (peak as f64 * frac) as u64,
+    }
+}
+
+fn algorithm(pick: u8) -> Algorithm {
+    Algorithm::ALL[pick as usize % Algorithm::ALL.len()]
+}
+
+fn slots(pick: u8) -> usize {
+    [1, 2, 7, 50, 500, 500, 500, 1_000_000_000, usize::MAX][pick as usize % 9]
+}
+
+/// The most table memory a case may use: the guard allows tables up to half
+/// the machine's memory, which a test run shared with other builds must not
+/// take. (Refusals above the limit are covered by the guard's own tests.)
+const MAX_TABLE: u64 = 256 << 20;
+
+/// True when solving would build a table over [`MAX_TABLE`] that the guard
+/// allows (by the estimates the solvers use; for floating, whose exact
+/// estimate needs its plan, any upper estimate over [`MAX_TABLE`]).
+fn big_table(chain: &Chain, budget: u64, alg: Algorithm, opts: &SolveOptions) -> bool {
+    let m = remat::slots::Slots::new(budget, opts.slots.get()).budget;
+    let floating = chain.len() <= remat::solve::floating::MAX_STAGES
+        && remat::solve::floating::upper_estimate(chain.len(), m).table_bytes > MAX_TABLE;
+    // Over the guard's limit is fine: that is refused before allocation.
+    let limit = remat::guard::memory_limit();
+    let dp = remat::solve::memory_estimate(chain, budget, alg, opts).is_some_and(|b| b > MAX_TABLE && b <= limit);
+    dp || (floating && matches!(alg, Algorithm::Floating | Algorithm::Auto))
+}
+
+/// Runs one chain case through the library and checks the promise.
+fn check_chain_case(text: &str, alg: Algorithm, slots: usize, pick: u8, frac: f64) -> Result<(), TestCaseError> {
+    let start = Instant::now();
+    let chain = match Chain::from_json(text) {
+        Ok(c) => c,
+        Err(e) => {
+            prop_assert!(!e.to_string().is_empty());
+            count("chain: rejected at read (exit 2)");
+            return Ok(());
+        }
+    };
+    let budget = budget_for(&chain, pick, frac);
+    let opts = SolveOptions { slots: std::num::NonZeroUsize::new(slots.max(1)).unwrap(), ..SolveOptions::default() };
+    if big_table(&chain, budget, alg, &opts) {
+        count("chain: skipped, table over 256 MiB allowed by the guard");
+        return Ok(());
+    }
+    match remat::solve(&chain, budget, alg, &opts) {
+        Ok(sol) => {
+            let replay = simulate_within(&chain, &sol.schedule.operations, budget);
+            prop_assert!(replay.is_ok(), "{alg} schedule over budget {budget}: {replay:?}\n{text}");
+            prop_assert_eq!(replay.unwrap().peak_memory, sol.schedule.peak_memory);
+            prop_assert!(sol.schedule.makespan.is_finite());
+            count("chain: solved, replayed within budget (exit 0)");
+        }
+        Err(SolveError::Infeasible { min_budget: Some(m), .. }) => {
+            prop_assert!(m > budget, "{alg}: min budget {m} not above {budget}\n{text}");
+            if big_table(&chain, m, alg, &opts) {
+                count("chain: infeasible, named budget not re-solved (table over 256 MiB)");
+                return Ok(());
+            }
+            match remat::solve(&chain, m, alg, &opts) {
+                Ok(_) => count("chain: infeasible, named budget works (exit 1)"),
+                // More slots at a larger budget: a bigger table than the
+                // guard allows. The budget works with fewer --slots.
+                Err(SolveError::TooLarge { .. }) => count("chain: infeasible, named budget too large at these slots"),
+                Err(e) => prop_assert!(false, "{alg}: named budget {m} fails: {e}\n{text}"),
+            }
+        }
+        Err(SolveError::Infeasible { min_budget: None, .. }) => count("chain: infeasible, no budget works (exit 1)"),
+        Err(e @ (SolveError::Rejected { .. } | SolveError::Mispredicted { .. })) => {
+            prop_assert!(false, "{alg} at {budget} with {slots} slots: {e}\n{text}");
+        }
+        Err(e) => {
+            prop_assert!(!e.to_string().is_empty());
+            count("chain: refused (too large or bad options, exit 2)");
+        }
+    }
+    prop_assert!(start.elapsed() < HANG, "{alg} took {:?}\n{text}", start.elapsed());
+    if std::env::var("REMAT_FUZZ_SLOW").is_ok() && start.elapsed() > Duration::from_millis(300) {
+        eprintln!("slow: {:?} {alg} slots {slots} budget {budget}: {text}", start.elapsed());
+    }
+    Ok(())
+}
+
+/// Runs one chain case through the binary: exit 0, 1 or 2 only, no panic; the
+/// schedule replays within the budget; an infeasible verdict names a budget
+/// that the same command then meets.
+fn check_chain_binary(dir: &std::path::Path, text: &str, alg: Algorithm, slots: usize, budget: u64) {
+    let path = dir.join("chain.json");
+    std::fs::write(&path, text).unwrap();
+    let run = |budget: u64| {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"));
+        cmd.args(["solve", path.to_str().unwrap(), "--json", "-a", alg.name()])
+            .arg(format!("--memory={budget}"))
+            .arg(format!("--slots={slots}"));
+        cmd.output().unwrap()
+    };
+    let out = run(budget);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(matches!(code, Some(0..=2)), "exit {code:?} for {alg} {slots} {budget}: {stderr}\n{text}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let chain = Chain::from_json(text);
+    match code {
+        Some(0) => {
+            let ops = remat::schedule::parse_operations(&String::from_utf8_lossy(&out.stdout)).unwrap();
+            simulate_within(&chain.unwrap(), &ops, budget).unwrap();
+            count("binary: exit 0, schedule replayed within budget");
+        }
+        Some(1) => {
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            match json["min_budget"].as_u64() {
+                Some(m)
+                    if big_table(
+                        chain.as_ref().unwrap(),
+                        m,
+                        alg,
+                        &SolveOptions {
+                            slots: std::num::NonZeroUsize::new(slots.max(1)).unwrap(),
+                            ..SolveOptions::default()
+                        },
+                    ) =>
+                {
+                    count("binary: exit 1, named budget not re-run (table over 256 MiB)");
+                }
+                Some(m) => {
+                    let again = run(m);
+                    let stderr = String::from_utf8_lossy(&again.stderr);
+                    if again.status.code() == Some(2) && stderr.to_lowercase().contains("--slots n with a smaller n") {
+                        // The table at the larger budget is over the guard's
+                        // limit: the budget works with fewer slots.
+                        count("binary: exit 1, named budget too large at these slots (exit 2)");
+                    } else {
+                        assert_eq!(again.status.code(), Some(0), "{stderr}");
+                        count("binary: exit 1, named budget then exit 0");
+                    }
+                }
+                None => count("binary: exit 1, no budget works"),
+            }
+        }
+        _ => {
+            assert!(stderr.contains("error: "), "{stderr}");
+            count("binary: exit 2 with an error message");
+        }
+    }
+}
+
+#[test]
+fn chains_keep_the_promise() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = cases();
+    let strategy = (chain_text(), any::<u8>(), any::<u8>(), 0u8..8, 0.0f64..1.2, any::<u16>());
+    let mut runner = runner(n, 15);
+    runner
+        .run(&strategy, |(text, alg, sl, pick, frac, sample)| {
+            let (alg, slots) = (algorithm(alg), slots(sl));
+            check_chain_case(&text, alg, slots, pick, frac)?;
+            let parsed = Chain::from_json(&text);
+            let opts =
+                SolveOptions { slots: std::num::NonZeroUsize::new(slots.max(1)).unwrap(), ..SolveOptions::default() };
+            let big = parsed.as_ref().is_ok_and(|c| big_table(c, budget_for(c, pick, frac), alg, &opts));
+            if sample % 40 == 0 && !big {
+                let budget = parsed.map_or(1 << 20, |c| budget_for(&c, pick, frac));
+                // The binary takes at most 10^9 slots: other values test its parser.
+                check_chain_binary(dir.path(), &text, alg, slots, budget);
+            }
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+/// A small DAG as a forward-graph file: node i reads some earlier nodes.
+fn graph_text() -> impl Strategy<Value = String> {
+    proptest::collection::vec((time(), time(), size(), size(), any::<u8>(), 0u8..30), 1..7).prop_map(|nodes| {
+        let items: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (f, b, out, saved, reads, shape))| {
+                let inputs: Vec<String> = (0..i).filter(|j| reads >> (j % 8) & 1 == 1 || *j + 1 == i).map(|j| format!("\"n{j}\"")).collect();
+                match shape {
+                    0 => format!("[\"n{i}\", [{}], {f}, {b}, {out}, {saved}]", inputs.join(", ")),
+                    1 => format!("{{\"name\": \"n0\", \"inputs\": [], \"forward_time\": {f}, \"backward_time\": {b}, \"output_size\": {out}, \"saved_size\": {saved}}}"),
+                    _ => format!(
+                        "{{\"name\": \"n{i}\", \"inputs\": [{}], \"forward_time\": {f}, \"backward_time\": {b}, \"output_size\": {out}, \"saved_size\": {saved}}}",
+                        inputs.join(", ")
+                    ),
+                }
+            })
+            .collect();
+        format!("{{\"name\": \"g\", \"input_size\": 10, \"nodes\": [{}]}}", items.join(", "))
+    })
+}
+
+#[test]
+fn graphs_keep_the_promise() {
+    // Each graph case may build and solve a MILP: a twentieth as many.
+    let n = (cases() / 20).max(1);
+    let strategy = (graph_text(), 0u8..3, any::<u64>());
+    let mut runner = runner(n, 16);
+    runner
+        .run(&strategy, |(text, alg, budget)| {
+            let start = Instant::now();
+            let problem = match Problem::from_json(&text, "fuzz") {
+                Ok(p) => p,
+                Err(_) => {
+                    count("graph: rejected at read (exit 2)");
+                    return Ok(());
+                }
+            };
+            let budget = budget % (1 << 12);
+            let alg = Algorithm::GRAPH[alg as usize];
+            let opts = Options {
+                chain: SolveOptions::default(),
+                milp: remat::graph::milp::MilpOptions {
+                    time_limit: Some(Duration::from_secs(2)),
+                    ..Default::default()
+                },
+            };
+            match remat::problem::solve(&problem, budget, alg, &opts) {
+                Ok(remat::graph::Outcome::Graph { graph, solution, .. }) => {
+                    let replay = remat::graph::simulate_within(&graph, &solution.schedule.operations, budget);
+                    prop_assert!(replay.is_ok(), "{alg}: {replay:?}\n{text}");
+                    count("graph: solved, replayed within budget (exit 0)");
+                }
+                Ok(remat::graph::Outcome::Chain { chain, solution, .. }) => {
+                    prop_assert!(simulate_within(&chain, &solution.schedule.operations, budget).is_ok());
+                    count("graph: solved as a chain, replayed within budget (exit 0)");
+                }
+                Err(e) => {
+                    let text_e = e.to_string();
+                    prop_assert!(!text_e.contains("internal error"), "{text_e}\n{text}");
+                    count(format!(
+                        "graph: {} (exit 1 or 2)",
+                        if text_e.starts_with("no ") { "infeasible" } else { "error" }
+                    ));
+                }
+            }
+            prop_assert!(start.elapsed() < HANG);
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+/// Schedules in every accepted form, valid or not, against a fixed chain.
+#[test]
+fn schedules_keep_the_promise() {
+    let chain = Chain::from_json(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/chains/rotor-fc6.json")).unwrap(),
+    )
+    .unwrap();
+    let token = prop_oneof![
+        (1usize..9).prop_map(|l| format!("F_all^{l}")),
+        (1usize..9).prop_map(|l| format!("F_ck^{l}")),
+        (1usize..9).prop_map(|l| format!("F_none^{l}")),
+        (0usize..9).prop_map(|l| format!("B^{l}")),
+        (0usize..9, 0usize..9).prop_map(|(a, b)| format!("B^{a}..{b}")),
+        Just("F_all^18446744073709551615".to_string()),
+        Just("B^1..18446744073709551615".to_string()),
+        Just("junk".to_string()),
+    ];
+    let strategy = (proptest::collection::vec(token, 0..30), 0u8..4);
+    let mut runner = runner((cases() / 10).max(1), 17);
+    runner
+        .run(&strategy, |(tokens, form)| {
+            let text = match form {
+                0 => tokens.join(" "),
+                1 => format!("[{}]", tokens.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")),
+                2 => format!("{} trailing", tokens.join(",")),
+                _ => format!("[\"{}\"] []", tokens.join("\", \"")),
+            };
+            match remat::schedule::parse_operations(&text) {
+                Ok(ops) => match remat::simulate(&chain, &ops) {
+                    Ok(r) => {
+                        prop_assert!(r.makespan.is_finite());
+                        count("schedule: parsed and valid");
+                    }
+                    Err(_) => count("schedule: parsed, rejected by the simulator (exit 2)"),
+                },
+                Err(_) => count("schedule: rejected at read (exit 2)"),
+            }
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+fn print_counts() {
+    let counts = COUNTS.lock().unwrap();
+    let total: u64 = counts.values().sum();
+    println!("fuzz outcomes so far ({total} inputs):");
+    for (what, n) in counts.iter() {
+        println!("  {n:>7}  {what}");
+    }
+}
