@@ -336,7 +336,7 @@ def test_bad_solve_options(fc6: remat.Chain) -> None:
         remat.solve(fc6, "90MiB", "persistent", slots=0)
     with pytest.raises(ValueError, match="checkmate solves graphs, not chains"):
         remat.solve(fc6, "90MiB", "checkmate")
-    with pytest.raises(ValueError, match="exhaustive search is limited"):
+    with pytest.raises(ValueError, match="exhaustive search for a solve is limited"):
         remat.solve(remat.Chain.load(RESNET50), "4GiB", "exhaustive")
     with pytest.raises(TypeError):
         remat.solve("chains/rotor-fc6.json", "90MiB")  # type: ignore[arg-type]
