@@ -45,7 +45,7 @@ fn chain_file(name: &str) -> Chain {
 /// answers exactly where the fronts fit).
 fn slot_dp(chain: &Chain, budget: u64) -> f64 {
     let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
-    let m = sc.slots.budget;
+    let m = sc.slots.capacity;
     assert!(persistent::min_peak_slots(&sc) <= m, "feasible");
     let table = persistent::Table::build(sc, None);
     let ops = table.sequence(m).expect("feasible");

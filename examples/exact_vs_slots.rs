@@ -31,7 +31,7 @@ fn slot_dp(chain: &Chain, budget: u64, slots: usize) -> (Result<f64, String>, f6
     let sc = SlotChain::new(chain, Slots::new(budget, slots));
     let mib = persistent::table_bytes_estimate(&sc) as f64 / MIB;
     let start = Instant::now();
-    let m = sc.slots.budget;
+    let m = sc.slots.capacity;
     let result = if persistent::min_peak_slots(&sc) > m {
         Err("infeasible".to_string())
     } else {

@@ -89,7 +89,7 @@ fn address_space_limit(limits: &str) -> Option<u64> {
 /// `auto` is judged by what it would run. O(L^2) at most.
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
     let len = chain.len();
-    let m = Slots::new(budget, opts.slots.get()).budget;
+    let m = Slots::new(budget, opts.slots.get()).capacity;
     match algorithm {
         Algorithm::Persistent | Algorithm::Revolve => {
             if len > persistent::MAX_STAGES {

@@ -7,9 +7,10 @@
 pub struct Slots {
     /// Bytes per slot (at least 1).
     pub slot: u64,
-    /// The budget in whole slots: `floor(budget / slot)`. Between `slots` and
-    /// `2 * slots - 1` when the budget is at least `slots` bytes.
-    pub budget: usize,
+    /// The budget in whole slots, `floor(budget / slot)` (a slot count, never
+    /// bytes). Between `slots` and `2 * slots - 1` when the budget is at least
+    /// `slots` bytes.
+    pub capacity: usize,
 }
 
 impl Slots {
@@ -24,7 +25,7 @@ impl Slots {
     /// A discretization with a given slot size.
     pub fn with_slot(budget: u64, slot: u64) -> Slots {
         let slot = slot.max(1);
-        Slots { slot, budget: usize::try_from(budget / slot).unwrap_or(usize::MAX) }
+        Slots { slot, capacity: usize::try_from(budget / slot).unwrap_or(usize::MAX) }
     }
 
     /// `bytes` rounded up to whole slots (saturating at `usize::MAX`).
@@ -45,14 +46,14 @@ mod tests {
     #[test]
     fn rounding() {
         let s = Slots::new(1000, 500);
-        assert_eq!((s.slot, s.budget), (2, 500));
+        assert_eq!((s.slot, s.capacity), (2, 500));
         assert_eq!(s.of(3), 2);
         assert_eq!(s.of(4), 2);
         assert_eq!(s.of(0), 0);
         let s = Slots::new(1999, 500);
-        assert_eq!((s.slot, s.budget), (3, 666));
+        assert_eq!((s.slot, s.capacity), (3, 666));
         let exact = Slots::new(90, 500);
-        assert_eq!((exact.slot, exact.budget), (1, 90));
+        assert_eq!((exact.slot, exact.capacity), (1, 90));
     }
 }
 

@@ -159,7 +159,7 @@ const MAX_TABLE: u64 = 256 << 20;
 /// allows (by the estimates the solvers use; for floating, whose exact
 /// estimate needs its plan, any upper estimate over [`MAX_TABLE`]).
 fn big_table(chain: &Chain, budget: u64, alg: Algorithm, opts: &SolveOptions) -> bool {
-    let m = remat::slots::Slots::new(budget, opts.slots.get()).budget;
+    let m = remat::slots::Slots::new(budget, opts.slots.get()).capacity;
     let floating = chain.len() <= remat::solve::floating::MAX_STAGES
         && remat::solve::floating::upper_estimate(chain.len(), m).table_bytes > MAX_TABLE;
     // Over the guard's limit is fine: that is refused before allocation.

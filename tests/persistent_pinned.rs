@@ -103,13 +103,13 @@ fn budgets(chain: &Chain) -> [u64; 2] {
 fn reference(chain: &Chain, budget: u64) -> Option<f64> {
     let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
     let table = Reference::<f64>::build(sc.clone());
-    Some(table.makespan(sc.slots.budget)).filter(|m| m.is_finite())
+    Some(table.makespan(sc.slots.capacity)).filter(|m| m.is_finite())
 }
 
 fn optimised(chain: &Chain, budget: u64) -> Option<f64> {
     let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
     let table = Table::build(sc.clone(), None);
-    Some(table.makespan(sc.slots.budget)).filter(|m| m.is_finite())
+    Some(table.makespan(sc.slots.capacity)).filter(|m| m.is_finite())
 }
 
 #[test]

@@ -18,18 +18,18 @@ fn compare(chain: &Chain, budget: u64, slots: usize) -> usize {
     let reference = Reference::<f64>::build(sc.clone());
     let table = Table::build(sc.clone(), None);
     let mut feasible = 0;
-    for m in 0..=sc.slots.budget + 1 {
+    for m in 0..=sc.slots.capacity + 1 {
         let (want, got) = (reference.makespan(m), table.makespan(m));
-        assert_eq!(got.to_bits(), want.to_bits(), "{chain:?} at {m} of {} slots: {got} != {want}", sc.slots.budget);
+        assert_eq!(got.to_bits(), want.to_bits(), "{chain:?} at {m} of {} slots: {got} != {want}", sc.slots.capacity);
         let ops = table.sequence(m);
-        assert_eq!(ops, reference.sequence(m), "{chain:?} at {m} of {} slots", sc.slots.budget);
+        assert_eq!(ops, reference.sequence(m), "{chain:?} at {m} of {} slots", sc.slots.capacity);
         if let Some(ops) = ops {
             feasible += 1;
             let replay = simulate_within(chain, &ops, sc.slots.bytes(m)).unwrap();
             assert!((replay.makespan - got).abs() <= 1e-9 * got.max(1.0));
         }
     }
-    assert_eq!(feasible > 0, min_peak_slots(&sc) <= sc.slots.budget);
+    assert_eq!(feasible > 0, min_peak_slots(&sc) <= sc.slots.capacity);
     feasible
 }
 
@@ -94,7 +94,7 @@ fn f32_costs_would_change_results() {
         let sc = SlotChain::new(&chain, Slots::new(min + (peak - min) / 3, 100));
         let wide = Reference::<f64>::build(sc.clone());
         let narrow = Reference::<f32>::build(sc.clone());
-        for m in 0..=sc.slots.budget {
+        for m in 0..=sc.slots.capacity {
             if let Some(ops) = wide.sequence(m) {
                 cases += 1;
                 makespans += usize::from(f64::from(narrow.makespan(m)) != wide.makespan(m));

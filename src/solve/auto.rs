@@ -45,7 +45,7 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             reason: format!("{len} stages: over the floating DP's {}", floating::MAX_STAGES),
         };
     }
-    let m = Slots::new(budget, opts.slots.get()).budget;
+    let m = Slots::new(budget, opts.slots.get()).capacity;
     let est = floating::upper_estimate(len, m);
     let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
     if len <= floating::MAX_STAGES && est.table_bytes <= limit && est.work <= AUTO_FLOATING_WORK {

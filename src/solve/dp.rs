@@ -192,7 +192,7 @@ pub fn min_peak_exact<D: SlotDp>(chain: &Chain) -> u64 {
 /// True when `D` with `slots` slots finds a schedule at `budget` bytes.
 pub fn feasible<D: SlotDp>(chain: &Chain, budget: u64, slots: usize) -> bool {
     let disc = Slots::new(budget, slots);
-    D::plan(SlotChain::new(chain, disc)).min_peak_slots() <= disc.budget
+    D::plan(SlotChain::new(chain, disc)).min_peak_slots() <= disc.capacity
 }
 
 /// The smallest budget in bytes at which `D` with `slots` slots finds a
@@ -240,7 +240,7 @@ pub(crate) fn solve_dp<D: SlotDp>(
     D::check(chain, slots)?;
     let disc = Slots::new(budget, slots);
     let plan = D::plan(SlotChain::new(chain, disc));
-    if plan.min_peak_slots() > disc.budget {
+    if plan.min_peak_slots() > disc.capacity {
         return Err(SolveError::Infeasible {
             algorithm: D::ALGORITHM,
             budget,
@@ -249,8 +249,8 @@ pub(crate) fn solve_dp<D: SlotDp>(
     }
     check_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;
     let table = plan.fill(progress);
-    let ops = table.sequence(disc.budget).expect("feasible by the min-peak check");
-    Ok((ops, disc.slot, table.makespan(disc.budget)))
+    let ops = table.sequence(disc.capacity).expect("feasible by the min-peak check");
+    Ok((ops, disc.slot, table.makespan(disc.capacity)))
 }
 
 /// The table `D` fills for budgets up to `budget` bytes with slots of
@@ -266,7 +266,7 @@ pub(crate) fn table_up_to<D: SlotDp>(
     D::check(chain, slots)?;
     let disc = Slots::with_slot(budget, slot);
     let plan = D::plan(SlotChain::new(chain, disc));
-    if plan.min_peak_slots() > disc.budget {
+    if plan.min_peak_slots() > disc.capacity {
         return Ok(None);
     }
     check_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;

@@ -53,7 +53,7 @@ pub fn fitted<D: SlotDp>(
     let Some(table) = dp::table_up_to::<D>(chain, (base + extra) as u64 * slot, slot, slots, progress)? else {
         return Ok(None);
     };
-    let top = table.slots().budget;
+    let top = table.slots().capacity;
     let mut best: Option<Fitted> = None;
     for m in base..=top {
         let time = table.makespan(m);

@@ -374,7 +374,7 @@ impl Plan {
                 threshold[lay.index(cell)] = t;
             }
         }
-        let top = sc.slots.budget.checked_sub(sc.output[0]);
+        let top = sc.slots.capacity.checked_sub(sc.output[0]);
         Plan { sc, lay, threshold, top }
     }
 
@@ -386,7 +386,7 @@ impl Plan {
 
     /// True when some nested sequence fits the budget the plan was made for.
     pub fn feasible(&self) -> bool {
-        self.min_peak() <= self.sc.slots.budget
+        self.min_peak() <= self.sc.slots.capacity
     }
 
     fn row_len(&self, cell: Cell) -> usize {
@@ -558,19 +558,19 @@ impl Table {
         }
     }
 
-    /// Best makespan for a budget of `budget` slots (at most the table's), or
+    /// Best makespan for a budget of `m_slots` slots (at most the table's), or
     /// infinity when no nested sequence fits.
-    pub fn makespan(&self, budget: usize) -> f64 {
-        match budget.checked_sub(self.plan.sc.output[0]) {
-            Some(m) if budget <= self.plan.sc.slots.budget => self.cost(Cell::D(1, self.plan.lay.n), m),
+    pub fn makespan(&self, m_slots: usize) -> f64 {
+        match m_slots.checked_sub(self.plan.sc.output[0]) {
+            Some(m) if m_slots <= self.plan.sc.slots.capacity => self.cost(Cell::D(1, self.plan.lay.n), m),
             _ => INF,
         }
     }
 
-    /// The operation sequence reaching [`Table::makespan`] for `budget` slots,
+    /// The operation sequence reaching [`Table::makespan`] for `m_slots` slots,
     /// or `None` when infeasible. O(L) per operation.
-    pub fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        if !self.makespan(budget).is_finite() {
+    pub fn sequence(&self, m_slots: usize) -> Option<Vec<Op>> {
+        if !self.makespan(m_slots).is_finite() {
             return None;
         }
         enum Task {
@@ -579,7 +579,7 @@ impl Table {
         }
         let sc = &self.plan.sc;
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(Cell::D(1, sc.n), budget - sc.output[0])];
+        let mut stack = vec![Task::Solve(Cell::D(1, sc.n), m_slots - sc.output[0])];
         while let Some(task) = stack.pop() {
             let (cell, m) = match task {
                 Task::Emit(op) => {
@@ -696,7 +696,7 @@ mod tests {
         let c = crate::synthetic::network_like(3, 12);
         let plan = Plan::new(SlotChain::new(&c, Slots::new(200 << 20, 300)));
         let est = plan.estimate();
-        let upper = upper_estimate(12, plan.sc.slots.budget);
+        let upper = upper_estimate(12, plan.sc.slots.capacity);
         assert!(est.table_bytes <= upper.table_bytes && est.work <= upper.work, "{est:?} {upper:?}");
         let table = plan.fill(None);
         let entries: usize = table.rows.iter().map(|r| r.cost.len()).sum();

@@ -232,7 +232,7 @@ impl Table {
         &self.rows[self.index(s, t)]
     }
 
-    /// Fills the table for budgets up to `sc.slots.budget` slots.
+    /// Fills the table for budgets up to `sc.slots.capacity` slots.
     /// `progress(done, total)` is called as tiles complete.
     ///
     /// The cells are filled by square tiles, the tiles of one anti-diagonal
@@ -283,7 +283,7 @@ impl Table {
     /// Fills the cells of `tile`, whose rows of shorter sub-chains outside the
     /// tile are final. Returns each cell's row index, t - s and row.
     fn fill_tile(&self, tile: Tile, accs: &mut [Vec<f64>]) -> Vec<(usize, usize, Row)> {
-        let budget = self.sc.slots.budget;
+        let budget = self.sc.slots.capacity;
         let cells = || {
             (tile.cols.0..=tile.cols.1).flat_map(move |t| (tile.rows.0..=tile.rows.1.min(t)).rev().map(move |s| (s, t)))
         };
@@ -346,7 +346,7 @@ impl Table {
         let sc = &self.sc;
         let w = sc.saved[s];
         let from = sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w).max(sub.lo.saturating_add(w));
-        if from <= sc.slots.budget {
+        if from <= sc.slots.capacity {
             relax_row(&mut acc[from..], sc.forward_time[s] + sc.backward_time[s], sub, from - w);
         }
     }
@@ -355,7 +355,7 @@ impl Table {
     /// then (j + 1, t) = `right` beside a^j, then (s, j) = `left`.
     fn relax_split(&self, s: usize, t: usize, j: usize, right: &Row, left: &Row, acc: &mut [f64]) {
         let sc = &self.sc;
-        let budget = sc.slots.budget;
+        let budget = sc.slots.capacity;
         let k = self.index(s, j);
         let w = sc.output[j];
         let from = sc.gradient[t].saturating_add(self.need[k]).max(w).max(right.lo.saturating_add(w)).max(left.lo);
@@ -396,7 +396,7 @@ impl Table {
     /// table's is feasible too. O(1).
     pub fn min_budget_slots(&self) -> Option<usize> {
         let row = self.row(1, self.sc.n);
-        (row.lo <= self.sc.slots.budget).then(|| row.lo + self.sc.output[0])
+        (row.lo <= self.sc.slots.capacity).then(|| row.lo + self.sc.output[0])
     }
 
     /// The smallest budget, in slots, whose makespan is at most
@@ -405,7 +405,7 @@ impl Table {
     /// O(log S).
     pub fn min_budget_for_makespan(&self, max_makespan: f64) -> Option<usize> {
         let first = self.min_budget_slots()?;
-        let budget = self.sc.slots.budget;
+        let budget = self.sc.slots.capacity;
         let (mut lo, mut hi) = (first, budget + 1);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -414,14 +414,14 @@ impl Table {
         (lo <= budget).then_some(lo)
     }
 
-    /// Best makespan for a budget of `budget` slots (at most the table's), or
+    /// Best makespan for a budget of `m_slots` slots (at most the table's), or
     /// infinity when infeasible. O(1).
-    pub fn makespan(&self, budget: usize) -> f64 {
+    pub fn makespan(&self, m_slots: usize) -> f64 {
         let a0 = self.sc.output[0];
-        if budget < a0 || budget > self.sc.slots.budget {
+        if m_slots < a0 || m_slots > self.sc.slots.capacity {
             return INF;
         }
-        self.row(1, self.sc.n).get(budget - a0)
+        self.row(1, self.sc.n).get(m_slots - a0)
     }
 
     /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,
@@ -457,10 +457,10 @@ impl Table {
         unreachable!("a finite cell is one of its candidates")
     }
 
-    /// The operation sequence reaching [`Table::makespan`] for `budget` slots,
+    /// The operation sequence reaching [`Table::makespan`] for `m_slots` slots,
     /// or `None` when infeasible. O(L) per F_all or F_ck of the sequence.
-    pub fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        if !self.makespan(budget).is_finite() {
+    pub fn sequence(&self, m_slots: usize) -> Option<Vec<Op>> {
+        if !self.makespan(m_slots).is_finite() {
             return None;
         }
         enum Task {
@@ -469,7 +469,7 @@ impl Table {
         }
         let sc = &self.sc;
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(1, sc.n, budget - sc.output[0])];
+        let mut stack = vec![Task::Solve(1, sc.n, m_slots - sc.output[0])];
         while let Some(task) = stack.pop() {
             let (s, t, m) = match task {
                 Task::Emit(op) => {
@@ -510,7 +510,7 @@ impl Table {
 /// rounding tie between equal real costs (zero forward times) can break.
 pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let n = sc.n;
-    let budget = sc.slots.budget as u64;
+    let budget = sc.slots.capacity as u64;
     let per_cell = (std::mem::size_of::<Row>() + 2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>()) as u64;
     let threads = rayon::current_num_threads() as u64;
     let tile = TILE.min(n) as u64;

@@ -76,7 +76,7 @@ impl<C: Cost> Reference<C> {
 
     fn row(&self, s: usize, t: usize) -> (Vec<C>, Vec<u16>) {
         let sc = &self.sc;
-        let budget = sc.slots.budget;
+        let budget = sc.slots.capacity;
         let mut cost = vec![C::INF; budget + 1];
         let mut choice = vec![NONE; budget + 1];
         let back = sc.backward_need(s);
@@ -124,17 +124,17 @@ impl<C: Cost> Reference<C> {
     }
 
     /// Best makespan at `budget` slots (a^0 included), infinity if infeasible.
-    pub fn makespan(&self, budget: usize) -> C {
+    pub fn makespan(&self, m_slots: usize) -> C {
         let a0 = self.sc.output[0];
-        if budget < a0 || budget > self.sc.slots.budget {
+        if m_slots < a0 || m_slots > self.sc.slots.capacity {
             return C::INF;
         }
-        self.cost[self.idx(1, self.sc.n)][budget - a0]
+        self.cost[self.idx(1, self.sc.n)][m_slots - a0]
     }
 
     /// The sequence reaching [`Reference::makespan`], `None` if infeasible.
-    pub fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        if self.makespan(budget) == C::INF {
+    pub fn sequence(&self, m_slots: usize) -> Option<Vec<Op>> {
+        if self.makespan(m_slots) == C::INF {
             return None;
         }
         enum Task {
@@ -143,7 +143,7 @@ impl<C: Cost> Reference<C> {
         }
         let sc = &self.sc;
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(1, sc.n, budget - sc.output[0])];
+        let mut stack = vec![Task::Solve(1, sc.n, m_slots - sc.output[0])];
         while let Some(task) = stack.pop() {
             let (s, t, m) = match task {
                 Task::Emit(op) => {

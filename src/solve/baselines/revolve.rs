@@ -53,7 +53,7 @@ impl Table {
         (s - 1) * self.sc.n + (t - 1)
     }
 
-    /// Fills the table for every budget up to `sc.slots.budget` slots, one
+    /// Fills the table for every budget up to `sc.slots.capacity` slots, one
     /// anti-diagonal t - s at a time (cells of a diagonal in parallel).
     pub fn build(sc: SlotChain, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Table {
         let n = sc.n;
@@ -74,7 +74,7 @@ impl Table {
 
     fn row(&self, s: usize, t: usize) -> (Vec<f64>, Vec<u16>) {
         let sc = &self.sc;
-        let budget = sc.slots.budget;
+        let budget = sc.slots.capacity;
         let mut cost = vec![f64::INFINITY; budget + 1];
         let mut split = vec![0u16; budget + 1];
         if s == t {
@@ -102,24 +102,24 @@ impl Table {
         (cost, split)
     }
 
-    /// Best makespan with `budget` slots in all (a^0 included), or infinity.
-    pub fn makespan(&self, budget: usize) -> f64 {
-        match budget.checked_sub(self.sc.output[0]) {
-            Some(m) if budget <= self.sc.slots.budget => self.cost[self.at(1, self.sc.n)][m],
+    /// Best makespan with `m_slots` slots in all (a^0 included), or infinity.
+    pub fn makespan(&self, m_slots: usize) -> f64 {
+        match m_slots.checked_sub(self.sc.output[0]) {
+            Some(m) if m_slots <= self.sc.slots.capacity => self.cost[self.at(1, self.sc.n)][m],
             _ => f64::INFINITY,
         }
     }
 
-    /// The schedule reaching [`Table::makespan`]`(budget)`, or `None` when
+    /// The schedule reaching [`Table::makespan`]`(m_slots)`, or `None` when
     /// infeasible. O(length of the schedule).
-    pub fn sequence(&self, budget: usize) -> Option<Vec<Op>> {
-        if !self.makespan(budget).is_finite() {
+    pub fn sequence(&self, m_slots: usize) -> Option<Vec<Op>> {
+        if !self.makespan(m_slots).is_finite() {
             return None;
         }
         let sc = &self.sc;
         let mut ops = Vec::new();
         // Sub-chains still to run, the next on top: (s, t, slots besides a^{s-1}).
-        let mut todo = vec![(1, sc.n, budget - sc.output[0])];
+        let mut todo = vec![(1, sc.n, m_slots - sc.output[0])];
         while let Some((s, t, m)) = todo.pop() {
             if s == t {
                 ops.extend([Op::FAll(s), Op::B(s)]);
@@ -147,7 +147,7 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
 /// O(1).
 pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let cells = (sc.n as u64) * (sc.n as u64 + 1) / 2;
-    cells.saturating_mul((sc.slots.budget as u64).saturating_add(1)).saturating_mul(10)
+    cells.saturating_mul((sc.slots.capacity as u64).saturating_add(1)).saturating_mul(10)
 }
 
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots.get()`
