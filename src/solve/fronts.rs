@@ -358,31 +358,7 @@ impl Fronts {
     /// order F_all then s' = s+1..=t, whose value is the cell's (the slot
     /// DP's tie-break). O((t - s) log K).
     fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
-        let sc = &self.sc;
-        let target = self.front(s, t).get(m);
-        if s == t {
-            return None;
-        }
-        let w = sc.saved[s];
-        if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
-            && sc.forward_time[s] + sc.backward_time[s] + self.front(s + 1, t).get(m - w) == target
-        {
-            return None;
-        }
-        let mut need_fwd = sc.forward_ck_need(s, t);
-        let mut fwd = sc.forward_time[s];
-        for split in s + 1..=t {
-            let j = split - 1;
-            if j > s {
-                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-                fwd += sc.forward_time[j];
-            }
-            let w = sc.output[j];
-            if m >= need_fwd.max(w) && fwd + self.front(split, t).get(m - w) + self.front(s, j).get(m) == target {
-                return Some(split);
-            }
-        }
-        unreachable!("a finite cell is one of its candidates")
+        crate::solve::persistent::choice(&self.sc, s, t, m, |s, t, m| self.front(s, t).get(m))
     }
 
     /// The operation sequence reaching [`Fronts::makespan`] at `budget`
@@ -391,38 +367,8 @@ impl Fronts {
         if !self.makespan(budget).is_finite() {
             return None;
         }
-        enum Task {
-            Solve(usize, usize, usize),
-            Emit(Op),
-        }
-        let sc = &self.sc;
-        let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(1, sc.n, self.top(budget)?)];
-        while let Some(task) = stack.pop() {
-            let (s, t, m) = match task {
-                Task::Emit(op) => {
-                    ops.push(op);
-                    continue;
-                }
-                Task::Solve(s, t, m) => (s, t, m),
-            };
-            match self.choice(s, t, m) {
-                None => {
-                    ops.push(Op::FAll(s));
-                    stack.push(Task::Emit(Op::B(s)));
-                    if s < t {
-                        stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
-                    }
-                }
-                Some(split) => {
-                    ops.push(Op::FCk(s));
-                    ops.extend((s + 1..split).map(Op::FNone));
-                    stack.push(Task::Solve(s, split - 1, m));
-                    stack.push(Task::Solve(split, t, m - sc.output[split - 1]));
-                }
-            }
-        }
-        Some(ops)
+        let top = self.top(budget)?;
+        Some(crate::solve::persistent::sequence(&self.sc, top, |s, t, m| self.choice(s, t, m)))
     }
 }
 

@@ -429,32 +429,8 @@ impl Table {
     /// order F_all then s' = s+1..=t, whose value is the cell's (the tie-break
     /// of the triple loop), recomputed with the same float operations. O(t - s).
     fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
-        let sc = &self.sc;
-        let target = self.row(s, t).get(m);
-        debug_assert!(target.is_finite());
-        if s == t {
-            return None;
-        }
-        let w = sc.saved[s];
-        if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
-            && sc.forward_time[s] + sc.backward_time[s] + self.row(s + 1, t).get(m - w) == target
-        {
-            return None;
-        }
-        let mut need_fwd = sc.forward_ck_need(s, t);
-        let mut fwd_time = sc.forward_time[s];
-        for split in s + 1..=t {
-            let j = split - 1;
-            if j > s {
-                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-                fwd_time += sc.forward_time[j];
-            }
-            let w = sc.output[j];
-            if m >= need_fwd.max(w) && fwd_time + self.row(split, t).get(m - w) + self.row(s, j).get(m) == target {
-                return Some(split);
-            }
-        }
-        unreachable!("a finite cell is one of its candidates")
+        debug_assert!(self.row(s, t).get(m).is_finite());
+        choice(&self.sc, s, t, m, |s, t, m| self.row(s, t).get(m))
     }
 
     /// The operation sequence reaching [`Table::makespan`] for `m_slots` slots,
@@ -463,40 +439,86 @@ impl Table {
         if !self.makespan(m_slots).is_finite() {
             return None;
         }
-        enum Task {
-            Solve(usize, usize, usize),
-            Emit(Op),
+        Some(sequence(&self.sc, m_slots - self.sc.output[0], |s, t, m| self.choice(s, t, m)))
+    }
+}
+
+/// How sub-chain (s, t) starts at m slots in an optimal persistent sequence,
+/// given its cost function `cost(s, t, m)` (the slot table's rows, or the
+/// exact fronts of [`crate::solve::fronts`]): `None` for F_all^s, `Some(s')`
+/// for F_ck^s F_none^{s+1} .. F_none^{s'-1}. The first candidate, in the order
+/// F_all then s' = s+1..=t, whose value is the cell's (recomputed with the
+/// same float operations as the fill, so ties break the same way in both).
+/// O(t - s) lookups.
+pub(crate) fn choice(
+    sc: &SlotChain,
+    s: usize,
+    t: usize,
+    m: usize,
+    cost: impl Fn(usize, usize, usize) -> f64,
+) -> Option<usize> {
+    let target = cost(s, t, m);
+    if s == t {
+        return None;
+    }
+    let w = sc.saved[s];
+    if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
+        && sc.forward_time[s] + sc.backward_time[s] + cost(s + 1, t, m - w) == target
+    {
+        return None;
+    }
+    let mut need_fwd = sc.forward_ck_need(s, t);
+    let mut fwd_time = sc.forward_time[s];
+    for split in s + 1..=t {
+        let j = split - 1;
+        if j > s {
+            need_fwd = need_fwd.max(sc.forward_none_need(j, t));
+            fwd_time += sc.forward_time[j];
         }
-        let sc = &self.sc;
-        let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(1, sc.n, m_slots - sc.output[0])];
-        while let Some(task) = stack.pop() {
-            let (s, t, m) = match task {
-                Task::Emit(op) => {
-                    ops.push(op);
-                    continue;
-                }
-                Task::Solve(s, t, m) => (s, t, m),
-            };
-            match self.choice(s, t, m) {
-                None => {
-                    ops.push(Op::FAll(s));
-                    stack.push(Task::Emit(Op::B(s)));
-                    if s < t {
-                        stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
-                    }
-                }
-                Some(split) => {
-                    ops.push(Op::FCk(s));
-                    ops.extend((s + 1..split).map(Op::FNone));
-                    // Stack order: (split, t) runs first, then (s, split - 1).
-                    stack.push(Task::Solve(s, split - 1, m));
-                    stack.push(Task::Solve(split, t, m - sc.output[split - 1]));
+        let w = sc.output[j];
+        if m >= need_fwd.max(w) && fwd_time + cost(split, t, m - w) + cost(s, j, m) == target {
+            return Some(split);
+        }
+    }
+    unreachable!("a finite cell is one of its candidates")
+}
+
+/// The persistent sequence of the whole chain from `m` slots besides a^0,
+/// following `choice(s, t, m)` (see [`choice`]) down the sub-chains, without
+/// recursion. O(L) choices.
+pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, usize) -> Option<usize>) -> Vec<Op> {
+    enum Task {
+        Solve(usize, usize, usize),
+        Emit(Op),
+    }
+    let mut ops = Vec::new();
+    let mut stack = vec![Task::Solve(1, sc.n, m)];
+    while let Some(task) = stack.pop() {
+        let (s, t, m) = match task {
+            Task::Emit(op) => {
+                ops.push(op);
+                continue;
+            }
+            Task::Solve(s, t, m) => (s, t, m),
+        };
+        match choice(s, t, m) {
+            None => {
+                ops.push(Op::FAll(s));
+                stack.push(Task::Emit(Op::B(s)));
+                if s < t {
+                    stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
                 }
             }
+            Some(split) => {
+                ops.push(Op::FCk(s));
+                ops.extend((s + 1..split).map(Op::FNone));
+                // Stack order: (split, t) runs first, then (s, split - 1).
+                stack.push(Task::Solve(s, split - 1, m));
+                stack.push(Task::Solve(split, t, m - sc.output[split - 1]));
+            }
         }
-        Some(ops)
     }
+    ops
 }
 
 /// The memory [`Table::build`] for `sc` is expected to take, in bytes, before
