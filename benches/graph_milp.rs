@@ -10,7 +10,6 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{GraphFile, joint, solve_joint};
-use remat::solve::Algorithm;
 
 fn bench(c: &mut Criterion) {
     let backend = Backend::best_available();
@@ -24,7 +23,7 @@ fn bench(c: &mut Criterion) {
         };
         let graph = joint::derive(&forward).unwrap();
         for mib in budgets {
-            for algorithm in [Algorithm::Checkmate, Algorithm::CheckmateApprox] {
+            for algorithm in [remat::graph::GraphAlgorithm::Checkmate, remat::graph::GraphAlgorithm::CheckmateApprox] {
                 let id = BenchmarkId::new(format!("{name}/{algorithm}"), format!("{mib}MiB"));
                 group.bench_function(id, |b| b.iter(|| solve_joint(&graph, mib << 20, algorithm, &opts)));
             }

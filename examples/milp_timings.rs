@@ -22,7 +22,6 @@ use remat::graph::baselines::candidates;
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{GraphFile, joint, solve_joint};
 use remat::size::format_size;
-use remat::solve::Algorithm;
 
 /// Budgets of a case: fixed, in MiB, or fractions of the way from the
 /// recompute-all peak to the checkpoint-all peak of its joint graph.
@@ -50,8 +49,11 @@ fn main() {
     let backends = if first_only { &Backend::ALL[..1] } else { Backend::ALL };
     let limit: f64 =
         args.iter().find(|a| !a.starts_with("--")).map_or(60.0, |s| s.parse().expect("a time limit in seconds"));
-    let algorithms: &[Algorithm] =
-        if approx { &[Algorithm::Checkmate, Algorithm::CheckmateApprox] } else { &[Algorithm::Checkmate] };
+    let algorithms: &[remat::graph::GraphAlgorithm] = if approx {
+        &[remat::graph::GraphAlgorithm::Checkmate, remat::graph::GraphAlgorithm::CheckmateApprox]
+    } else {
+        &[remat::graph::GraphAlgorithm::Checkmate]
+    };
     println!(
         "| graph | joint nodes | budget | algorithm | backend | seconds | status | gap | makespan (no recomputation) | warm start |"
     );

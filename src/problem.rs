@@ -14,7 +14,9 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
-use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
+use crate::graph::{
+    ForwardGraph, GraphAlgorithm, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph,
+};
 use crate::solve::{Algorithm, SolveOptions};
 
 /// A validated input: what a chain or graph file holds.
@@ -149,6 +151,63 @@ impl Problem {
     }
 }
 
+/// What a user asks to run: a chain algorithm (which a forward graph that is
+/// a path also takes, and `auto` and `exhaustive` on any graph), or a
+/// graph-only one. The command line's `--algorithm` parses into this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// A chain algorithm.
+    Chain(Algorithm),
+    /// A graph-only algorithm (`checkmate`, `checkmate-approx`).
+    Graph(GraphAlgorithm),
+}
+
+impl Method {
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Chain(a) => a.name(),
+            Method::Graph(g) => g.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Method, String> {
+        if let Ok(g) = s.parse::<GraphAlgorithm>() {
+            return Ok(Method::Graph(g));
+        }
+        s.parse::<Algorithm>().map(Method::Chain).map_err(|_| {
+            let names: Vec<&str> = Algorithm::ALL
+                .iter()
+                .map(|a| a.name())
+                .chain(GraphAlgorithm::GRAPH_ONLY.iter().map(|g| g.name()))
+                .collect();
+            format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
+        })
+    }
+}
+
+impl From<Algorithm> for Method {
+    fn from(a: Algorithm) -> Method {
+        Method::Chain(a)
+    }
+}
+
+impl From<GraphAlgorithm> for Method {
+    fn from(g: GraphAlgorithm) -> Method {
+        Method::Graph(g)
+    }
+}
+
 /// Options of [`solve`]: the chain solvers' and the graph solvers'.
 #[derive(Clone, Copy, Default)]
 pub struct Options<'a> {
@@ -165,17 +224,17 @@ pub struct Options<'a> {
 /// other graph to the MILP). Every schedule is replayed by the exact chain or
 /// graph simulator before it is returned. The [`Outcome`]'s `why` says which
 /// path was taken (empty for a chain solved as asked).
-pub fn solve(problem: &Problem, budget: u64, algorithm: Algorithm, opts: &Options) -> Result<Outcome, GraphSolveError> {
+pub fn solve(problem: &Problem, budget: u64, method: Method, opts: &Options) -> Result<Outcome, GraphSolveError> {
     let graph_opts = GraphOptions { milp: opts.milp, slots: opts.chain.slots, chain_progress: opts.chain.progress };
-    match problem {
-        Problem::Chain(chain) if !algorithm.is_graph_only() => {
+    match (problem, method) {
+        (Problem::Chain(chain), Method::Chain(algorithm)) => {
             let solution = crate::solve::solve(chain, budget, algorithm, &opts.chain)?;
             Ok(Outcome::Chain { chain: chain.clone(), solution, why: String::new() })
         }
-        Problem::Chain(chain) => {
-            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, algorithm, &graph_opts)
+        (Problem::Chain(chain), Method::Graph(_)) => {
+            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, &graph_opts)
         }
-        Problem::Graph(file) => crate::graph::solve(file, budget, algorithm, &graph_opts),
+        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, &graph_opts),
     }
 }
 

@@ -181,3 +181,35 @@ fn long_schedules_print_compactly_and_read_back() {
     assert_eq!(replay["makespan"], recorded["makespan"]);
     assert_eq!(replay["operations"].as_u64().unwrap() as usize, recorded["operations"].as_array().unwrap().len());
 }
+
+#[test]
+fn graph_algorithms_are_not_chain_algorithms() {
+    // Chain-only commands take chain algorithms; a graph-only name is told
+    // apart (not "unknown"), and `solve` still runs it on the chain's graph.
+    for args in [
+        vec!["min-memory", "chains/rotor-fc6.json", "-a", "checkmate"],
+        vec!["compare", "chains/rotor-fc6.json", "--memory", "90MiB", "--slots", "0"],
+    ] {
+        let out = remat().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    remat()
+        .args(["min-memory", "chains/rotor-fc6.json", "-a", "checkmate"])
+        .assert()
+        .code(2)
+        .stderr(contains("checkmate solves graphs, not chains"));
+    remat()
+        .args(["solve", "chains/rotor-fc6.json", "--memory", "100MiB", "-a", "checkmate", "--json"])
+        .assert()
+        .success()
+        .stdout(contains("\"algorithm\": \"checkmate\""));
+    assert!("checkmate".parse::<remat::solve::Algorithm>().is_err());
+    assert_eq!(
+        "checkmate".parse::<remat::problem::Method>(),
+        Ok(remat::problem::Method::Graph(remat::graph::GraphAlgorithm::Checkmate))
+    );
+    assert_eq!(
+        "auto".parse::<remat::problem::Method>(),
+        Ok(remat::problem::Method::Chain(remat::solve::Algorithm::Auto))
+    );
+}

@@ -350,7 +350,11 @@ fn graphs_keep_the_promise() {
                 }
             };
             let budget = budget % (1 << 12);
-            let alg = Algorithm::GRAPH[alg as usize];
+            let alg = [
+                remat::problem::Method::Chain(Algorithm::Auto),
+                remat::problem::Method::Graph(remat::graph::GraphAlgorithm::Checkmate),
+                remat::problem::Method::Graph(remat::graph::GraphAlgorithm::CheckmateApprox),
+            ][alg as usize];
             let opts = Options {
                 chain: SolveOptions::default(),
                 milp: remat::graph::milp::MilpOptions {

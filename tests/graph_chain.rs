@@ -57,7 +57,7 @@ fn a_path_forward_graph_is_solved_as_its_chain() {
         let top = solve(&chain, 1 << 20, Algorithm::Persistent, &SolveOptions::default()).unwrap().schedule.peak_memory;
         for budget in [top / 3, top / 2, 2 * top / 3, top] {
             let direct = solve(&chain, budget, Algorithm::Auto, &SolveOptions::default());
-            match (graph_solve(&file, budget, Algorithm::Auto, &GraphOptions::default()), direct) {
+            match (graph_solve(&file, budget, Algorithm::Auto.into(), &GraphOptions::default()), direct) {
                 (Ok(Outcome::Chain { solution, why, .. }), Ok(direct)) => {
                     assert_eq!(solution.schedule, direct.schedule);
                     assert!(why.starts_with("chain solver"), "{why}");

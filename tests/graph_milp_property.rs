@@ -19,7 +19,6 @@ use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
     ForwardGraph, Graph, GraphSolveError, Node, Status, exhaustive, joint, simulate_within, solve_joint,
 };
-use remat::solve::Algorithm;
 use remat::synthetic::Rng;
 
 /// A random DAG of `n` nodes: node v reads 1..=3 distinct earlier nodes
@@ -101,7 +100,7 @@ fn check(graph: &Graph, backend: Backend) -> usize {
         budgets += 1;
         let oracle = exhaustive::fastest(graph, budget).map(|(cost, _)| cost);
         let case = || format!("{} ({:?}) at budget {budget} with {backend}", graph.name(), graph.nodes());
-        match (solve_joint(graph, budget, Algorithm::Checkmate, &opts), oracle) {
+        match (solve_joint(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts), oracle) {
             (Ok(sol), Some(best)) => {
                 assert_eq!(sol.schedule.makespan, best, "{}: MILP vs exhaustive", case());
                 assert_eq!(sol.schedule.status, Status::Optimal, "{}", case());
@@ -117,7 +116,7 @@ fn check(graph: &Graph, backend: Backend) -> usize {
             (other, oracle) => panic!("{}: MILP {other:?}, exhaustive {oracle:?}", case()),
         }
     }
-    let all = solve_joint(graph, store_all.max(min_any), Algorithm::Checkmate, &opts).unwrap();
+    let all = solve_joint(graph, store_all.max(min_any), remat::graph::GraphAlgorithm::Checkmate, &opts).unwrap();
     assert_eq!(all.schedule.makespan, graph.total_cost(), "store-all at the checkpoint-all peak");
     budgets
 }

@@ -9,7 +9,6 @@ use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
     ForwardGraph, Graph, GraphSolveError, Node, Status, exhaustive, joint, simulate_within, solve_joint,
 };
-use remat::solve::Algorithm;
 use remat::synthetic::Rng;
 
 fn unit(name: String, inputs: Vec<usize>) -> Node {
@@ -73,7 +72,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
     for budget in min_any.saturating_sub(1)..=ample {
         budgets += 1;
         let oracle = exhaustive::fastest(graph, budget).map(|(cost, _)| cost);
-        let milp = solve_joint(graph, budget, Algorithm::Checkmate, &opts);
+        let milp = solve_joint(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts);
         match (&milp, oracle) {
             (Ok(sol), Some(best)) => {
                 assert_eq!(sol.schedule.makespan, best, "{} at budget {budget}: MILP vs exhaustive", graph.name());
@@ -91,7 +90,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
             }
             (other, oracle) => panic!("{} at budget {budget}: MILP {other:?}, exhaustive {oracle:?}", graph.name()),
         }
-        match solve_joint(graph, budget, Algorithm::CheckmateApprox, &opts) {
+        match solve_joint(graph, budget, remat::graph::GraphAlgorithm::CheckmateApprox, &opts) {
             Ok(sol) => {
                 rounded += 1;
                 let best = oracle.expect("a rounded schedule proves a schedule exists");
@@ -108,7 +107,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
         }
     }
     // With ample memory the LP's S* is integral enough to round to checkpoint-all.
-    let ample_sol = solve_joint(graph, ample, Algorithm::CheckmateApprox, &opts).unwrap();
+    let ample_sol = solve_joint(graph, ample, remat::graph::GraphAlgorithm::CheckmateApprox, &opts).unwrap();
     assert_eq!(ample_sol.schedule.makespan, graph.total_cost());
     (budgets, rounded)
 }

@@ -8,7 +8,6 @@ use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
     Graph, GraphFile, GraphSolveError, Status, baselines, joint, min_budget, simulate_within, solve_joint,
 };
-use remat::solve::Algorithm;
 
 const MIB: u64 = 1 << 20;
 
@@ -36,7 +35,8 @@ fn the_real_graphs_have_the_expected_shape() {
     // The smallest budget is the widest working set: grad:dec1 with its inputs.
     let m = min_budget(&unet, &opts(Backend::Microlp, 60.0)).unwrap();
     assert!(m.proven && m.bytes == unet.working_set_bound(), "{m:?}");
-    let e = solve_joint(&unet, m.bytes - 1, Algorithm::Checkmate, &opts(Backend::Microlp, 60.0)).unwrap_err();
+    let e = solve_joint(&unet, m.bytes - 1, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 60.0))
+        .unwrap_err();
     assert!(matches!(e, GraphSolveError::Infeasible { min_budget: Some(b), .. } if b == m), "{e}");
 }
 
@@ -45,7 +45,8 @@ fn a_time_limit_returns_the_best_schedule_known() {
     let [(unet, budgets), _] = cases();
     let budget = budgets[1];
     // Far too short for the root LP: the warm start is the answer.
-    let sol = solve_joint(&unet, budget, Algorithm::Checkmate, &opts(Backend::Microlp, 1e-9)).unwrap();
+    let sol =
+        solve_joint(&unet, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 1e-9)).unwrap();
     assert_eq!(sol.schedule.status, Status::TimeLimit);
     let warm = baselines::best_fitting(&unet, budget).unwrap();
     assert!((sol.schedule.makespan - warm.cost).abs() < 1e-9 * warm.cost, "{} vs {}", sol.schedule.makespan, warm.cost);
@@ -58,7 +59,12 @@ fn a_time_limit_returns_the_best_schedule_known() {
 fn rounding_fits_the_budget_or_says_so() {
     for (graph, budgets) in cases() {
         for budget in budgets {
-            match solve_joint(&graph, budget, Algorithm::CheckmateApprox, &opts(Backend::Microlp, 60.0)) {
+            match solve_joint(
+                &graph,
+                budget,
+                remat::graph::GraphAlgorithm::CheckmateApprox,
+                &opts(Backend::Microlp, 60.0),
+            ) {
                 Ok(sol) => {
                     assert_eq!(sol.schedule.status, Status::Rounded);
                     assert!(sol.schedule.peak_memory <= budget);
@@ -81,11 +87,18 @@ fn rounding_fits_the_budget_or_says_so() {
 fn highs_solves_the_real_graphs() {
     for (graph, budgets) in cases() {
         for budget in budgets {
-            let sol = solve_joint(&graph, budget, Algorithm::Checkmate, &opts(Backend::Highs, 300.0)).unwrap();
+            let sol =
+                solve_joint(&graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Highs, 300.0))
+                    .unwrap();
             simulate_within(&graph, &sol.schedule.operations, budget).unwrap();
             let warm = baselines::best_fitting(&graph, budget).unwrap();
             assert!(sol.schedule.makespan <= warm.cost + 1e-9);
-            let approx = solve_joint(&graph, budget, Algorithm::CheckmateApprox, &opts(Backend::Highs, 300.0));
+            let approx = solve_joint(
+                &graph,
+                budget,
+                remat::graph::GraphAlgorithm::CheckmateApprox,
+                &opts(Backend::Highs, 300.0),
+            );
             if let Ok(approx) = approx {
                 assert!(approx.bound.unwrap() <= sol.schedule.makespan + 1e-6);
                 if sol.schedule.status == Status::Optimal {
@@ -107,14 +120,16 @@ fn a_large_graph_gets_a_proven_gap_and_store_all_needs_no_milp() {
     // At the checkpoint-all peak nothing needs recomputing: optimal, proven by
     // the total-cost bound, without building the MILP (which would not finish
     // within this limit: see the tight budget below).
-    let sol = solve_joint(&inception, store_all, Algorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
+    let sol = solve_joint(&inception, store_all, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5))
+        .unwrap();
     assert_eq!((sol.schedule.status, sol.schedule.gap), (Status::Optimal, Some(0.0)));
     assert_eq!(sol.schedule.makespan, inception.total_cost());
     // Halfway to the recompute-all peak, microlp stops at the limit with the
     // warm start; its gap is proven against at least the total cost.
     let lowest = all.iter().map(|b| b.peak).min().unwrap();
     let budget = lowest + (store_all - lowest) / 2;
-    let sol = solve_joint(&inception, budget, Algorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
+    let sol =
+        solve_joint(&inception, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
     assert_ne!(sol.schedule.status, Status::Optimal);
     let bound = sol.bound.expect("a proven bound");
     assert!(bound >= inception.total_cost() - 1e-9 && bound <= sol.schedule.makespan, "{bound}");

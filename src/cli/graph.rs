@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use remat::Problem;
+use remat::graph::GraphAlgorithm;
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::schedule::notation;
 use remat::graph::{Graph, GraphFile, GraphSchedule, GraphSolveError, Outcome};
+use remat::problem::Method;
 use remat::size::format_size;
 use remat::solve::Algorithm;
 
@@ -97,10 +99,10 @@ pub struct Ticker {
 
 impl Ticker {
     /// A ticker for the graph solver `algorithm` runs with `args`.
-    pub fn new(args: &GraphArgs, algorithm: Algorithm) -> Ticker {
-        let what = match algorithm {
-            Algorithm::CheckmateApprox => "LP relaxation and rounding",
-            Algorithm::Exhaustive => "exhaustive search",
+    pub fn new(args: &GraphArgs, method: Method) -> Ticker {
+        let what = match method {
+            Method::Graph(GraphAlgorithm::CheckmateApprox) => "LP relaxation and rounding",
+            Method::Chain(Algorithm::Exhaustive) | Method::Graph(GraphAlgorithm::Exhaustive) => "exhaustive search",
             _ => "Checkmate MILP",
         };
         let backend = args.lp_solver.unwrap_or_else(Backend::best_available);

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use remat::graph::{GraphSolveError, Outcome};
-use remat::problem::Options;
+use remat::problem::{Method, Options};
 use remat::schedule::{summary, wrapped_notation};
 use remat::size::format_size;
 use remat::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
@@ -36,8 +36,8 @@ pub struct Args {
     /// runs them all. On a graph file, auto solves a path as a chain and any
     /// other graph with checkmate (the Checkmate MILP); checkmate-approx: its
     /// LP relaxation with two-phase rounding.
-    #[arg(short, long, default_value = "auto", value_parser = parse_algorithm)]
-    algorithm: Algorithm,
+    #[arg(short, long, default_value = "auto", value_parser = parse_method)]
+    algorithm: Method,
     /// With --algorithm sequential: the number of segments K (1 to the number
     /// of stages), as given to checkpoint_sequential. Default: the fastest K
     /// that fits the budget.
@@ -61,12 +61,19 @@ pub struct Args {
 /// Tables from this size on are announced on stderr before solving.
 const LARGE_TABLE: u64 = 256 << 20;
 
+/// Parses a chain algorithm (what the chain-only commands take).
 pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse()
 }
 
+/// Parses any algorithm `remat solve` takes: a chain algorithm or a
+/// graph-only one (`checkmate`, `checkmate-approx`).
+fn parse_method(s: &str) -> Result<Method, String> {
+    s.parse()
+}
+
 pub fn run(args: Args) -> CliResult {
-    if args.segments.is_some() && args.algorithm != Algorithm::Sequential {
+    if args.segments.is_some() && args.algorithm != Method::Chain(Algorithm::Sequential) {
         return Err(Failure::input(anyhow::anyhow!(
             "--segments applies to --algorithm sequential only (got --algorithm {})",
             args.algorithm
@@ -85,12 +92,12 @@ pub fn run(args: Args) -> CliResult {
         chain: SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments },
         milp: args.graph.milp_options(Some(&tick)),
     };
-    if let Problem::Chain(chain) = &problem {
+    if let (Problem::Chain(chain), Method::Chain(algorithm)) = (&problem, algorithm) {
         // Before the estimate below, which is itself O(L^2).
         remat::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
     }
-    if let Problem::Chain(chain) = &problem
-        && let Some(bytes) = memory_estimate(chain, args.memory, algorithm, &opts.chain)
+    if let (Problem::Chain(chain), Method::Chain(chain_algorithm)) = (&problem, algorithm)
+        && let Some(bytes) = memory_estimate(chain, args.memory, chain_algorithm, &opts.chain)
         && bytes >= LARGE_TABLE
     {
         eprintln!("note: the {algorithm} solver's table will take about {}", format_size(bytes));
@@ -128,7 +135,7 @@ pub fn run(args: Args) -> CliResult {
         let why = match &outcome {
             Outcome::Chain { why, .. } | Outcome::Graph { why, .. } => why,
         };
-        if algorithm == Algorithm::Auto && !why.is_empty() {
+        if algorithm == Method::Chain(Algorithm::Auto) && !why.is_empty() {
             eprintln!("note: auto chose the {why}");
         }
         outln!("{json}");
@@ -147,10 +154,10 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
     // (algorithm, budget, a budget that works, proven smallest, proven lower bound)
     let (algorithm, budget, min_budget, proven, lower) = match e {
         GraphSolveError::Chain(SolveError::Infeasible { algorithm, budget, min_budget }) => {
-            (*algorithm, *budget, *min_budget, true, *min_budget)
+            (algorithm.name(), *budget, *min_budget, true, *min_budget)
         }
         GraphSolveError::Infeasible { algorithm, budget, min_budget } => (
-            *algorithm,
+            algorithm.name(),
             *budget,
             min_budget.map(|m| m.bytes),
             min_budget.is_some_and(|m| m.proven),
@@ -159,7 +166,7 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
         _ => return None,
     };
     Some(serde_json::json!({
-        "status": "infeasible", "algorithm": algorithm.name(), "budget": budget, "min_budget": min_budget,
+        "status": "infeasible", "algorithm": algorithm, "budget": budget, "min_budget": min_budget,
         "min_budget_proven": proven, "min_budget_lower": lower,
     }))
 }

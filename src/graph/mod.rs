@@ -14,6 +14,7 @@
 //! earlier node, times are finite and non-negative and the sizes add up to
 //! less than `u64::MAX`, so the solvers and the simulator never overflow.
 
+mod algorithm;
 pub mod approx;
 pub mod baselines;
 pub mod exhaustive;
@@ -26,6 +27,7 @@ pub mod schedule;
 pub mod simulate;
 mod solve;
 
+pub use algorithm::GraphAlgorithm;
 pub use forward::{ForwardGraph, NotAPath};
 pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};

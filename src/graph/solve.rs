@@ -6,12 +6,14 @@ use std::fmt;
 use thiserror::Error;
 
 use crate::chain::Chain;
+use crate::graph::GraphAlgorithm;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
 use crate::graph::{Graph, GraphError, GraphFile, exhaustive, joint};
+use crate::problem::Method;
 use crate::size::format_size;
 use crate::solve::{Algorithm, Progress, Solution, SolveError, SolveOptions};
 
@@ -129,7 +131,7 @@ pub enum GraphSolveError {
     #[error("no {algorithm} schedule fits in {} ({budget} bytes){}", format_size(*budget), min_budget.map(|m| format!("; {m}")).unwrap_or_default())]
     Infeasible {
         /// The algorithm asked.
-        algorithm: Algorithm,
+        algorithm: GraphAlgorithm,
         /// The budget in bytes.
         budget: u64,
         /// The smallest budget, as far as it could be found.
@@ -154,9 +156,21 @@ pub enum GraphSolveError {
     #[error("internal error: the {algorithm} schedule failed its replay ({source}); please report this")]
     Rejected {
         /// The algorithm at fault.
-        algorithm: Algorithm,
+        algorithm: GraphAlgorithm,
         /// What the simulator said.
         source: GraphSimulateError,
+    },
+    /// The solver's objective is below its schedule's replay: a bug in remat.
+    #[error(
+        "internal error: {algorithm} predicted makespan {predicted} but its schedule replays at {replayed}; please report this"
+    )]
+    Mispredicted {
+        /// The algorithm at fault.
+        algorithm: GraphAlgorithm,
+        /// What the solver claimed.
+        predicted: f64,
+        /// What the simulator measured.
+        replayed: f64,
     },
 }
 
@@ -180,25 +194,24 @@ impl From<MilpError> for GraphSolveError {
 ///
 /// Every schedule is replayed by the chain or graph simulator before it is
 /// returned. Deterministic except where a time limit stops a solver.
-pub fn solve(
-    file: &GraphFile,
-    budget: u64,
-    algorithm: Algorithm,
-    opts: &GraphOptions,
-) -> Result<Outcome, GraphSolveError> {
+pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions) -> Result<Outcome, GraphSolveError> {
     let chain_opts = SolveOptions { slots: opts.slots, progress: opts.chain_progress, ..SolveOptions::default() };
-    let graph_outcome = |graph: Graph, algorithm: Algorithm, why: String| -> Result<Outcome, GraphSolveError> {
+    let graph_outcome = |graph: Graph, algorithm: GraphAlgorithm, why: String| -> Result<Outcome, GraphSolveError> {
         let solution = solve_joint(&graph, budget, algorithm, &opts.milp)?;
         Ok(Outcome::Graph { graph, solution, why })
     };
     match file {
-        GraphFile::Joint(graph) => match algorithm {
-            Algorithm::Auto | Algorithm::Checkmate | Algorithm::CheckmateApprox | Algorithm::Exhaustive => {
-                let algorithm = if algorithm == Algorithm::Auto { Algorithm::Checkmate } else { algorithm };
+        GraphFile::Joint(graph) => match method {
+            Method::Chain(Algorithm::Auto | Algorithm::Exhaustive) | Method::Graph(_) => {
+                let algorithm = match method {
+                    Method::Graph(g) => g,
+                    Method::Chain(Algorithm::Exhaustive) => GraphAlgorithm::Exhaustive,
+                    Method::Chain(_) => GraphAlgorithm::Checkmate,
+                };
                 let what = match algorithm {
-                    Algorithm::Checkmate => "MILP (checkmate)",
-                    Algorithm::CheckmateApprox => "LP rounding (checkmate-approx)",
-                    _ => "exhaustive search",
+                    GraphAlgorithm::Checkmate => "MILP (checkmate)",
+                    GraphAlgorithm::CheckmateApprox => "LP rounding (checkmate-approx)",
+                    GraphAlgorithm::Exhaustive => "exhaustive search",
                 };
                 let why = format!(
                     "{what} on the joint graph as given ({} nodes; chains are only recognised in forward graphs)",
@@ -206,7 +219,7 @@ pub fn solve(
                 );
                 graph_outcome(graph.clone(), algorithm, why)
             }
-            other => Err(GraphSolveError::NotAChain {
+            Method::Chain(other) => Err(GraphSolveError::NotAChain {
                 algorithm: other,
                 graph: graph.name().to_string(),
                 why: "it is a joint forward+backward graph".into(),
@@ -215,13 +228,13 @@ pub fn solve(
         GraphFile::Forward(forward) => {
             let as_chain = forward.as_chain();
             let derived = || joint::derive(forward);
-            match (algorithm, as_chain) {
-                (Algorithm::Checkmate | Algorithm::CheckmateApprox, _) => {
+            match (method, as_chain) {
+                (Method::Graph(algorithm), _) => {
                     let graph = derived()?;
                     let why = format!("{algorithm} on the derived joint graph ({} nodes), as asked", graph.len());
                     graph_outcome(graph, algorithm, why)
                 }
-                (Algorithm::Auto, Ok(chain)) => {
+                (Method::Chain(Algorithm::Auto), Ok(chain)) => {
                     let solution = crate::solve::solve(chain, budget, Algorithm::Auto, &chain_opts)?;
                     let why = format!(
                         "chain solver ({}): the forward graph is a path (each node reads only the node before it), \
@@ -231,28 +244,28 @@ pub fn solve(
                     );
                     Ok(Outcome::Chain { chain: chain.clone(), solution, why })
                 }
-                (Algorithm::Auto, Err(not_path)) => {
+                (Method::Chain(Algorithm::Auto), Err(not_path)) => {
                     let graph = derived()?;
                     let why = format!(
                         "MILP (checkmate): the forward graph is not a chain ({not_path}), so the Checkmate MILP \
                          solves its derived joint graph ({} nodes)",
                         graph.len()
                     );
-                    graph_outcome(graph, Algorithm::Checkmate, why)
+                    graph_outcome(graph, GraphAlgorithm::Checkmate, why)
                 }
-                (Algorithm::Exhaustive, Err(not_path)) => {
+                (Method::Chain(Algorithm::Exhaustive), Err(not_path)) => {
                     let graph = derived()?;
                     let why = format!(
                         "exhaustive search over graph schedules: the forward graph is not a chain ({not_path})"
                     );
-                    graph_outcome(graph, Algorithm::Exhaustive, why)
+                    graph_outcome(graph, GraphAlgorithm::Exhaustive, why)
                 }
-                (_, Ok(chain)) => {
+                (Method::Chain(algorithm), Ok(chain)) => {
                     let why = format!("{algorithm} on the chain form of the forward graph (it is a path)");
                     let solution = crate::solve::solve(chain, budget, algorithm, &chain_opts)?;
                     Ok(Outcome::Chain { chain: chain.clone(), solution, why })
                 }
-                (_, Err(not_path)) => Err(GraphSolveError::NotAChain {
+                (Method::Chain(algorithm), Err(not_path)) => Err(GraphSolveError::NotAChain {
                     algorithm,
                     graph: forward.name().to_string(),
                     why: not_path.to_string(),
@@ -269,7 +282,7 @@ pub fn solve(
 fn checked(
     graph: &Graph,
     budget: u64,
-    algorithm: Algorithm,
+    algorithm: GraphAlgorithm,
     ops: Vec<GraphOp>,
     status: Status,
     predicted: f64,
@@ -279,7 +292,7 @@ fn checked(
     let replay =
         simulate_within(graph, &ops, budget).map_err(|source| GraphSolveError::Rejected { algorithm, source })?;
     if replay.makespan > predicted + 1e-6 * predicted.abs().max(1.0) {
-        return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan }.into());
+        return Err(GraphSolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
     }
     let gap = bound.map(|b| milp::relative_gap(replay.makespan, b));
     let schedule = GraphSchedule {
@@ -318,7 +331,7 @@ fn fall_back(
     };
     let bound = Some(lp.map_or(graph.total_cost(), |b| b.max(graph.total_cost())));
     let seconds = start.elapsed().as_secs_f64();
-    let algorithm = Algorithm::Checkmate;
+    let algorithm = GraphAlgorithm::Checkmate;
     let mut out = checked(graph, budget, algorithm, warm.staged.plan(graph), status, warm.cost, bound, seconds)?;
     out.backend = Some(opts.backend);
     out.notes.push(format!(
@@ -331,20 +344,19 @@ fn fall_back(
     Ok(out)
 }
 
-/// Solves a joint graph with `checkmate` (also `auto`), `checkmate-approx` or
+/// Solves a joint graph with `checkmate`, `checkmate-approx` or
 /// `exhaustive`, and replays the result within `budget`.
 pub fn solve_joint(
     graph: &Graph,
     budget: u64,
-    algorithm: Algorithm,
+    algorithm: GraphAlgorithm,
     opts: &MilpOptions,
 ) -> Result<GraphSolution, GraphSolveError> {
-    if matches!(algorithm, Algorithm::Checkmate | Algorithm::Auto | Algorithm::CheckmateApprox) {
+    if algorithm != GraphAlgorithm::Exhaustive {
         crate::guard::milp(graph.len()).map_err(GraphSolveError::TooLarge)?;
     }
     match algorithm {
-        Algorithm::Checkmate | Algorithm::Auto => {
-            let algorithm = Algorithm::Checkmate;
+        GraphAlgorithm::Checkmate => {
             // One deadline for the whole call: baselines, model, solver, and
             // the LP bound of a fall-back all come out of the same time limit.
             let start = std::time::Instant::now();
@@ -386,7 +398,7 @@ pub fn solve_joint(
             out.warm_start = warm.map(|b| (b.name, b.cost));
             Ok(out)
         }
-        Algorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
+        GraphAlgorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
             Ok(r) => {
                 let predicted = r.replay.makespan;
                 let mut out = checked(
@@ -408,7 +420,7 @@ pub fn solve_joint(
             Err(ApproxError::Lp(e)) => Err(e.into()),
             Err(e) => Err(GraphSolveError::Rounding(e)),
         },
-        Algorithm::Exhaustive => {
+        GraphAlgorithm::Exhaustive => {
             if graph.len() > exhaustive::MAX_NODES {
                 return Err(GraphSolveError::TooLarge(format!(
                     "exhaustive search is limited to joint graphs of at most {} nodes (its state space grows as 3^n); \
@@ -436,11 +448,6 @@ pub fn solve_joint(
                 }
             }
         }
-        other => Err(GraphSolveError::NotAChain {
-            algorithm: other,
-            graph: graph.name().to_string(),
-            why: "it is a joint forward+backward graph".into(),
-        }),
     }
 }
 

@@ -27,10 +27,6 @@ pub enum Algorithm {
     ChenSqrt,
     /// Baseline: Chen et al.'s greedy segments of bounded memory.
     ChenGreedy,
-    /// The Checkmate MILP on a graph (`graph::milp`).
-    Checkmate,
-    /// Checkmate's LP relaxation with two-phase rounding (`graph::approx`).
-    CheckmateApprox,
 }
 
 impl Algorithm {
@@ -47,15 +43,6 @@ impl Algorithm {
         Algorithm::ChenGreedy,
     ];
 
-    /// Algorithms for graph files (also accepted on the command line); not in
-    /// [`Algorithm::ALL`], which lists what solves a chain.
-    pub const GRAPH: &'static [Algorithm] = &[Algorithm::Auto, Algorithm::Checkmate, Algorithm::CheckmateApprox];
-
-    /// True for the algorithms that only solve graphs (`checkmate`, `checkmate-approx`).
-    pub fn is_graph_only(self) -> bool {
-        matches!(self, Algorithm::Checkmate | Algorithm::CheckmateApprox)
-    }
-
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -68,8 +55,6 @@ impl Algorithm {
             Algorithm::Revolve => "revolve",
             Algorithm::ChenSqrt => "chen-sqrt",
             Algorithm::ChenGreedy => "chen-greedy",
-            Algorithm::Checkmate => "checkmate",
-            Algorithm::CheckmateApprox => "checkmate-approx",
         }
     }
 
@@ -94,8 +79,6 @@ impl Algorithm {
             }
             Algorithm::ChenSqrt => "baseline: Chen et al., sqrt(L) segments of sqrt(L) stages",
             Algorithm::ChenGreedy => "baseline: Chen et al., greedy segments of bounded memory, bound searched to fit",
-            Algorithm::Checkmate => "optimal staged schedule of a graph by the Checkmate MILP",
-            Algorithm::CheckmateApprox => "Checkmate's LP relaxation with two-phase rounding (fast, not optimal)",
         }
     }
 
@@ -116,7 +99,13 @@ impl FromStr for Algorithm {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Algorithm, String> {
-        let known = || Algorithm::ALL.iter().chain(Algorithm::GRAPH).copied();
+        if let Ok(g) = s.parse::<crate::graph::GraphAlgorithm>() {
+            return Err(format!(
+                "{g} solves graphs, not chains; solve the chain's forward graph instead \
+                 (`remat::problem::solve` does, as `remat solve` does)"
+            ));
+        }
+        let known = || Algorithm::ALL.iter().copied();
         known().find(|a| a.name() == s).ok_or_else(|| {
             let names: Vec<_> = known().map(|a| a.name()).collect();
             format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))

@@ -7,7 +7,7 @@ use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::{self, DpPlan, SlotDp};
 use crate::solve::{
     AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, auto_choice, baselines, check_exhaustive_size,
-    exhaustive, floating, graph_only, solve,
+    exhaustive, floating, solve,
 };
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
@@ -16,7 +16,6 @@ use crate::solve::{
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
     crate::guard::min_budget(chain, algorithm, opts)?;
     match algorithm {
-        Algorithm::Checkmate | Algorithm::CheckmateApprox => Err(graph_only(algorithm)),
         Algorithm::Persistent => {
             dp::Persistent::check(chain, opts.slots.get())?;
             Ok(dp::min_budget::<dp::Persistent>(chain, opts.slots.get()))

@@ -62,7 +62,6 @@ pub struct Solution {
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
     crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
-        Algorithm::Checkmate | Algorithm::CheckmateApprox => return Err(graph_only(algorithm)),
         Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
         Algorithm::Floating => dp::solve_dp::<dp::Floating>(chain, budget, opts.slots.get(), opts.progress)?,
         Algorithm::Auto => return solve_auto(chain, budget, opts),
@@ -87,13 +86,6 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
         }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
-}
-
-pub(crate) fn graph_only(algorithm: Algorithm) -> SolveError {
-    SolveError::Options(format!(
-        "{algorithm} solves graphs, not chains; solve the chain's forward graph instead \
-         (`remat::problem::solve` does, as `remat solve` does)"
-    ))
 }
 
 pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
