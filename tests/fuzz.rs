@@ -201,9 +201,6 @@ fn check_chain_case(text: &str, alg: Algorithm, slots: usize, pick: u8, frac: f6
             }
             match remat::solve(&chain, m, alg, &opts) {
                 Ok(_) => count("chain: infeasible, named budget works (exit 1)"),
-                // More slots at a larger budget: a bigger table than the
-                // guard allows. The budget works with fewer --slots.
-                Err(SolveError::TooLarge { .. }) => count("chain: infeasible, named budget too large at these slots"),
                 Err(e) => prop_assert!(false, "{alg}: named budget {m} fails: {e}\n{text}"),
             }
         }
@@ -267,14 +264,8 @@ fn check_chain_binary(dir: &std::path::Path, text: &str, alg: Algorithm, slots: 
                 Some(m) => {
                     let again = run(m);
                     let stderr = String::from_utf8_lossy(&again.stderr);
-                    if again.status.code() == Some(2) && stderr.to_lowercase().contains("--slots n with a smaller n") {
-                        // The table at the larger budget is over the guard's
-                        // limit: the budget works with fewer slots.
-                        count("binary: exit 1, named budget too large at these slots (exit 2)");
-                    } else {
-                        assert_eq!(again.status.code(), Some(0), "{stderr}");
-                        count("binary: exit 1, named budget then exit 0");
-                    }
+                    assert_eq!(again.status.code(), Some(0), "named budget {m} fails: {stderr}\n{text}");
+                    count("binary: exit 1, named budget then exit 0");
                 }
                 None => count("binary: exit 1, no budget works"),
             }

@@ -144,6 +144,44 @@ fn huge_slot_and_step_counts_are_refused_while_parsing() {
     }
 }
 
+/// With more slots than bytes the slot size is one byte and a DP's table
+/// grows with the budget: the smallest budget of three 1 GB stages would need
+/// a table of hundreds of GiB at 10^9 slots. An infeasible verdict must name a
+/// budget that then works, so remat refuses with that budget and what to
+/// change instead; with a sane slot count the budget it names then solves.
+#[test]
+fn an_infeasible_verdict_names_a_budget_its_options_can_solve() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = r#"{"forward_time": 1, "backward_time": 2, "output_size": 1000000000, "saved_size": 2000000000}"#;
+    let chain = write(
+        dir.path(),
+        "big.json",
+        &format!(r#"{{"name": "big", "input_size": 1000000000, "stages": [{big}, {big}, {big}]}}"#),
+    );
+    for algorithm in ["persistent", "floating", "revolve"] {
+        remat()
+            .args(["solve", chain.to_str().unwrap(), "-m", "100", "--slots", "1000000000", "-a", algorithm])
+            .assert()
+            .code(2)
+            .stderr(
+                contains(format!("no {algorithm} schedule fits in 100 B"))
+                    .and(contains("the smallest budget it can meet with 1000000000 slots"))
+                    .and(contains("is too large to solve with them"))
+                    .and(contains("hint: pass --slots N with a smaller N")),
+            );
+        let out = remat()
+            .args(["solve", chain.to_str().unwrap(), "-m", "100", "--json", "-a", algorithm])
+            .assert()
+            .code(1)
+            .get_output()
+            .stdout
+            .clone();
+        let verdict: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let min = verdict["min_budget"].as_u64().unwrap();
+        remat().args(["solve", chain.to_str().unwrap(), "-m", &min.to_string(), "-a", algorithm]).assert().success();
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn a_full_stdout_is_a_clear_error_and_a_closed_one_a_quiet_exit() {

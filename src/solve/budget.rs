@@ -103,6 +103,54 @@ pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &
     }
 }
 
+/// The verdict on an infeasible `budget` whose smallest working budget with
+/// the same options is `min`: [`SolveError::Infeasible`] naming `min` when
+/// [`solve`] at `min` with these options would not be refused; otherwise the
+/// refusal it would meet, as a [`SolveError::TooLarge`] that names `min`.
+/// The slot count is part of the options: with more slots than bytes the
+/// slot size is one byte and a DP's table grows with the budget, so the
+/// smallest budget's table can be over the memory limit even though the
+/// budget asked for was not. An infeasible verdict must name a budget that
+/// then works. Costs what the refused solve's own checks cost (O(L^2) for the
+/// estimates; the floating DP's plan).
+pub(crate) fn infeasible_verdict(
+    chain: &Chain,
+    algorithm: Algorithm,
+    budget: u64,
+    min: u64,
+    opts: &SolveOptions,
+) -> SolveError {
+    match refusal_at(chain, min, algorithm, opts) {
+        None => SolveError::Infeasible { algorithm, budget, min_budget: Some(min) },
+        Some(SolveError::TooLarge { reason, remedy }) => SolveError::TooLarge {
+            reason: format!(
+                "no {algorithm} schedule fits in {} ({budget} bytes); the smallest budget it can meet with {} slots, \
+                 {} ({min} bytes), is too large to solve with them: {reason}",
+                crate::size::format_size(budget),
+                opts.slots,
+                crate::size::format_size(min),
+            ),
+            remedy,
+        },
+        Some(other) => other,
+    }
+}
+
+/// The refusal [`solve`] at `budget` would meet before solving, if any: the
+/// guard's work estimate, then the table's memory.
+fn refusal_at(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<SolveError> {
+    if let Err(e) = crate::guard::solve(chain, budget, algorithm, opts) {
+        return Some(e);
+    }
+    let needed = match algorithm {
+        // auto runs its DP first and stops at the DP's refusal.
+        Algorithm::Auto => return refusal_at(chain, budget, auto_choice(chain, budget, opts).algorithm, opts),
+        Algorithm::Floating => table_bytes::<dp::Floating>(chain, budget, opts),
+        _ => memory_estimate(chain, budget, algorithm, opts)?,
+    };
+    dp::check_memory(algorithm, needed, chain.len(), opts.slots.get()).err()
+}
+
 pub(crate) fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {
     D::plan(SlotChain::new(chain, Slots::new(budget, opts.slots.get()))).table_bytes()
 }

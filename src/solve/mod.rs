@@ -59,7 +59,28 @@ pub struct Solution {
 ///
 /// Deterministic: the same input gives the same schedule. Complexity is the
 /// algorithm's (see each module).
+///
+/// An [`SolveError::Infeasible`] names a budget that `solve` with the same
+/// options then meets; where it could not (with more slots than bytes the
+/// tables grow with the budget, and the smallest budget's may be over the
+/// memory limit) the answer is a [`SolveError::TooLarge`] that names that
+/// budget and what to change.
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    match solve_unverified(chain, budget, algorithm, opts) {
+        Err(SolveError::Infeasible { algorithm, budget, min_budget: Some(min) }) => {
+            Err(budget::infeasible_verdict(chain, algorithm, budget, min, opts))
+        }
+        other => other,
+    }
+}
+
+/// [`solve`] before its infeasible verdict is checked.
+fn solve_unverified(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Solution, SolveError> {
     crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
