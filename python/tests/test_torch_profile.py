@@ -92,6 +92,26 @@ def test_wrong_shape_sample_names_the_stage_and_shape() -> None:
         rt.profile(model, torch.randn(3, 8))
 
 
+class OutOfMemory(nn.Module):
+    """A stage whose forward runs out of device memory (as a CUDA one does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_out_of_memory_keeps_its_type() -> None:
+    # A caller searching for the largest batch catches torch.OutOfMemoryError;
+    # reported as a bad input (ValueError) it could not tell the two apart.
+    model = nn.Sequential(nn.Linear(8, 8), OutOfMemory())
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+        rt.profile(model, torch.randn(3, 8))
+    ours = rt.Checkpointed(
+        model, "1MiB", chain=rt.profile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.randn(3, 8))
+    )
+    with pytest.raises(torch.OutOfMemoryError):
+        ours(torch.randn(3, 8))
+
+
 class Pair(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, x * 2
