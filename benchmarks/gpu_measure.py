@@ -43,6 +43,7 @@ import gc
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from collections import OrderedDict
@@ -312,7 +313,9 @@ def make_optimizer(model: nn.Module, dev: Device) -> torch.optim.Optimizer:
     """Adam with its state and the gradients allocated now (zero gradients leave the
     weights as they are), so that a step allocates no persistent memory."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-4, foreach=False)
+    # Fused on a GPU: one kernel for all parameters, no per-parameter Python loop
+    # (which made small-batch steps CPU-bound) and no temporaries.
+    opt = torch.optim.Adam(params, lr=1e-4, fused=dev.cuda or None)
     for p in params:
         p.grad = torch.zeros_like(p)
     opt.step()
@@ -626,16 +629,21 @@ def max_batch(
             return not within or (ref is not None and ms <= 1.1 * ref)
 
         if method == "store-all":
-            r = oom_safe(dev, steps, dev, model, opt, x, t, net.criterion, 2)
-            if r is not None:
-                info["ms"], ok = r[1], True
+            if likely_fits(plain_peak, b):
+                r = oom_safe(dev, steps, dev, model, opt, x, t, net.criterion, 2)
+                if r is not None:
+                    info["ms"], ok = r[1], True
         elif method.startswith("checkpoint_sequential"):
-            for k in fast_ks if within else small_ks:
+            # K = 1 is the plain module: checkpoint_sequential at its best includes it.
+            for k in [1, *fast_ks] if within else [1, *small_ks]:
+                if not likely_fits(seq_peak[k], b):
+                    continue
                 r = oom_safe(dev, steps, dev, segmented(model, k), opt, x, t, net.criterion, 2)
                 if r is None:
                     continue
-                info["k"], info["ms"], ok = k, r[1], fast(r[1])
-                break  # the next K is slower (within 10%) or larger (any)
+                info["k"], info["ms"], ok = k, r[1], k == 1 or fast(r[1])
+                if ok:
+                    break
         else:
             # remat: the batch's chain measured under the cap, then the fastest schedule
             # within what the cap leaves (the batch itself counts in the budget), with
@@ -662,11 +670,25 @@ def max_batch(
         out["probes"].append(info)
         del x, t
         dev.free_cache()
-        print(f"    {method:27} batch {b:4}: {'yes' if ok else 'no '} {info.get('ms', '')}", flush=True)
+        info["leaked"] = torch.cuda.memory_allocated(dev.device) - baseline
+        print(
+            f"    {method:27} batch {b:4}: {'yes' if ok else 'no '} {info.get('ms', '')}"
+            + (f" (leaked {info['leaked'] / MiB:.0f} MiB)" if info["leaked"] > 0 else ""),
+            flush=True,
+        )
         return ok
 
+    def likely_fits(peak_at_base: int, b: int) -> bool:
+        """Whether a run whose activation peak at the base batch was ``peak_at_base``
+        should fit at batch b (peaks grow with the batch): runs that would not are
+        not tried, since an out-of-memory error inside PyTorch's checkpoint leaks."""
+        return fixed + peak_at_base * b / net.batch <= 1.02 * cap
+
     capped(True)
-    for method in ("store-all", "checkpoint_sequential", "remat", "checkpoint_sequential any", "remat any"):
+    baseline = torch.cuda.memory_allocated(dev.device)
+    out["baseline_allocated"] = baseline
+    # checkpoint_sequential last: its failed runs may leave memory behind (see above).
+    for method in ("store-all", "remat", "remat any", "checkpoint_sequential", "checkpoint_sequential any"):
         top = (8 if method.endswith("any") else 4) * net.batch
         grid = [net.grain * i for i in range(1, top // net.grain + 1)]
         lo, hi = -1, len(grid)  # grid[lo] fits (or none does), grid[hi] does not
@@ -761,6 +783,8 @@ def main() -> None:
     ap.add_argument("--no-max-batch", dest="max_batch", action="store_false")
     ap.add_argument("--quick", action="store_true", help="toy sizes: a smoke test of the code paths")
     ap.add_argument("--time-limit", type=float, default=480.0, help="seconds; skip what is left after this")
+    ap.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--command", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.started = time.perf_counter()
@@ -779,12 +803,32 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     nets = networks(args.quick)
     results: list[dict[str, Any]] = []
-    for name in args.models.split(","):
-        if time.perf_counter() - args.started > args.time_limit:
+    names = args.models.split(",")
+    if args.single:
+        # A child of the run below: one network, its results to a part file.
+        results.append(study(nets[names[0]], dev, args, args.command or command))
+        (out / f"part-{names[0]}.json").write_text(json.dumps(results[0], default=str))
+        return
+    for name in names:
+        left = args.time_limit - (time.perf_counter() - args.started)
+        if left <= 0:
             print(f"time limit reached: {name} skipped", flush=True)
             continue
         print(f"{name}:", flush=True)
-        results.append(study(nets[name], dev, args, command))
+        if dev.cuda:
+            # One process per network: memory an earlier network's failed run left
+            # behind (PyTorch's non-reentrant checkpoint leaks on an out-of-memory
+            # error, seen on the H200) must not shrink the next one's cap.
+            argv = [*sys.argv[1:], "--models", name, "--single", "--command", command, "--time-limit", str(left)]
+            subprocess.run([sys.executable, __file__, *argv], check=False)
+            part = out / f"part-{name}.json"
+            if not part.exists():
+                print(f"{name}: no results (the run failed)", flush=True)
+                continue
+            results.append(json.loads(part.read_text()))
+            part.unlink()
+        else:
+            results.append(study(nets[name], dev, args, command))
         dev.free_cache()
         (out / "results.json").write_text(json.dumps({"head": head, "results": results}, indent=1, default=str))
         (out / "results.md").write_text(markdown(results, head))

@@ -182,7 +182,12 @@ def _saved_storages(stages: Sequence[nn.Module], index: int, x: torch.Tensor) ->
             key = storage_key(t)
             if key not in own and key != 0:
                 saved[key] = t.untyped_storage().nbytes()
-        return t
+        # A new tensor object over the same storage, not ``t`` itself: an output
+        # its own node saves (ReLU's) would otherwise hold that node, which holds
+        # it, a cycle outside Python's collector. The backward breaks it, but when
+        # the forward fails (out of memory, found on a GPU), the stage's saved
+        # tensors stayed allocated for good.
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = run_stage(stages, index, x)
