@@ -731,10 +731,9 @@ def max_batch(
 # -- report -----------------------------------------------------------------------------
 
 
-def markdown(results: list[dict[str, Any]], head: dict[str, Any]) -> str:
+def zoo_table(results: list[dict[str, Any]]) -> list[str]:
+    """The markdown table of measured chains against the zoo's estimates."""
     lines = [
-        f"{head['gpu']}, torch {head['torch']}, CUDA {head['cuda']}, fp32, {head['date']}; `{head['command']}`",
-        "",
         "Measured chain against `remat zoo --device h100` (the roofline estimate):",
         "",
         "| network | stages | measured / estimated time | stage time-share error (median / max) "
@@ -750,6 +749,15 @@ def markdown(results: list[dict[str, Any]], head: dict[str, Any]) -> str:
                 f"| {z['output_size_exact']}/{z['stages_matched']} "
                 f"| {z['saved_ratio']:.3f} ({z['saved_err_median']:.1%}) |"
             )
+    return lines
+
+
+def markdown(results: list[dict[str, Any]], head: dict[str, Any]) -> str:
+    lines = [
+        f"{head['gpu']}, torch {head['torch']}, CUDA {head['cuda']}, fp32, {head['date']}; `{head['command']}`",
+        "",
+        *zoo_table(results),
+    ]
     lines += [
         "",
         "Predicted against measured activation peak (MiB), and step time against the fastest `checkpoint_sequential` "
@@ -793,9 +801,29 @@ def markdown(results: list[dict[str, Any]], head: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def zoo_report(chains: Path, zoo: Path, nets: dict[str, Net]) -> list[str]:
+    """The zoo table for every measured chain in ``chains`` whose network has an
+    estimate in ``zoo`` (``NAME.json``); runs anywhere, no GPU."""
+    results = []
+    for path in sorted(chains.glob("*.json")):
+        chain = remat.Chain.load(path)
+        network = (chain.metadata or {}).get("network", "")
+        net = nets.get(network)
+        estimate = zoo / f"{net.zoo}.json" if net else None
+        if estimate is None or not estimate.exists():
+            continue
+        results.append({"label": chain.name, "stages": len(chain), "zoo": zoo_error(chain, remat.Chain.load(estimate))})
+    return zoo_table(results)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for results.json and results.md")
+    ap.add_argument("--out", help="folder for results.json and results.md (required unless --zoo-report)")
+    ap.add_argument(
+        "--zoo-report",
+        action="store_true",
+        help="no GPU: print the measured chains of --chains against the estimates in --zoo, and exit",
+    )
     ap.add_argument("--models", default="resnet50,resnet101,resnet152,densenet121,gpt2")
     ap.add_argument("--zoo", help="folder of `remat zoo NAME --device h100` chains at the same batches (NAME.json)")
     ap.add_argument("--chains", help="folder to write the measured chains to (chains/measured)")
@@ -810,6 +838,13 @@ def main() -> None:
     ap.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--command", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.zoo_report:
+        if not (args.chains and args.zoo):
+            ap.error("--zoo-report needs --chains (the measured chains) and --zoo (the estimates)")
+        print("\n".join(zoo_report(Path(args.chains), Path(args.zoo), networks(False))))
+        return
+    if not args.out:
+        ap.error("--out is required")
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.started = time.perf_counter()
     dev = Device(torch.device(args.device))
