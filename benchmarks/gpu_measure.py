@@ -15,21 +15,29 @@ matmuls), this script
 3. trains a few steps with ``remat.torch.Checkpointed`` at three budgets and
    sets ``torch.cuda.max_memory_allocated`` above what the step starts with
    (parameters, gradients, Adam's state; the input batch added back, as the
-   model counts it) against the simulator's predicted peak;
+   model counts it) against the simulator's predicted peak, and the
+   allocator's reserved peak next to it;
 4. times remat against the fastest ``checkpoint_sequential`` K whose measured
-   peak is no larger than remat's, and the plain module (samples/s of whole
-   steps: forward, backward, Adam);
+   peak is no larger than remat's, and the plain module (whole steps: forward,
+   backward, fused Adam; every variant once per round);
 5. under a fixed memory cap (``torch.cuda.set_per_process_memory_fraction``:
    parameters, gradients and Adam's state plus the plain module's measured
-   activation peak at the base batch, rounded up to a GiB), finds the largest
-   batch each method trains: store-all (plain), ``checkpoint_sequential`` and
-   remat (``memory="auto"``), each at most 10% slower per sample than the plain
-   module at the same batch (timed with the cap lifted).
+   activation peak at the base batch, rounded up to a GiB), finds by binary
+   search the largest batch each method trains: store-all (plain),
+   ``checkpoint_sequential`` (best K, K = 1 included) and remat (the batch's
+   chain, solved within what the cap leaves less a 3, 7 or 12% margin), each
+   at most 10% slower per sample than the plain module at the same batch (timed
+   with the cap lifted), and at any overhead. Every probe is a real run; one
+   that runs out of memory is a "no".
 
-It writes ``results.json`` (every figure) and ``results.md`` (the tables) to
-``--out`` after each network, so a run cut short keeps what it finished.
+Each network runs in its own process (memory a failed run might leave behind
+cannot shrink the next network's cap). ``results.json`` (every figure, probe by
+probe) and ``results.md`` (the tables) are written to ``--out`` after each
+network, so a run cut short keeps what it finished. ``--zoo-report`` prints
+step 2's table from chain files, without a GPU.
 
     python benchmarks/gpu_measure.py --out /tmp/gpu --zoo zoo/ --chains chains/measured
+    python benchmarks/gpu_measure.py --zoo-report --chains chains/measured --zoo zoo/
     python benchmarks/gpu_measure.py --out /tmp/gpu --models resnet50 --quick   # a smoke test
 
 Without a GPU it runs on the CPU at toy sizes (``--device cpu --quick``): the
@@ -704,13 +712,14 @@ def max_batch(
     def likely_fits(peak_at_base: int, b: int) -> bool:
         """Whether a run whose activation peak at the base batch was ``peak_at_base``
         should fit at batch b (peaks grow with the batch): runs that would not are
-        not tried, since an out-of-memory error inside PyTorch's checkpoint leaks."""
+        not tried (each failure costs a run, and a failure may leave memory behind:
+        every probe's "leaked" says whether one did)."""
         return fixed + peak_at_base * b / net.batch <= 1.02 * cap
 
     capped(True)
     baseline = torch.cuda.memory_allocated(dev.device)
     out["baseline_allocated"] = baseline
-    # checkpoint_sequential last: its failed runs may leave memory behind (see above).
+    # remat first: a leak (remat.torch.profile had one, fixed) would only hurt remat.
     for method in ("store-all", "remat", "remat any", "checkpoint_sequential", "checkpoint_sequential any"):
         top = (8 if method.endswith("any") else 4) * net.batch
         grid = [net.grain * i for i in range(1, top // net.grain + 1)]
@@ -875,9 +884,9 @@ def main() -> None:
             continue
         print(f"{name}:", flush=True)
         if dev.cuda:
-            # One process per network: memory an earlier network's failed run left
-            # behind (PyTorch's non-reentrant checkpoint leaks on an out-of-memory
-            # error, seen on the H200) must not shrink the next one's cap.
+            # One process per network: memory an earlier network's failed run might
+            # leave behind (remat.torch.profile leaked on out-of-memory errors before
+            # it was fixed, seen on the H200) must not shrink the next one's cap.
             argv = [*sys.argv[1:], "--models", name, "--single", "--command", command, "--time-limit", str(left)]
             subprocess.run([sys.executable, __file__, *argv], check=False)
             part = out / f"part-{name}.json"
