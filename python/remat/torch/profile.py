@@ -335,8 +335,8 @@ def _profile_stage(
         for p in params:
             # On a GPU the allocator's peak sees every parameter gradient the
             # backward allocates, and with no .grad yet they would all stay
-            # allocated, counted as transient memory (4x a block's activations
-            # at small batches). Gradients that exist are accumulated into in
+            # allocated, counted as transient memory (several times a block's
+            # activations at small batches). Gradients that exist are accumulated into in
             # place: only the one being computed counts, as the CPU's LiveBytes
             # (parameter gradients excluded once accumulated) counts it.
             p.grad = torch.zeros_like(p) if meter.cuda else None
