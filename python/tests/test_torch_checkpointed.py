@@ -147,6 +147,38 @@ def test_rng_using_stage_is_replayed_exactly() -> None:
     assert_same_state(plain, ours_module)
 
 
+def test_rng_state_is_saved_only_for_stages_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Saving the RNG state costs Python time per stage (about 50 us on a GPU);
+    # a stage the schedule runs once has nothing to replay.
+    from remat.torch.executor import ScheduleRunner
+
+    saved_for: list[int] = []
+    original = ScheduleRunner._stage_context
+
+    def spy(self: ScheduleRunner, l: int):  # type: ignore[no-untyped-def]
+        before = self.rng[l]
+        with original(self, l):
+            yield
+        if before is None and self.rng[l] is not None:
+            saved_for.append(l)
+
+    import contextlib
+
+    monkeypatch.setattr(ScheduleRunner, "_stage_context", contextlib.contextmanager(spy))
+    case = CASES["mlp"]
+    chain = chain_of(case)
+    ours = rt.Checkpointed(case.make(), min_budget(chain, "persistent"), algorithm="persistent", chain=chain)
+    step(ours, case)
+    assert ours.schedule is not None
+    runs: dict[int, int] = {}
+    for kind, l in ours.schedule.operations:
+        if kind != "B" and l <= len(chain):
+            runs[l] = runs.get(l, 0) + 1
+    rerun = sorted(l for l, n in runs.items() if n > 1)
+    assert rerun and len(rerun) < len(chain)  # the test needs both kinds
+    assert sorted(saved_for) == rerun
+
+
 def test_batchnorm_statistics_move_once_per_step() -> None:
     case = CASES["cnn"]
     chain = chain_of(case)
@@ -287,12 +319,74 @@ def assert_same_state_partial(plain: nn.Module, ours: nn.Module) -> None:
             assert torch.equal(p.grad, q.grad), name
 
 
+def fake_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    free: int,
+    total: int,
+    allocated: int = 0,
+    reserved: int = 0,
+    fraction: float = 1.0,
+) -> None:
+    """Replaces the CUDA memory queries auto_budget makes (there is no GPU here)."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: fraction, raising=False)
+
+
+def test_memory_auto_counts_the_allocators_cached_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a first step PyTorch's caching allocator keeps freed blocks: the driver
+    # reports them as used (not in mem_get_info's free), but the allocator reuses
+    # them first, so they are available to the activations.
+    model = nn.Sequential(nn.Linear(100, 100))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    ours = rt.Checkpointed(model, "auto", optimizer_state_bytes=0)
+    fake_cuda(monkeypatch, free=1_000_000, total=8_000_000, allocated=500_000, reserved=3_500_000)
+    budget, note = ours.auto_budget(torch.device("cuda", 0))
+    available = 1_000_000 + 3_000_000
+    assert budget == available - available // 20
+    assert "cached by the allocator" in note
+
+
+def test_memory_auto_respects_the_per_process_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch.cuda.set_per_process_memory_fraction(0.25) on an 8 MB device: the
+    # allocator refuses past 2 MB reserved, whatever the device has free.
+    model = nn.Sequential(nn.Linear(100, 100))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    ours = rt.Checkpointed(model, "auto", optimizer_state_bytes=0)
+    fake_cuda(monkeypatch, free=6_000_000, total=8_000_000, allocated=400_000, reserved=400_000, fraction=0.25)
+    budget, note = ours.auto_budget(torch.device("cuda", 0))
+    available = 2_000_000 - 400_000
+    assert budget == available - available // 20
+    assert "per-process cap 0.25" in note
+    # A cap above what is free leaves the free memory the limit.
+    fake_cuda(monkeypatch, free=1_000_000, total=8_000_000, allocated=400_000, reserved=400_000, fraction=0.9)
+    assert ours.auto_budget(torch.device("cuda", 0))[0] == 1_000_000 - 1_000_000 // 20
+
+
+def test_memory_auto_gives_back_the_input_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The batch is allocated before the forward, so it is not free, yet the
+    # budget counts it (the model's a^0): without it the budget is short by it.
+    model = nn.Sequential(nn.Linear(100, 100))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    ours = rt.Checkpointed(model, "auto", optimizer_state_bytes=0)
+    fake_cuda(monkeypatch, free=1_000_000, total=8_000_000)
+    without = ours.auto_budget(torch.device("cuda", 0))[0]
+    budget, note = ours.auto_budget(torch.device("cuda", 0), input_bytes=30_000)
+    assert budget == without + 30_000
+    assert "the input batch" in note
+
+
 def test_memory_auto_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU here: the free-memory query is replaced, the arithmetic is real.
     model = nn.Sequential(nn.Linear(100, 100), nn.Linear(100, 10))  # 11110 parameters, 44440 bytes
     model[1].weight.grad = torch.zeros_like(model[1].weight)  # 4000 bytes already allocated
     ours = rt.Checkpointed(model, "auto")
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2_000_000, 8_000_000))
+    fake_cuda(monkeypatch, free=2_000_000, total=8_000_000)
     budget, note = ours.auto_budget(torch.device("cuda", 0))
     grads_to_come = 44440 - 4000
     adam = 2 * 44440

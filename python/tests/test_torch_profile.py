@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -90,6 +92,53 @@ def test_wrong_shape_sample_names_the_stage_and_shape() -> None:
         rt.profile(model, torch.randn(3, 7))
     with pytest.raises(ValueError, match=r"stage 3 \(Linear\) failed on an input of shape \(3, 8\)"):
         rt.profile(model, torch.randn(3, 8))
+
+
+class OutOfMemory(nn.Module):
+    """A stage whose forward runs out of device memory (as a CUDA one does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_out_of_memory_keeps_its_type() -> None:
+    # A caller searching for the largest batch catches torch.OutOfMemoryError;
+    # reported as a bad input (ValueError) it could not tell the two apart.
+    model = nn.Sequential(nn.Linear(8, 8), OutOfMemory())
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+        rt.profile(model, torch.randn(3, 8))
+    ours = rt.Checkpointed(
+        model, "1MiB", chain=rt.profile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.randn(3, 8))
+    )
+    with pytest.raises(torch.OutOfMemoryError):
+        ours(torch.randn(3, 8))
+
+
+class FailsOnRecording(nn.Module):
+    """A ReLU stage (which saves its own output) that runs out of memory in its
+    first recording forward, after the ReLU; keeps weak references to its outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+        self.outputs: list[weakref.ref[torch.Tensor]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.linear(x))
+        if torch.is_grad_enabled():
+            self.outputs.append(weakref.ref(y))
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return y
+
+
+def test_out_of_memory_while_recording_frees_the_stage() -> None:
+    # Seen on an H200: every failed profile left its stage's saved tensors
+    # allocated (GiBs after a few tries at too large a batch).
+    stage = FailsOnRecording()
+    with pytest.raises(torch.OutOfMemoryError):
+        rt.profile(nn.Sequential(nn.Linear(64, 64), stage), torch.randn(512, 64))
+    gc.collect()
+    assert stage.outputs and all(r() is None for r in stage.outputs)
 
 
 class Pair(nn.Module):

@@ -182,7 +182,12 @@ def _saved_storages(stages: Sequence[nn.Module], index: int, x: torch.Tensor) ->
             key = storage_key(t)
             if key not in own and key != 0:
                 saved[key] = t.untyped_storage().nbytes()
-        return t
+        # A new tensor object over the same storage, not ``t`` itself: an output
+        # its own node saves (ReLU's) would otherwise hold that node, which holds
+        # it, a cycle outside Python's collector. The backward breaks it, but when
+        # the forward fails (out of memory, found on a GPU), the stage's saved
+        # tensors stayed allocated for good.
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = run_stage(stages, index, x)
@@ -282,9 +287,14 @@ def _names(module: nn.Module | Sequence[nn.Module], stages: Sequence[nn.Module])
 
 
 def run_stage(stages: Sequence[nn.Module], index: int, x: torch.Tensor) -> torch.Tensor:
-    """Calls stage ``index`` on ``x``; a failure names the stage and the input shape."""
+    """Calls stage ``index`` on ``x``; a failure names the stage and the input shape
+    (a ValueError), except running out of memory, which stays a ``torch.OutOfMemoryError``."""
     try:
         y = stages[index](x)
+    except torch.OutOfMemoryError:
+        # Not a bad input: the caller may retry with a smaller batch or budget,
+        # which it can only do if the error keeps its type.
+        raise
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         raise ValueError(
             f"stage {stage_name(stages, index)} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}"
@@ -323,7 +333,13 @@ def _profile_stage(
     in_grad_bytes = 0
     for run in range(repeat + 1):  # run 0 warms up (allocator, kernels): not counted
         for p in params:
-            p.grad = None
+            # On a GPU the allocator's peak sees every parameter gradient the
+            # backward allocates, and with no .grad yet they would all stay
+            # allocated, counted as transient memory (several times a block's
+            # activations at small batches). Gradients that exist are accumulated into in
+            # place: only the one being computed counts, as the CPU's LiveBytes
+            # (parameter gradients excluded once accumulated) counts it.
+            p.grad = torch.zeros_like(p) if meter.cuda else None
         # Memory: a recording forward, then its backward, in one window so that
         # the backward's figure sees the saved tensors it frees.
         xl = x.detach().requires_grad_(needs_input_grad)
