@@ -833,15 +833,24 @@ def main() -> None:
         action="store_true",
         help="no GPU: print the measured chains of --chains against the estimates in --zoo, and exit",
     )
-    ap.add_argument("--models", default="resnet50,resnet101,resnet152,densenet121,gpt2")
+    ap.add_argument(
+        "--models",
+        default="resnet50,resnet101,resnet152,densenet121,gpt2",
+        help="comma-separated networks to measure (default: all five)",
+    )
     ap.add_argument("--zoo", help="folder of `remat zoo NAME --device h100` chains at the same batches (NAME.json)")
     ap.add_argument("--chains", help="folder to write the measured chains to (chains/measured)")
     ap.add_argument("--gpu-tag", default="h200", help="in the chain files' names")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="torch device to measure on (default: cuda)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per stage measurement when profiling")
     ap.add_argument("--steps", type=int, default=4, help="timed training steps per variant (after one warm-up)")
     ap.add_argument("--fractions", default="0.2,0.5,0.8", help="budgets between the smallest and store-all's peak")
-    ap.add_argument("--no-max-batch", dest="max_batch", action="store_false")
+    ap.add_argument(
+        "--no-max-batch",
+        dest="max_batch",
+        action="store_false",
+        help="skip the largest-batch search (the longest part)",
+    )
     ap.add_argument("--quick", action="store_true", help="toy sizes: a smoke test of the code paths")
     ap.add_argument("--time-limit", type=float, default=480.0, help="seconds; skip what is left after this")
     ap.add_argument("--single", action="store_true", help=argparse.SUPPRESS)

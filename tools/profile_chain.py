@@ -265,10 +265,14 @@ def main():
         image = args.image or (299 if args.network == "inception_v3" else 224)
         x = torch.randn(args.batch, 3, image, image, device=dev)
         target = torch.randint(0, 1000, (args.batch,), device=dev)
-    model = nn.Sequential(OrderedDict(stages)).to(dev).train()
+    # Module names cannot contain dots: `features.0` becomes `features_0`.
+    model = nn.Sequential(OrderedDict((n.replace(".", "_"), m) for n, m in stages)).to(dev).train()
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
     with autocast:
         chain = remat.torch.profile(model, x, repeat=args.repeat, name=f"{args.network}-measured").to_dict()
+        # The zoo's names (`layer1.0`), for --compare and readers of both files.
+        for stage, (name, _) in zip(chain["stages"], stages):
+            stage["name"] = name
         with torch.no_grad():
             out = model(x)
         lf = loss_fn(args.network)
