@@ -115,7 +115,12 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
     let ceiling = baseline.as_ref().map_or(f64::INFINITY, |b| b.schedule.makespan);
     dp::Persistent::check(chain, slots)?;
     let exact = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
-        exact::exact(chain, budget, slots, ceiling)
+        // No more memory than the DP auto chose would take.
+        let limit = match dp {
+            Algorithm::Floating => exact::fronts_limit_beside_floating(chain, budget, slots),
+            _ => exact::fronts_limit(chain, budget, slots),
+        };
+        exact::exact(chain, budget, limit, ceiling)
     } else {
         Ok(None)
     };
@@ -150,7 +155,7 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
             ));
         }
         solution.reason = Some(match &rounded_note {
-            Some(note) => format!("{}; rounded to slots: {note}", choice.reason),
+            Some(note) => format!("{}; {note}", choice.reason),
             None => choice.reason.clone(),
         });
         best = Some(solution);

@@ -18,7 +18,7 @@ use crate::size::format_size;
 use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::{self, SlotDp};
 use crate::solve::fronts::{Fronts, FrontsTooLarge};
-use crate::solve::{Algorithm, SolveError, persistent};
+use crate::solve::{Algorithm, SolveError, floating, persistent};
 
 /// The fronts may always take this much memory, whatever the slot table's.
 pub const FRONTS_MIN_BYTES: u64 = 64 << 20;
@@ -28,6 +28,16 @@ pub const FRONTS_MIN_BYTES: u64 = 64 << 20;
 /// [`FRONTS_MIN_BYTES`], whichever is larger. O(L^2).
 pub fn fronts_limit(chain: &Chain, budget: u64, slots: usize) -> u64 {
     persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots))).max(FRONTS_MIN_BYTES)
+}
+
+/// The memory the exact fronts may take beside the floating DP at `budget`
+/// with `slots` slots: [`fronts_limit`] or the floating table's upper
+/// estimate ([`floating::upper_estimate`]), whichever is larger (the fronts
+/// are freed before the floating table is built, so the peak is no larger
+/// than the floating DP's alone). O(L^2).
+pub fn fronts_limit_beside_floating(chain: &Chain, budget: u64, slots: usize) -> u64 {
+    let m = Slots::new(budget, slots).capacity;
+    fronts_limit(chain, budget, slots).max(floating::upper_estimate(chain.len(), m).table_bytes)
 }
 
 /// A persistent answer: exact, or the slot DP's when the fronts gave up.
@@ -41,17 +51,18 @@ pub(crate) struct Answer {
     pub note: String,
 }
 
-/// The exact persistent optimum at `budget`, or `Ok(None)` when the fronts
-/// gave up (`Err` says why) or when no persistent schedule is at most
-/// `ceiling` (infinite: any). Time and memory: those of
-/// [`Fronts::build_bounded`] within [`fronts_limit`].
+/// The exact persistent optimum at `budget` from fronts of at most `limit`
+/// bytes, with the number of breakpoints; `Ok(None)` when no persistent
+/// schedule is at most `ceiling` (infinite: any), `Err` when the fronts gave
+/// up. Time and memory: those of [`Fronts::build_bounded`]; the fronts are
+/// freed before it returns.
 pub(crate) fn exact(
     chain: &Chain,
     budget: u64,
-    slots: usize,
+    limit: u64,
     ceiling: f64,
 ) -> Result<Option<(f64, Vec<Op>, usize)>, FrontsTooLarge> {
-    let fronts = Fronts::build_bounded(chain, budget, fronts_limit(chain, budget, slots), ceiling)?;
+    let fronts = Fronts::build_bounded(chain, budget, limit, ceiling)?;
     Ok(fronts.sequence(budget).map(|ops| (fronts.makespan(budget), ops, fronts.points())))
 }
 
@@ -63,8 +74,7 @@ pub(crate) fn exact_note(points: usize) -> String {
 /// Why an answer is rounded, for the user.
 fn rounded_note(e: &FrontsTooLarge, slots: usize) -> String {
     format!(
-        "rounded to {slots} slots: the exact fronts of this {}-stage chain would take more than the {} the slot \
-         table takes",
+        "not exact: the fronts of this {}-stage chain would take more than the {} the {slots}-slot table takes",
         e.stages,
         format_size(e.limit)
     )
@@ -90,7 +100,7 @@ pub(crate) fn persistent(
     if dp::min_peak_exact::<dp::Persistent>(chain) > budget {
         return Err(infeasible());
     }
-    match exact(chain, budget, slots, f64::INFINITY) {
+    match exact(chain, budget, fronts_limit(chain, budget, slots), f64::INFINITY) {
         Ok(Some((makespan, ops, points))) => Ok(Answer { ops, slot_size: 1, makespan, note: exact_note(points) }),
         Ok(None) => Err(infeasible()),
         Err(e) => {
@@ -110,7 +120,7 @@ pub(crate) fn persistent(
 /// of the fronts.
 pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
     let min = dp::min_peak_exact::<dp::Persistent>(chain);
-    match exact(chain, min, slots, f64::INFINITY) {
+    match exact(chain, min, fronts_limit(chain, min, slots), f64::INFINITY) {
         Ok(Some(_)) => Some(min),
         _ => dp::min_budget::<dp::Persistent>(chain, slots),
     }

@@ -107,7 +107,8 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
     };
     let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
     let persistent = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
-        exact::exact(chain, budget, slots, ceiling).ok().flatten()
+        let limit = exact::fronts_limit_beside_floating(chain, budget, slots);
+        exact::exact(chain, budget, limit, ceiling).ok().flatten()
     } else {
         None
     };
