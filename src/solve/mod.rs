@@ -8,7 +8,10 @@
 //! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
 //! estimates), [`dp`] (the interface of the slot DPs and what is written once
 //! over it), and one module per algorithm: [`persistent`], [`floating`],
-//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay.
+//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay;
+//! [`fronts`] is the persistent program exact in bytes, and [`exact`] decides
+//! when `solve` answers with it (persistent, floating and auto all do where
+//! its fronts fit) and when with the slot table.
 
 pub mod algorithm;
 pub mod auto;
