@@ -47,9 +47,7 @@ fn solved(chain: &Chain, budget: u64, algorithm: Algorithm) -> (Result<f64, Stri
             let how = if s.slot_size == 1 { "exact" } else { "rounded" };
             (Ok(s.schedule.makespan), secs, format!("{} ({how})", s.schedule.algorithm))
         }
-        Err(e) if matches!(e, remat::solve::SolveError::Infeasible { .. }) => {
-            (Err("infeasible".to_string()), secs, String::new())
-        }
+        Err(remat::solve::SolveError::Infeasible { .. }) => (Err("infeasible".to_string()), secs, String::new()),
         Err(e) => (Err(e.to_string()), secs, String::new()),
     }
 }
