@@ -97,9 +97,8 @@ pub(crate) fn persistent(
     dp::check_memory(Algorithm::Persistent, table, chain.len(), slots)?;
     let infeasible =
         || SolveError::Infeasible { algorithm: Algorithm::Persistent, budget, min_budget: min_budget(chain, slots) };
-    if dp::min_peak_exact::<dp::Persistent>(chain) > budget {
-        return Err(infeasible());
-    }
+    // An infeasible budget needs no separate check (O(L^3)): its fronts are
+    // empty there, and the slot DP checks its own.
     match exact(chain, budget, fronts_limit(chain, budget, slots), f64::INFINITY) {
         Ok(Some((makespan, ops, points))) => Ok(Answer { ops, slot_size: 1, makespan, note: exact_note(points) }),
         Ok(None) => Err(infeasible()),
