@@ -1,23 +1,25 @@
-//! The exact persistent DP (`solve::fronts`) against the slot DP at the
-//! default 500 slots, side by side, with the budget halfway between the
-//! smallest feasible one and store-all's peak (as `benches/persistent.rs`):
+//! `solve --algorithm persistent` before and after it answered exactly in
+//! bytes (issue 18), side by side, at the default 500 slots and a budget
+//! halfway between the smallest feasible one and store-all's peak (as
+//! `benches/persistent.rs`):
 //! - `before`: the 500-slot DP as `solve` ran it before the fronts (its
 //!   feasibility check, table, sequence and replay);
+//! - `after`: `solve` itself (`solve::exact`): the exact fronts within the
+//!   slot table's memory, or, when they give up, the same 500-slot DP;
 //! - `exact`: the fronts with no limit, sequence and replay (only where they
-//!   finish in seconds: network-like L = 100, DenseNet-121 batch 32);
-//! - `exact-or-slots`: the fronts within the memory of the 500-slot table,
-//!   falling back to the 500-slot DP when they give up (what routing
-//!   `persistent` to the fronts would cost), on every chain, ResNet-1001
-//!   (L = 339) and network-like L = 1000 included.
+//!   finish in seconds: network-like L = 100, DenseNet-121 batch 32).
 //!
-//! Each on 1 and 2 threads. `cargo bench --bench fronts` runs everything; a
-//! filter such as `cargo bench --bench fronts -- L=100` runs a part.
+//! Chains: network-like L = 100, DenseNet-121 (batch 32, 74 stages),
+//! ResNet-1001 (chains/resnet1001-224-b8.json, L = 339) and network-like
+//! L = 1000, each on 1 and 2 threads. `cargo bench --bench fronts` runs
+//! everything (L = 1000 takes most of it: about 20 s a solve); a filter such
+//! as `cargo bench --bench fronts -- resnet1001` runs a part.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rayon::ThreadPoolBuilder;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::fronts::Fronts;
-use remat::solve::persistent;
+use remat::solve::{Algorithm, SolveOptions, persistent, solve};
 use remat::synthetic::network_like;
 use remat::{Chain, Op, simulate_within};
 
@@ -41,8 +43,7 @@ fn chain_file(name: &str) -> Chain {
     Chain::from_json(&std::fs::read_to_string(path).expect("chain file")).expect("valid chain")
 }
 
-/// The 500-slot DP's makespan, its schedule replayed (`solve` itself now
-/// answers exactly where the fronts fit).
+/// The 500-slot DP's makespan, its schedule replayed: `solve` before issue 18.
 fn slot_dp(chain: &Chain, budget: u64) -> f64 {
     let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
     let m = sc.slots.capacity;
@@ -52,11 +53,11 @@ fn slot_dp(chain: &Chain, budget: u64) -> f64 {
     simulate_within(chain, &ops, budget).expect("replays").makespan
 }
 
-/// The exact makespan, its schedule replayed, from fronts within `limit` bytes.
-fn exact(chain: &Chain, budget: u64, limit: u64) -> Option<f64> {
-    let table = Fronts::build_within(chain, budget, limit).ok()?;
+/// The exact makespan from fronts with no limit, its schedule replayed.
+fn exact(chain: &Chain, budget: u64) -> f64 {
+    let table = Fronts::build(chain, budget);
     let ops = table.sequence(budget).expect("feasible");
-    Some(simulate_within(chain, &ops, budget).expect("replays").makespan)
+    simulate_within(chain, &ops, budget).expect("replays").makespan
 }
 
 fn bench(c: &mut Criterion) {
@@ -68,21 +69,19 @@ fn bench(c: &mut Criterion) {
         ("resnet1001", chain_file("resnet1001-224-b8"), false),
         ("L=1000", network_like(42, 1000), false),
     ];
+    let opts = SolveOptions { slots: std::num::NonZeroUsize::new(SLOTS).expect("slots > 0"), ..Default::default() };
     for (name, chain, unlimited) in &chains {
         let budget = budget(chain);
-        let limit = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, SLOTS)));
         for threads in [1, 2] {
             let pool = ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
             let id = |what: &str| BenchmarkId::new(format!("{name}/{what}"), format!("{threads}-thread"));
             group.bench_function(id("before"), |b| b.iter(|| pool.install(|| slot_dp(chain, budget))));
-            if *unlimited {
-                group.bench_function(id("exact"), |b| {
-                    b.iter(|| pool.install(|| exact(chain, budget, u64::MAX).expect("no limit")))
-                });
-            }
-            group.bench_function(id("exact-or-slots"), |b| {
-                b.iter(|| pool.install(|| exact(chain, budget, limit).unwrap_or_else(|| slot_dp(chain, budget))))
+            group.bench_function(id("after"), |b| {
+                b.iter(|| pool.install(|| solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible")))
             });
+            if *unlimited {
+                group.bench_function(id("exact"), |b| b.iter(|| pool.install(|| exact(chain, budget))));
+            }
         }
     }
     group.finish();

@@ -156,3 +156,36 @@ fn gives_up_over_its_memory_limit() {
     assert!(err.to_string().contains("60-stage"), "{err}");
     assert!(err.to_string().contains(&format!("the {} bytes allowed", full.bytes() / 4)), "{err}");
 }
+
+/// Fronts cut by a ceiling (the makespan of a schedule known to fit) answer
+/// the budget they were built for as the uncut ones do, schedule included,
+/// when the optimum is at most the ceiling, and find nothing when it is
+/// clearly above: what `auto` relies on when it passes a baseline's makespan.
+#[test]
+fn a_ceiling_keeps_the_answer_at_the_budget() {
+    let mut rng = Rng::new(2218);
+    let mut cut = 0;
+    for i in 0..600 {
+        let chain = small_chain(&mut rng, 2 + i % 12, 40, 9);
+        let top = store_all_peak(&chain);
+        let min = remat::solve::dp::min_peak_exact::<remat::solve::dp::Persistent>(&chain);
+        for budget in [min, (min + top) / 2, min + (top - min) / 5, top] {
+            let full = Fronts::build(&chain, budget);
+            let best = full.makespan(budget);
+            let chen = solve(&chain, budget, Algorithm::ChenGreedy, &SolveOptions::default()).ok();
+            let ceilings = [Some(best), chen.map(|s| s.schedule.makespan), Some(best * 1.01)];
+            for ceiling in ceilings.into_iter().flatten() {
+                let bounded = Fronts::build_bounded(&chain, budget, u64::MAX, ceiling).unwrap();
+                assert_eq!(bounded.makespan(budget).to_bits(), best.to_bits(), "{chain:?} at {budget}");
+                assert_eq!(bounded.sequence(budget), full.sequence(budget), "{chain:?} at {budget}");
+                assert!(bounded.points() <= full.points());
+                cut += full.points() - bounded.points();
+            }
+            if best > chain.store_all_time() * 1.001 {
+                let below = Fronts::build_bounded(&chain, budget, u64::MAX, best * 0.999).unwrap();
+                assert!(below.makespan(budget).is_infinite(), "{chain:?} at {budget}: nothing beats the optimum");
+            }
+        }
+    }
+    assert!(cut > 0, "the ceilings never dropped a point");
+}

@@ -6,7 +6,8 @@ use std::str::FromStr;
 /// The solvers remat offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Rotor's persistent dynamic program (Alg. 3/4, corrected), O(S L^3).
+    /// Rotor's persistent dynamic program (Alg. 3/4, corrected): exact in bytes
+    /// where its fronts fit ([`crate::solve::exact`]), else O(S L^3) over slots.
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
@@ -61,7 +62,10 @@ impl Algorithm {
     /// One line on what the algorithm does.
     pub fn describe(self) -> &'static str {
         match self {
-            Algorithm::Persistent => "optimal persistent schedule (Rotor's DP, corrected), over memory slots",
+            Algorithm::Persistent => {
+                "optimal persistent schedule (Rotor's DP, corrected), exact in bytes where its fronts fit, else over \
+                 memory slots"
+            }
             Algorithm::Exhaustive => "exact optimum by search over every memory state; chains of up to 14 stages",
             Algorithm::Floating => {
                 "fastest nested schedule (floating-activation DP; never slower than persistent), over memory slots"

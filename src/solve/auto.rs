@@ -3,7 +3,10 @@
 use crate::chain::Chain;
 use crate::size::format_size;
 use crate::slots::Slots;
-use crate::solve::{Algorithm, Solution, SolveError, SolveOptions, checked, dp, fit, floating, min_budget, solve};
+use crate::solve::dp::SlotDp;
+use crate::solve::{
+    Algorithm, Solution, SolveError, SolveOptions, checked, dp, exact, fit, floating, min_budget, solve,
+};
 
 /// Chains of at most this many stages are solved by exhaustive search under
 /// `auto`: exact in bytes over every schedule, and about 0.2 s at worst on
@@ -80,11 +83,15 @@ pub const AUTO_BASELINES: &[Algorithm] =
     &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt];
 
 /// `--algorithm auto` on a chain: exhaustive search when [`auto_choice`] says
-/// so (exact). Otherwise the chosen DP fitted to the budget by replay
-/// ([`fit::fitted`]: never slower than the DP's own answer), and the
-/// [`AUTO_BASELINES`]; the fastest wins, ties going to the DP. So auto is
-/// never slower than the DP it chose nor than any of those baselines at the
-/// same budget. The solution's `reason` says what ran and why.
+/// so (exact). Otherwise the [`AUTO_BASELINES`] first (cheap), then the
+/// persistent optimum exact in bytes ([`exact::exact`], told the fastest
+/// baseline's makespan so that it can drop what cannot beat it), then, when
+/// the choice is the floating DP or the exact fronts gave up, that DP fitted
+/// to the budget by replay ([`fit::fitted`]: never slower than the DP's own
+/// answer). The fastest wins, ties going to the DP auto chose, then the
+/// exact persistent schedule. So auto is never slower than the persistent optimum (where its
+/// fronts fit), the DP it chose, or any of those baselines at the same
+/// budget. The solution's `reason` says what ran and why.
 pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
     let choice = auto_choice(chain, budget, opts);
     let dp = choice.algorithm;
@@ -93,58 +100,95 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
         solution.reason = Some(choice.reason);
         return Ok(solution);
     }
-    let fitted = match dp {
-        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, opts.slots.get(), opts.progress)?,
-        _ => fit::fitted::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
-    };
-    let mut best = match fitted {
-        Some(f) => {
-            let mut solution = checked(chain, budget, dp, f.ops, f.slot_size, f.replay.makespan)?;
-            if f.slots_above > 0 {
-                solution.detail = Some(format!(
-                    "fitted by replay: the schedule the DP finds {} slot{} above the budget fits it in bytes",
-                    f.slots_above,
-                    if f.slots_above == 1 { "" } else { "s" }
-                ));
-            }
-            solution.reason = Some(choice.reason.clone());
-            Some(solution)
-        }
-        None => None,
-    };
-    for &baseline in AUTO_BASELINES {
-        let candidate = match solve(chain, budget, baseline, opts) {
+    let slots = opts.slots.get();
+    let mut baseline: Option<Solution> = None;
+    for &b in AUTO_BASELINES {
+        let candidate = match solve(chain, budget, b, opts) {
             Ok(solution) => solution,
             Err(SolveError::Infeasible { .. }) => continue,
             Err(e) => return Err(e),
         };
-        let faster = match &best {
-            None => true,
-            Some(b) => {
-                let (t, tb) = (candidate.schedule.makespan, b.schedule.makespan);
-                t < tb - 1e-9 * tb.abs().max(1.0)
-            }
-        };
-        if faster {
-            let dp_time = best.as_ref().filter(|b| b.schedule.algorithm == dp.name()).map(|b| b.schedule.makespan);
-            let mut solution = candidate;
-            solution.reason = Some(match dp_time {
-                Some(t) => format!(
-                    "{baseline} is faster at this budget than the {dp} DP ({:.2} vs {t:.2}), whose rounding of \
-                     sizes up to slots costs it here ({})",
-                    solution.schedule.makespan, choice.reason
-                ),
-                None if best.is_none() => {
-                    format!("{baseline} fits this budget and the {dp} DP does not with these slots ({})", choice.reason)
-                }
-                None => format!("{baseline} is the fastest of the baselines auto runs beside the {dp} DP"),
-            });
-            best = Some(solution);
+        if baseline.as_ref().is_none_or(|best| faster(&candidate, best)) {
+            baseline = Some(candidate);
         }
+    }
+    let ceiling = baseline.as_ref().map_or(f64::INFINITY, |b| b.schedule.makespan);
+    dp::Persistent::check(chain, slots)?;
+    let exact = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
+        // No more memory than the DP auto chose would take.
+        let limit = match dp {
+            Algorithm::Floating => exact::fronts_limit_beside_floating(chain, budget, slots),
+            _ => exact::fronts_limit(chain, budget, slots),
+        };
+        exact::exact(chain, budget, limit, ceiling)
+    } else {
+        Ok(None)
+    };
+    let mut exact_solution = None;
+    let mut rounded_note = None;
+    match exact {
+        Ok(Some((time, ops, points))) => {
+            let mut solution = checked(chain, budget, Algorithm::Persistent, ops, 1, time)?;
+            solution.detail = Some(exact::exact_note(points));
+            solution.reason = Some(format!(
+                "the persistent optimum exact in bytes is the fastest schedule auto found (beside {})",
+                choice.reason
+            ));
+            exact_solution = Some(solution);
+        }
+        Ok(None) => {}
+        Err(e) => rounded_note = Some(e.to_string()),
+    }
+    let fitted = match dp {
+        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, slots, opts.progress)?,
+        _ if rounded_note.is_some() => fit::fitted::<dp::Persistent>(chain, budget, slots, opts.progress)?,
+        _ => None,
+    };
+    let mut best: Option<Solution> = None;
+    if let Some(f) = fitted {
+        let mut solution = checked(chain, budget, dp, f.ops, f.slot_size, f.replay.makespan)?;
+        if f.slots_above > 0 {
+            solution.detail = Some(format!(
+                "fitted by replay: the schedule the DP finds {} slot{} above the budget fits it in bytes",
+                f.slots_above,
+                if f.slots_above == 1 { "" } else { "s" }
+            ));
+        }
+        solution.reason = Some(match &rounded_note {
+            Some(note) => format!("{}; {note}", choice.reason),
+            None => choice.reason.clone(),
+        });
+        best = Some(solution);
+    }
+    // The exact persistent schedule replaces the DP's only when faster: on a
+    // tie the floating DP, which auto chose, names the schedule.
+    if let Some(solution) = exact_solution
+        && best.as_ref().is_none_or(|b| faster(&solution, b))
+    {
+        best = Some(solution);
+    }
+    if let Some(mut candidate) = baseline
+        && best.as_ref().is_none_or(|b| faster(&candidate, b))
+    {
+        let name = candidate.schedule.algorithm.clone();
+        candidate.reason = Some(match &best {
+            Some(b) => format!(
+                "{name} is faster at this budget than the {} schedule auto found ({:.2} vs {:.2}; {})",
+                b.schedule.algorithm, candidate.schedule.makespan, b.schedule.makespan, choice.reason
+            ),
+            None => format!("{name} fits this budget and the DPs auto ran do not ({})", choice.reason),
+        });
+        best = Some(candidate);
     }
     best.ok_or_else(|| SolveError::Infeasible {
         algorithm: Algorithm::Auto,
         budget,
         min_budget: min_budget(chain, Algorithm::Auto, opts).ok().flatten(),
     })
+}
+
+/// True when `a` is faster than `b` beyond the rounding of float sums.
+fn faster(a: &Solution, b: &Solution) -> bool {
+    let (t, tb) = (a.schedule.makespan, b.schedule.makespan);
+    t < tb - 1e-9 * tb.abs().max(1.0)
 }

@@ -18,15 +18,21 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
     match algorithm {
         Algorithm::Persistent => {
             dp::Persistent::check(chain, opts.slots.get())?;
-            Ok(dp::min_budget::<dp::Persistent>(chain, opts.slots.get()))
+            Ok(crate::solve::exact::min_budget(chain, opts.slots.get()))
         }
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
             Ok(Some(exhaustive::min_peak(chain).0))
         }
         Algorithm::Floating => {
+            // The floating solve also answers with the exact persistent optimum.
             dp::Floating::check(chain, opts.slots.get())?;
-            Ok(dp::min_budget::<dp::Floating>(chain, opts.slots.get()))
+            let table = dp::min_budget::<dp::Floating>(chain, opts.slots.get());
+            let persistent = crate::solve::exact::min_budget(chain, opts.slots.get());
+            Ok(match (table, persistent) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
         }
         Algorithm::Auto => {
             // The choice depends on the budget only through the slot count's

@@ -8,7 +8,10 @@
 //! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
 //! estimates), [`dp`] (the interface of the slot DPs and what is written once
 //! over it), and one module per algorithm: [`persistent`], [`floating`],
-//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay.
+//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay;
+//! [`fronts`] is the persistent program exact in bytes, and [`exact`] decides
+//! when `solve` answers with it (persistent, floating and auto all do where
+//! its fronts fit) and when with the slot table.
 
 pub mod algorithm;
 pub mod auto;
@@ -16,6 +19,7 @@ pub mod baselines;
 pub mod budget;
 pub mod dp;
 pub mod error;
+pub mod exact;
 pub mod exhaustive;
 pub mod fit;
 pub mod floating;
@@ -83,8 +87,13 @@ fn solve_unverified(
 ) -> Result<Solution, SolveError> {
     crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
-        Algorithm::Persistent => dp::solve_dp::<dp::Persistent>(chain, budget, opts.slots.get(), opts.progress)?,
-        Algorithm::Floating => dp::solve_dp::<dp::Floating>(chain, budget, opts.slots.get(), opts.progress)?,
+        Algorithm::Persistent => {
+            let answer = exact::persistent(chain, budget, opts.slots.get(), opts.progress)?;
+            let mut solution = checked(chain, budget, algorithm, answer.ops, answer.slot_size, answer.makespan)?;
+            solution.detail = Some(answer.note);
+            return Ok(solution);
+        }
+        Algorithm::Floating => return solve_floating(chain, budget, opts),
         Algorithm::Auto => return solve_auto(chain, budget, opts),
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
@@ -107,6 +116,45 @@ fn solve_unverified(
         }
     };
     checked(chain, budget, algorithm, ops, slot_size, predicted)
+}
+
+/// `--algorithm floating`: the floating DP's answer, or the exact persistent
+/// optimum where that is faster (every persistent schedule is a floating
+/// one, so floating is never slower than persistent), including where the
+/// floating table, rounded to slots, finds nothing.
+fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    let slots = opts.slots.get();
+    let table = match dp::solve_dp::<dp::Floating>(chain, budget, slots, opts.progress) {
+        Ok(answer) => Some(answer),
+        Err(SolveError::Infeasible { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
+    let persistent = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
+        let limit = exact::fronts_limit_beside_floating(chain, budget, slots);
+        exact::exact(chain, budget, limit, ceiling).ok().flatten()
+    } else {
+        None
+    };
+    match (table, persistent) {
+        (_, Some((time, ops, points))) if time < ceiling => {
+            let mut solution = checked(chain, budget, Algorithm::Floating, ops, 1, time)?;
+            solution.detail = Some(format!(
+                "{}, faster than the floating table rounded to {slots} slots: every persistent schedule is a \
+                 floating one",
+                exact::exact_note(points)
+            ));
+            Ok(solution)
+        }
+        (Some((ops, slot_size, predicted)), _) => {
+            checked(chain, budget, Algorithm::Floating, ops, slot_size, predicted)
+        }
+        (None, _) => Err(SolveError::Infeasible {
+            algorithm: Algorithm::Floating,
+            budget,
+            min_budget: min_budget(chain, Algorithm::Floating, opts).ok().flatten(),
+        }),
+    }
 }
 
 pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {

@@ -1,0 +1,126 @@
+//! What `solve` answers for the persistent program: its optimum exact in
+//! bytes ([`super::fronts`]) when the fronts fit in the memory the slot table
+//! would take, else the slot DP's rounded answer, saying so.
+//!
+//! The guard is memory, computed before anything is filled: the fronts may
+//! take at most [`fronts_limit`] bytes, the memory of the slot table at the
+//! solve's slot count ([`persistent::table_bytes_estimate`], what `solve`
+//! used before the fronts), but never less than [`FRONTS_MIN_BYTES`] (on
+//! short chains both are small). [`Fronts::build_bounded`] gives up as soon as
+//! its fronts exceed it or are projected to, so a chain whose fronts are too
+//! large costs a fraction of their time before the slot DP runs. The guard
+//! depends on the chain, the budget and the slot count only, so the same
+//! input always gets the same answer.
+
+use crate::chain::Chain;
+use crate::schedule::Op;
+use crate::size::format_size;
+use crate::slots::{SlotChain, Slots};
+use crate::solve::dp::{self, SlotDp};
+use crate::solve::fronts::{Fronts, FrontsTooLarge};
+use crate::solve::{Algorithm, SolveError, floating, persistent};
+
+/// The fronts may always take this much memory, whatever the slot table's.
+pub const FRONTS_MIN_BYTES: u64 = 64 << 20;
+
+/// The memory the exact fronts may take at `budget` with `slots` slots: the
+/// slot table's ([`persistent::table_bytes_estimate`]) or
+/// [`FRONTS_MIN_BYTES`], whichever is larger. O(L^2).
+pub fn fronts_limit(chain: &Chain, budget: u64, slots: usize) -> u64 {
+    persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots))).max(FRONTS_MIN_BYTES)
+}
+
+/// The memory the exact fronts may take beside the floating DP at `budget`
+/// with `slots` slots: [`fronts_limit`] or the floating table's upper
+/// estimate ([`floating::upper_estimate`]), whichever is larger (the fronts
+/// are freed before the floating table is built, so the peak is no larger
+/// than the floating DP's alone). O(L^2).
+pub fn fronts_limit_beside_floating(chain: &Chain, budget: u64, slots: usize) -> u64 {
+    let m = Slots::new(budget, slots).capacity;
+    fronts_limit(chain, budget, slots).max(floating::upper_estimate(chain.len(), m).table_bytes)
+}
+
+/// A persistent answer: exact, or the slot DP's when the fronts gave up.
+pub(crate) struct Answer {
+    pub ops: Vec<Op>,
+    /// 1 when exact.
+    pub slot_size: u64,
+    /// The makespan the solver predicts.
+    pub makespan: f64,
+    /// Why it is exact or not, for `Solution::detail`.
+    pub note: String,
+}
+
+/// The exact persistent optimum at `budget` from fronts of at most `limit`
+/// bytes, with the number of breakpoints; `Ok(None)` when no persistent
+/// schedule is at most `ceiling` (infinite: any), `Err` when the fronts gave
+/// up. Time and memory: those of [`Fronts::build_bounded`]; the fronts are
+/// freed before it returns.
+pub(crate) fn exact(
+    chain: &Chain,
+    budget: u64,
+    limit: u64,
+    ceiling: f64,
+) -> Result<Option<(f64, Vec<Op>, usize)>, FrontsTooLarge> {
+    let fronts = Fronts::build_bounded(chain, budget, limit, ceiling)?;
+    Ok(fronts.sequence(budget).map(|ops| (fronts.makespan(budget), ops, fronts.points())))
+}
+
+/// Why an answer is exact, for the user.
+pub(crate) fn exact_note(points: usize) -> String {
+    format!("not rounded to slots: the persistent optimum from fronts of {points} breakpoints")
+}
+
+/// Why an answer is rounded, for the user.
+fn rounded_note(e: &FrontsTooLarge, slots: usize) -> String {
+    format!(
+        "not exact: the fronts of this {}-stage chain would take more than the {} the {slots}-slot table takes",
+        e.stages,
+        format_size(e.limit)
+    )
+}
+
+/// `solve(chain, budget, Algorithm::Persistent)`: the exact optimum when the
+/// fronts fit ([`fronts_limit`]), else the slot DP at `slots` slots; an
+/// infeasible budget names [`min_budget`]'s. Errors: those of the slot DP's
+/// checks.
+pub(crate) fn persistent(
+    chain: &Chain,
+    budget: u64,
+    slots: usize,
+    progress: Option<crate::solve::Progress>,
+) -> Result<Answer, SolveError> {
+    dp::Persistent::check(chain, slots)?;
+    // The slot table is the fallback: refuse up front, as before the fronts,
+    // a solve whose table could not be built.
+    let table = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots)));
+    dp::check_memory(Algorithm::Persistent, table, chain.len(), slots)?;
+    let infeasible =
+        || SolveError::Infeasible { algorithm: Algorithm::Persistent, budget, min_budget: min_budget(chain, slots) };
+    // An infeasible budget needs no separate check (O(L^3)): its fronts are
+    // empty there, and the slot DP checks its own.
+    match exact(chain, budget, fronts_limit(chain, budget, slots), f64::INFINITY) {
+        Ok(Some((makespan, ops, points))) => Ok(Answer { ops, slot_size: 1, makespan, note: exact_note(points) }),
+        Ok(None) => Err(infeasible()),
+        Err(e) => {
+            let (ops, slot_size, makespan) = match dp::solve_dp::<dp::Persistent>(chain, budget, slots, progress) {
+                Err(SolveError::Infeasible { .. }) => return Err(infeasible()),
+                other => other?,
+            };
+            Ok(Answer { ops, slot_size, makespan, note: rounded_note(&e, slots) })
+        }
+    }
+}
+
+/// The smallest budget at which [`persistent`] returns a schedule: the exact
+/// smallest peak of any persistent schedule when the fronts fit there (they
+/// take least memory at small budgets), else the slot DP's smallest budget
+/// ([`dp::min_budget`]). `None` when neither has one. O(L^3) plus one build
+/// of the fronts.
+pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
+    let min = dp::min_peak_exact::<dp::Persistent>(chain);
+    match exact(chain, min, fronts_limit(chain, min, slots), f64::INFINITY) {
+        Ok(Some(_)) => Some(min),
+        _ => dp::min_budget::<dp::Persistent>(chain, slots),
+    }
+}
