@@ -21,6 +21,7 @@ pub mod exhaustive;
 mod forward;
 pub mod joint;
 mod joint_graph;
+pub mod lift;
 pub mod milp;
 pub mod plan;
 pub mod schedule;
