@@ -147,8 +147,9 @@ pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize]) -> Opt
         let f = |v: usize| forward.stage(v);
         let forward_time: f64 = nodes.clone().map(|v| f(v).forward_time).sum();
         let backward_time: f64 = nodes.clone().map(|v| f(v).backward_time).sum();
-        // a^b: every value crossing the cut after `end`.
-        let crossing = |u: usize| u <= end && last[u] > end;
+        // a^b: every value crossing the cut after `end` (after the last
+        // block, the network's output, which the loss reads).
+        let crossing = |u: usize| u <= end && (last[u] > end || u == n - 1);
         let output = sum((0..=end).filter(|&u| crossing(u)).map(size))?;
         let passing = sum((0..start).filter(|&u| crossing(u)).map(size))?;
         let saved = sum(nodes.clone().map(size))?.checked_add(passing)?;
@@ -170,7 +171,8 @@ pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize]) -> Opt
             })
             .map(|v| size(backward_index(n, v))))?;
         let forward_overhead = nodes.clone().map(|v| f(v).forward_overhead).max().unwrap_or(0);
-        let backward_overhead = nodes.clone().map(|v| f(v).backward_overhead).max().unwrap_or(0).checked_add(internal)?;
+        let backward_overhead =
+            nodes.clone().map(|v| f(v).backward_overhead).max().unwrap_or(0).checked_add(internal)?;
         stages.push(Stage {
             name: Some(format!("{}..{}", forward.node_name(start), forward.node_name(end))),
             forward_time,
@@ -253,9 +255,7 @@ pub fn staged_form(graph: &Graph, ops: &[GraphOp]) -> Option<Staged> {
         match op {
             GraphOp::Compute(v) => {
                 if open {
-                    for i in 0..stage {
-                        staged.s[stage][i] = resident[i];
-                    }
+                    staged.s[stage][..stage].copy_from_slice(&resident[..stage]);
                     open = false;
                 }
                 if last_in_stage.is_some_and(|l| l >= v) || v > stage {
@@ -302,7 +302,6 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
             sets.push((label.to_string(), ends));
         }
     }
-    let opts = SolveOptions { slots: NonZeroUsize::new(SLOTS).expect("nonzero"), ..SolveOptions::default() };
     let mut best: Option<Lifted> = None;
     let mut lowest_peak: Option<u64> = None;
     let timed_out = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -313,6 +312,9 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
         let Some(chain) = block_chain(forward, graph, ends) else { continue };
         // The replayed schedule at chain budget `m`, if the chain DP has one.
         let mut attempt = |m: u64| -> Option<(Vec<GraphOp>, GraphReplay)> {
+            // At most one slot a byte (exact below SLOTS bytes).
+            let slots = NonZeroUsize::new(SLOTS.min(usize::try_from(m).unwrap_or(usize::MAX)))?;
+            let opts = SolveOptions { slots, ..SolveOptions::default() };
             let solution = crate::solve::solve(&chain, m, Algorithm::Persistent, &opts).ok()?;
             let ops = with_frees(graph, &translate(n, ends, &solution.schedule.operations));
             let replay = simulate(graph, &ops).ok()?;
@@ -336,8 +338,9 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
             }
             true
         };
-        // Everything the chain holds, counted generously: the store-all
-        // schedule fits this chain budget.
+        // Everything the chain holds, counted twice (the input and its
+        // gradient, every recorded value, output and gradient, every
+        // transient): the store-all schedule fits this chain budget.
         let top = chain
             .stages()
             .iter()
@@ -345,8 +348,10 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
                 acc.checked_add(s.saved_size)?
                     .checked_add(s.output_size)?
                     .checked_add(s.gradient_size)?
-                    .checked_add(s.forward_overhead.max(s.backward_overhead))
+                    .checked_add(s.forward_overhead)?
+                    .checked_add(s.backward_overhead)
             })
+            .and_then(|sum| sum.checked_mul(2))
             .unwrap_or(u64::MAX / 2);
         let found = attempt(top);
         if consider(top, found, &mut best) {

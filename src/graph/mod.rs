@@ -33,7 +33,9 @@ pub use forward::{ForwardGraph, NotAPath};
 pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
-pub use solve::{GraphOptions, GraphSolution, GraphSolveError, MinBudget, Outcome, min_budget, solve, solve_joint};
+pub use solve::{
+    GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget, solve, solve_joint,
+};
 
 use std::collections::HashMap;
 
