@@ -187,9 +187,16 @@ impl From<MilpError> for GraphSolveError {
 
 /// Solves a graph file under `budget` bytes with `algorithm`:
 /// - `auto`: a forward graph that is a path is solved as a chain by the
-///   persistent DP (exact for chains); any other graph by the Checkmate MILP;
-/// - `checkmate` / `checkmate-approx`: the MILP / LP rounding, on the derived
-///   joint graph of a forward graph or on a joint graph as given;
+///   chain solvers; any other forward graph first by the chain DP of its
+///   blocks lifted to the graph ([`lift`]), then by the Checkmate MILP
+///   warm-started from the better of that and the baselines, and the faster
+///   replay is returned (never the slower of the two); when the MILP is too
+///   large for the guard or its build for the time limit, the lifted
+///   schedule with a note. A joint graph file goes to the MILP;
+/// - `checkmate`: the same on a forward graph, except that a MILP the guard
+///   refuses is an error ([`GraphSolveError::TooLarge`]); on a joint graph
+///   as given, the MILP warm-started from the baselines;
+/// - `checkmate-approx`: LP rounding on the derived or the given joint graph;
 /// - `exhaustive`: the chain oracle for a path, the graph oracle otherwise
 ///   (tiny graphs only);
 /// - any other (chain) algorithm: only for a forward graph that is a path.
@@ -445,8 +452,13 @@ fn checkmate(
         })
     });
     // The baselines take O(n^2 log n) time and O(n^2) memory each: only
-    // for graphs whose MILP the guard allows.
-    let baseline = if refused.is_none() { baselines::best_fitting(graph, budget) } else { None };
+    // for graphs whose MILP the guard allows, and not when the time limit is
+    // too short for the MILP and a lifted schedule is already there.
+    let baseline = if refused.is_none() && (skip.is_none() || lift_ok.is_none()) {
+        baselines::best_fitting(graph, budget)
+    } else {
+        None
+    };
     let base_warm = baseline.as_ref().map(|b| (b.staged.clone(), b.cost, b.name.clone()));
     let best_known: Option<Known> = match (lift_ok, baseline) {
         (Some(l), Some(b)) if b.cost < l.replay.makespan => Some(Known::Baseline(b)),
