@@ -60,7 +60,7 @@ fn a_chain_schedule_of_a_path_lifts_with_its_makespan_and_within_its_peak() {
         let counts = lift::crossing_counts(&forward);
         let ends = lift::cuts(&counts, k, usize::MAX);
         assert_eq!(ends, (0..k).collect::<Vec<_>>());
-        let blocks = lift::block_chain(&forward, &graph, &ends).unwrap();
+        let blocks = lift::block_chain(&forward, &graph, &ends, true).unwrap();
         let same = |s: &remat::Stage, t: &remat::Stage| {
             (s.forward_time, s.backward_time, s.output_size, s.saved_size, s.gradient_size)
                 == (t.forward_time, t.backward_time, t.output_size, t.saved_size, t.gradient_size)

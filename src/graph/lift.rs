@@ -39,7 +39,7 @@ use std::num::NonZeroUsize;
 use std::time::Instant;
 
 use crate::chain::{Chain, Stage};
-use crate::graph::joint::{self, backward_index};
+use crate::graph::joint::backward_index;
 use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, simulate};
 use crate::graph::{ForwardGraph, Graph, GraphOp};
@@ -135,8 +135,13 @@ fn sum(it: impl Iterator<Item = u64>) -> Option<u64> {
 }
 
 /// The chain of blocks ending at `ends` (see the module documentation), or
-/// None when a figure overflows. O(blocks x (n + |E|)).
-pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize]) -> Option<Chain> {
+/// None when a figure overflows. With `passing`, a value that crosses a
+/// block without being made there (a skip connection) is counted in the
+/// block's output and recorded data (the chain over-counts); without, only
+/// values the block makes are (the chain under-counts skips). Either way the
+/// lifted schedule is replayed, so both are safe; each fits other budgets
+/// better. O(blocks x (n + |E|)).
+pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize], passing: bool) -> Option<Chain> {
     let n = forward.len();
     let last = last_readers(forward);
     let size = |v: usize| graph.node(v).size;
@@ -150,9 +155,10 @@ pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize]) -> Opt
         // a^b: every value crossing the cut after `end` (after the last
         // block, the network's output, which the loss reads).
         let crossing = |u: usize| u <= end && (last[u] > end || u == n - 1);
-        let output = sum((0..=end).filter(|&u| crossing(u)).map(size))?;
-        let passing = sum((0..start).filter(|&u| crossing(u)).map(size))?;
-        let saved = sum(nodes.clone().map(size))?.checked_add(passing)?;
+        let first = if passing { 0 } else { start };
+        let output = sum((first..=end).filter(|&u| crossing(u)).map(size))?;
+        let through = sum((first..start).filter(|&u| crossing(u)).map(size))?;
+        let saved = sum(nodes.clone().map(size))?.checked_add(through)?;
         // delta^b: gradient nodes of later nodes that read a node up to `end`
         // (the loss gradient after the last block).
         let gradient = if b + 1 == ends.len() {
@@ -305,17 +311,27 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
     let mut best: Option<Lifted> = None;
     let mut lowest_peak: Option<u64> = None;
     let timed_out = || deadline.is_some_and(|d| Instant::now() >= d);
+    let mut chains: Vec<(String, &Vec<usize>, Chain)> = Vec::new();
     for (label, ends) in &sets {
+        for passing in [true, false] {
+            let Some(chain) = block_chain(forward, graph, ends, passing) else { continue };
+            if !chains.iter().any(|(_, e, c)| *e == ends && c.stages() == chain.stages()) {
+                let how = if passing { "skips counted at every cut" } else { "skips counted once" };
+                chains.push((format!("{label}, {how}"), ends, chain));
+            }
+        }
+    }
+    for (label, ends, chain) in &chains {
+        let ends: &[usize] = ends;
         if timed_out() {
             break;
         }
-        let Some(chain) = block_chain(forward, graph, ends) else { continue };
         // The replayed schedule at chain budget `m`, if the chain DP has one.
         let mut attempt = |m: u64| -> Option<(Vec<GraphOp>, GraphReplay)> {
             // At most one slot a byte (exact below SLOTS bytes).
             let slots = NonZeroUsize::new(SLOTS.min(usize::try_from(m).unwrap_or(usize::MAX)))?;
             let opts = SolveOptions { slots, ..SolveOptions::default() };
-            let solution = crate::solve::solve(&chain, m, Algorithm::Persistent, &opts).ok()?;
+            let solution = crate::solve::solve(chain, m, Algorithm::Persistent, &opts).ok()?;
             let ops = with_frees(graph, &translate(n, ends, &solution.schedule.operations));
             let replay = simulate(graph, &ops).ok()?;
             lowest_peak = Some(lowest_peak.map_or(replay.peak_memory, |p| p.min(replay.peak_memory)));
@@ -390,12 +406,4 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
         }
         None => Err(NoLift { lowest_peak }),
     }
-}
-
-/// [`lift`] on a forward graph, deriving its joint graph. Convenience for
-/// tests and examples. O(n + |E|) plus [`lift`].
-pub fn lift_forward(forward: &ForwardGraph, budget: u64) -> Option<(Graph, Result<Lifted, NoLift>)> {
-    let graph = joint::derive(forward).ok()?;
-    let lifted = lift(forward, &graph, budget, None);
-    Some((graph, lifted))
 }
