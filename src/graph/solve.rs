@@ -264,7 +264,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
                     let graph = derived()?;
                     let (solution, choice) = checkmate_forward(forward, &graph, budget, true, &opts.milp)?;
                     let head = if solution.schedule.algorithm == LIFT_NAME {
-                        "the chain DP lifted to the graph (chain-lift)"
+                        "chain DP lifted to the graph (chain-lift)"
                     } else {
                         "MILP (checkmate)"
                     };
