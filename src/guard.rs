@@ -237,8 +237,9 @@ fn candidate_search(algorithm: Algorithm, len: usize) -> Result<(), SolveError> 
 /// Bytes the Checkmate MILP (or its LP relaxation) takes per squared node of
 /// the joint graph: its variables and constraints grow as T^2 for T joint
 /// nodes. Measured: 1.2 GB for densenet121's layer graph (307 forward nodes),
-/// 3.3 GB for densenet201's (507), with microlp.
-pub const MILP_BYTES_PER_NODE_SQUARED: u64 = 3_300;
+/// 3.9 GB peak resident for densenet201's (507; 1015 joint nodes), with
+/// microlp, the solver's own copy included.
+pub const MILP_BYTES_PER_NODE_SQUARED: u64 = 4_000;
 /// The most memory remat lets a MILP formulation take, below
 /// [`memory_limit`]: beyond it, building the model alone takes minutes
 /// whatever `--time-limit` says.
@@ -261,6 +262,18 @@ pub fn milp(nodes: usize) -> Result<(), String> {
         format_size(needed),
         format_size(limit)
     ))
+}
+
+/// Seconds the Checkmate MILP's build (formulation and hand-over to the
+/// solver) takes per squared joint node, measured with microlp on a shared
+/// 2-core machine: 4.4 s for densenet201's layer graph (1015 joint nodes).
+pub const MILP_BUILD_SECONDS_PER_NODE_SQUARED: f64 = 5e-6;
+
+/// Estimated seconds to build the Checkmate MILP of a joint graph of `nodes`
+/// nodes ([`MILP_BUILD_SECONDS_PER_NODE_SQUARED`] x T^2): when a time limit
+/// leaves less, the MILP is skipped rather than started. O(1).
+pub fn milp_build_seconds(nodes: usize) -> f64 {
+    (nodes as f64).powi(2) * MILP_BUILD_SECONDS_PER_NODE_SQUARED
 }
 
 /// Refuses a table of `needed` bytes above [`memory_limit`], naming both.
@@ -293,7 +306,7 @@ mod tests {
     fn milp_estimate_refuses_a_2000_node_joint_graph_only() {
         assert!(milp(600).is_ok());
         let err = milp(2000).unwrap_err();
-        assert!(err.contains("2000 joint nodes") && err.contains("12.29 GiB"), "{err}");
+        assert!(err.contains("2000 joint nodes") && err.contains("14.90 GiB"), "{err}");
     }
 
     #[test]

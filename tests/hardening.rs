@@ -251,7 +251,7 @@ fn a_100000_stage_chain_gets_an_answer_or_a_refusal_at_once() {
 }
 
 #[test]
-fn a_1000_node_graph_is_refused_before_its_milp_is_built() {
+fn a_1000_node_graph_is_answered_by_auto_and_refused_by_checkmate_before_its_milp_is_built() {
     let dir = tempfile::tempdir().unwrap();
     // A ladder: node i reads i-1 and i-2, so it is no path (no chain solver).
     let nodes: Vec<String> = (0..1000)
@@ -268,8 +268,27 @@ fn a_1000_node_graph_is_refused_before_its_milp_is_built() {
         .collect();
     let graph =
         write(dir.path(), "g.json", &format!(r#"{{"name": "g", "input_size": 10, "nodes": [{}]}}"#, nodes.join(",")));
+    // `auto` answers with the schedule lifted from the chain DP (the MILP,
+    // about 15 GiB, is skipped with a note), in 1 GB of address space.
+    let script =
+        format!("ulimit -v 1000000 && exec {} solve {} -m 300 --json", env!("CARGO_BIN_EXE_remat"), graph.display());
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the MILP was skipped: the Checkmate MILP of this graph (2001 joint nodes)"), "{stderr}");
+    let schedule: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schedule["algorithm"], "chain-lift");
+    assert!(schedule["peak_memory"].as_u64().unwrap() <= 300);
+    let saved = dir.path().join("s.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
     remat()
-        .args(["solve", graph.to_str().unwrap(), "-m", "1MiB"])
+        .args(["simulate", graph.to_str().unwrap(), saved.to_str().unwrap(), "--memory", "300"])
+        .assert()
+        .success()
+        .stdout(contains("fits the budget of 300 B"));
+    // `-a checkmate` asks for the MILP itself: refused before it is built.
+    remat()
+        .args(["solve", graph.to_str().unwrap(), "-m", "300", "-a", "checkmate"])
         .timeout(Duration::from_secs(30))
         .assert()
         .code(2)

@@ -166,7 +166,12 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
             };
             outln!("solver:      {solver}");
             if let Some((name, cost)) = &solution.warm_start {
-                outln!("warm start:  baseline {name} (makespan {cost:.2})");
+                let what = if name == remat::graph::LIFT_NAME {
+                    "the chain DP's schedule lifted to the graph".to_string()
+                } else {
+                    format!("baseline {name}")
+                };
+                outln!("warm start:  {what} (makespan {cost:.2})");
             }
             outln!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
             let gap = s.gap.map_or("unknown".to_string(), |g| format!("{:.2}%", 100.0 * g));

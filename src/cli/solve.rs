@@ -34,8 +34,9 @@ pub struct Args {
     /// stages. Baselines to compare with: store-all, sequential (PyTorch's
     /// checkpoint_sequential), revolve, chen-sqrt, chen-greedy; `remat compare`
     /// runs them all. On a graph file, auto solves a path as a chain and any
-    /// other graph with checkmate (the Checkmate MILP); checkmate-approx: its
-    /// LP relaxation with two-phase rounding.
+    /// other graph with the chain DP of its blocks lifted to the graph, then
+    /// checkmate (the Checkmate MILP) warm-started from it, keeping the
+    /// faster; checkmate-approx: its LP relaxation with two-phase rounding.
     #[arg(short, long, default_value = "auto", value_parser = parse_method)]
     algorithm: Method,
     /// With --algorithm sequential: the number of segments K (1 to the number

@@ -274,8 +274,11 @@ fn holdable(graph: &Graph, i: usize) -> bool {
     !graph.users(i).is_empty()
 }
 
-/// Builds the model of `graph` (see the module documentation).
-fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulation {
+/// Builds the model of `graph` (see the module documentation), or None once
+/// `deadline` has passed: the clock is read once a stage (O(n + |E|) work
+/// between reads), so building stops within a stage's work of the deadline.
+fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Option<Instant>) -> Option<Formulation> {
+    let late = || deadline.is_some_and(|d| Instant::now() >= d);
     let n = graph.len();
     let total: u64 = graph.nodes().iter().map(|x| x.size + x.overhead).sum::<u64>() + graph.input_size();
     let scale = budget.max(1) as f64;
@@ -292,6 +295,9 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
         scale,
     };
     for t in 0..n {
+        if late() {
+            return None;
+        }
         let row = (0..=t).map(|i| (i < t).then(|| f.add(relaxed, None))).collect();
         f.r.push(row);
         let row = (0..t).map(|i| holdable(graph, i).then(|| f.add(relaxed, None))).collect();
@@ -325,6 +331,9 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
 
     let mut constraints = Vec::new();
     for t in 0..n {
+        if late() {
+            return None;
+        }
         // (1b): dependencies resident.
         for v in 0..=t {
             for &u in &graph.node(v).inputs {
@@ -383,7 +392,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool) -> Formulati
         }
         f.objective = objective;
     }
-    f
+    Some(f)
 }
 
 /// Values of every variable (in column order) for a staged schedule: the warm
@@ -420,7 +429,57 @@ struct Raw {
     seconds: f64,
 }
 
+/// How long past its deadline remat waits for a solver that has not stopped
+/// by itself (microlp reads its clock only every thousand pivots, which on a
+/// large model can be many seconds) before it answers without it.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// Why [`solve_by`] has no result.
+enum Stop {
+    /// The deadline and [`GRACE`] passed first.
+    Late,
+    /// The work panicked.
+    Panicked,
+}
+
+/// Runs `work` on a thread of its own and waits for it, calling `ticker`
+/// every 100 ms, until `deadline` + [`GRACE`]. A solver still running then
+/// is abandoned: its thread runs on until the solver's own time limit stops
+/// it, and its result is dropped, so the caller answers within the grace
+/// whatever the solver does. A panic in `work` is reported, not re-raised
+/// and never waited on forever.
+fn solve_by<T: Send + 'static>(
+    deadline: Option<Instant>,
+    ticker: Option<Ticker<'_>>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Stop> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    std::thread::spawn(move || {
+        // The receiver may be gone (abandoned): nothing to do then.
+        let _ = tx.send(work());
+    });
+    let give_up = deadline.and_then(|d| d.checked_add(GRACE));
+    loop {
+        let step = Duration::from_millis(100);
+        let wait = give_up.map_or(step, |g| g.saturating_duration_since(Instant::now()).min(step));
+        match rx.recv_timeout(wait) {
+            Ok(value) => return Ok(value),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(Stop::Panicked),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if give_up.is_some_and(|g| Instant::now() >= g) {
+                    return Err(Stop::Late);
+                }
+                if let Some(tick) = ticker {
+                    tick(start.elapsed());
+                }
+            }
+        }
+    }
+}
+
 /// Runs `work` while a helper thread calls `ticker` with the elapsed time.
+#[cfg_attr(not(feature = "highs"), allow(dead_code))]
 fn with_ticker<T>(ticker: Option<Ticker<'_>>, work: impl FnOnce() -> T) -> T {
     let Some(tick) = ticker else { return work() };
     let done = AtomicBool::new(false);
@@ -461,16 +520,30 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
         Backend::Microlp => {
             use good_lp::{WithInitialSolution, WithTimeLimit};
             let mut model = vars.minimise(objective).using(good_lp::solvers::microlp::microlp);
-            for c in constraints {
+            for (k, c) in constraints.into_iter().enumerate() {
+                // Handing the rows to the solver is part of the build: the
+                // clock is read every 4096 rows.
+                if k % 4096 == 0 && deadline(opts, start).is_some_and(|d| Instant::now() >= d) {
+                    return Err(late(start));
+                }
                 model.add_constraint(c);
             }
             if let Some(w) = warm {
                 model = model.with_initial_solution(order.iter().copied().zip(w));
             }
-            if let Some(limit) = time_limit {
+            // What is left now that the model is built.
+            let left = opts.time_limit.map(|l| l.saturating_sub(start.elapsed()));
+            if let Some(limit) = left {
+                if limit.is_zero() {
+                    return Err(late(start));
+                }
                 model = model.with_time_limit(limit.as_secs_f64());
             }
-            let solved = with_ticker(opts.ticker, || model.solve());
+            let solved = match solve_by(deadline(opts, start), opts.ticker, move || model.solve()) {
+                Ok(solved) => solved,
+                Err(Stop::Late) => return Err(late(start)),
+                Err(Stop::Panicked) => return Err(failed("the solver's thread panicked".into())),
+            };
             let seconds = start.elapsed().as_secs_f64();
             match solved {
                 Ok(solution) => {
@@ -492,7 +565,10 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
         Backend::Highs => {
             use highs::{HighsModelStatus, HighsSolutionStatus};
             let mut model = vars.minimise(objective).using(good_lp::solvers::highs::highs);
-            for c in constraints {
+            for (k, c) in constraints.into_iter().enumerate() {
+                if k % 4096 == 0 && deadline(opts, start).is_some_and(|d| Instant::now() >= d) {
+                    return Err(late(start));
+                }
                 model.add_constraint(c);
             }
             let mut inner = model.try_into_inner().map_err(|e| failed(e.to_string()))?;
@@ -531,6 +607,16 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
     Ok(raw)
 }
 
+/// When a call started at `start` under `opts` must stop.
+fn deadline(opts: &MilpOptions, start: Instant) -> Option<Instant> {
+    opts.time_limit.and_then(|l| start.checked_add(l))
+}
+
+/// The error for a time limit reached before the solver had a solution.
+fn late(start: Instant) -> MilpError {
+    MilpError::NoSolution { seconds: start.elapsed().as_secs_f64() }
+}
+
 fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>], values: &[f64]) -> Staged {
     let mut staged = Staged::frontier(graph.len());
     for t in 0..graph.len() {
@@ -552,7 +638,7 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
         return Err(MilpError::Infeasible);
     }
     let start = Instant::now();
-    let f = formulate(graph, budget, Goal::Cost, false);
+    let f = formulate(graph, budget, Goal::Cost, false, deadline(opts, start)).ok_or_else(|| late(start))?;
     let warm = warm.map(|w| warm_values(graph, &f, w));
     let (r, s, constant) = (f.r.clone(), f.s.clone(), f.objective_constant);
     let raw = run(f, warm, opts, start)?;
@@ -569,7 +655,7 @@ pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option
         return Ok(None);
     }
     let start = Instant::now();
-    let f = formulate(graph, budget, Goal::Feasibility, false);
+    let f = formulate(graph, budget, Goal::Feasibility, false, deadline(opts, start)).ok_or_else(|| late(start))?;
     let (r, s) = (f.r.clone(), f.s.clone());
     match run(f, None, opts, start) {
         Ok(raw) => Ok(Some(staged_from(graph, &r, &s, &raw.values))),
@@ -588,7 +674,7 @@ pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64
         return Err(MilpError::Infeasible);
     }
     let start = Instant::now();
-    let f = formulate(graph, budget, Goal::Cost, true);
+    let f = formulate(graph, budget, Goal::Cost, true, deadline(opts, start)).ok_or_else(|| late(start))?;
     let (s, constant) = (f.s.clone(), f.objective_constant);
     let raw = run(f, None, opts, start)?;
     let s_star = s.iter().map(|row| row.iter().map(|c| c.map_or(0.0, |c| raw.values[c])).collect()).collect();
@@ -617,7 +703,7 @@ mod tests {
         // every constraint of the model on it.
         let g = Graph::new("g", 0, vec![node("a", vec![]), node("b", vec![0]), node("c", vec![0, 1])]).unwrap();
         let staged = Staged::keeping(&g, |_, _| true);
-        let f = formulate(&g, 3, Goal::Cost, false);
+        let f = formulate(&g, 3, Goal::Cost, false, None).unwrap();
         let values = warm_values(&g, &f, &staged);
         struct Values<'a>(&'a [Variable], &'a [f64]);
         impl Solution for Values<'_> {

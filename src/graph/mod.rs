@@ -13,6 +13,10 @@
 //! Both are validated on construction: names are unique, every input names an
 //! earlier node, times are finite and non-negative and the sizes add up to
 //! less than `u64::MAX`, so the solvers and the simulator never overflow.
+//!
+//! Graphs that are not paths are solved by the Checkmate MILP ([`milp`]),
+//! which starts from a schedule lifted from the chain DP of the network cut
+//! into blocks ([`lift`]): the answer is never slower than that schedule.
 
 mod algorithm;
 pub mod approx;
@@ -21,6 +25,7 @@ pub mod exhaustive;
 mod forward;
 pub mod joint;
 mod joint_graph;
+pub mod lift;
 pub mod milp;
 pub mod plan;
 pub mod schedule;
@@ -32,7 +37,9 @@ pub use forward::{ForwardGraph, NotAPath};
 pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
-pub use solve::{GraphOptions, GraphSolution, GraphSolveError, MinBudget, Outcome, min_budget, solve, solve_joint};
+pub use solve::{
+    GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget, solve, solve_joint,
+};
 
 use std::collections::HashMap;
 

@@ -9,10 +9,12 @@ use crate::chain::Chain;
 use crate::graph::GraphAlgorithm;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
+use crate::graph::lift::{self, Lifted};
 use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
+use crate::graph::plan::Staged;
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
-use crate::graph::{Graph, GraphError, GraphFile, exhaustive, joint};
+use crate::graph::{ForwardGraph, Graph, GraphError, GraphFile, exhaustive, joint};
 use crate::problem::Method;
 use crate::size::format_size;
 use crate::solve::{Algorithm, Progress, Solution, SolveError, SolveOptions};
@@ -185,9 +187,16 @@ impl From<MilpError> for GraphSolveError {
 
 /// Solves a graph file under `budget` bytes with `algorithm`:
 /// - `auto`: a forward graph that is a path is solved as a chain by the
-///   persistent DP (exact for chains); any other graph by the Checkmate MILP;
-/// - `checkmate` / `checkmate-approx`: the MILP / LP rounding, on the derived
-///   joint graph of a forward graph or on a joint graph as given;
+///   chain solvers; any other forward graph first by the chain DP of its
+///   blocks lifted to the graph ([`lift`]), then by the Checkmate MILP
+///   warm-started from the better of that and the baselines, and the faster
+///   replay is returned (never the slower of the two); when the MILP is too
+///   large for the guard or its build for the time limit, the lifted
+///   schedule with a note. A joint graph file goes to the MILP;
+/// - `checkmate`: the same on a forward graph, except that a MILP the guard
+///   refuses is an error ([`GraphSolveError::TooLarge`]); on a joint graph
+///   as given, the MILP warm-started from the baselines;
+/// - `checkmate-approx`: LP rounding on the derived or the given joint graph;
 /// - `exhaustive`: the chain oracle for a path, the graph oracle otherwise
 ///   (tiny graphs only);
 /// - any other (chain) algorithm: only for a forward graph that is a path.
@@ -229,6 +238,13 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
             let as_chain = forward.as_chain();
             let derived = || joint::derive(forward);
             match (method, as_chain) {
+                (Method::Graph(GraphAlgorithm::Checkmate), _) => {
+                    let graph = derived()?;
+                    let (solution, choice) = checkmate_forward(forward, &graph, budget, false, &opts.milp)?;
+                    let why =
+                        format!("checkmate on the derived joint graph ({} nodes), as asked: {choice}", graph.len());
+                    Ok(Outcome::Graph { graph, solution, why })
+                }
                 (Method::Graph(algorithm), _) => {
                     let graph = derived()?;
                     let why = format!("{algorithm} on the derived joint graph ({} nodes), as asked", graph.len());
@@ -246,12 +262,18 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
                 }
                 (Method::Chain(Algorithm::Auto), Err(not_path)) => {
                     let graph = derived()?;
+                    let (solution, choice) = checkmate_forward(forward, &graph, budget, true, &opts.milp)?;
+                    let head = if solution.schedule.algorithm == LIFT_NAME {
+                        "chain DP lifted to the graph (chain-lift)"
+                    } else {
+                        "MILP (checkmate)"
+                    };
                     let why = format!(
-                        "MILP (checkmate): the forward graph is not a chain ({not_path}), so the Checkmate MILP \
-                         solves its derived joint graph ({} nodes)",
+                        "{head}: the forward graph is not a chain ({not_path}); on its derived joint graph ({} nodes), \
+                         {choice}",
                         graph.len()
                     );
-                    graph_outcome(graph, GraphAlgorithm::Checkmate, why)
+                    Ok(Outcome::Graph { graph, solution, why })
                 }
                 (Method::Chain(Algorithm::Exhaustive), Err(not_path)) => {
                     let graph = derived()?;
@@ -307,41 +329,268 @@ fn checked(
     Ok(GraphSolution { schedule, replay, bound, seconds, backend: None, warm_start: None, notes: Vec::new() })
 }
 
-/// The answer when the MILP solver stopped without a solution of its own: the
-/// warm-start baseline (valid, within budget), with the LP bound for its gap.
-fn fall_back(
+/// A schedule known before (or instead of) the MILP's: the lifted chain
+/// schedule or the best fitting baseline.
+enum Known<'a> {
+    Lift(&'a Lifted),
+    Baseline(baselines::Baseline),
+}
+
+impl Known<'_> {
+    fn makespan(&self) -> f64 {
+        match self {
+            Known::Lift(l) => l.replay.makespan,
+            Known::Baseline(b) => b.cost,
+        }
+    }
+
+    /// The name a warm start is reported by: [`LIFT_NAME`] or the baseline's.
+    fn name(&self) -> String {
+        match self {
+            Known::Lift(_) => LIFT_NAME.to_string(),
+            Known::Baseline(b) => b.name.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Known::Lift(l) => format!("the chain DP's schedule lifted from {} blocks ({})", l.blocks, l.cuts),
+            Known::Baseline(b) => format!("baseline {}", b.name),
+        }
+    }
+
+    /// The checked solution for this schedule, named [`LIFT_NAME`] for a
+    /// lifted one (the algorithm that made it).
+    fn solution(
+        &self,
+        graph: &Graph,
+        budget: u64,
+        status: Status,
+        bound: f64,
+        start: std::time::Instant,
+    ) -> Result<GraphSolution, GraphSolveError> {
+        let seconds = start.elapsed().as_secs_f64();
+        let algorithm = GraphAlgorithm::Checkmate;
+        let (ops, predicted) = match self {
+            Known::Lift(l) => (l.ops.clone(), l.replay.makespan),
+            Known::Baseline(b) => (b.staged.plan(graph), b.cost),
+        };
+        let mut out = checked(graph, budget, algorithm, ops, status, predicted, Some(bound), seconds)?;
+        if matches!(self, Known::Lift(_)) {
+            out.schedule.algorithm = LIFT_NAME.to_string();
+        }
+        Ok(out)
+    }
+}
+
+/// The `algorithm` of a schedule lifted from the chain DP ([`lift`]).
+pub const LIFT_NAME: &str = "chain-lift";
+
+/// `checkmate` and `auto` on a forward graph that is not a path: the lifted
+/// chain schedule first (milliseconds), then [`checkmate`] warm-started from
+/// the better of it and the baselines. One deadline for all of it.
+fn checkmate_forward(
+    forward: &ForwardGraph,
     graph: &Graph,
     budget: u64,
-    warm: baselines::Baseline,
-    error: MilpError,
+    auto: bool,
+    opts: &MilpOptions,
+) -> Result<(GraphSolution, String), GraphSolveError> {
+    let start = std::time::Instant::now();
+    let deadline = opts.time_limit.and_then(|l| start.checked_add(l));
+    let lifted = lift::lift(forward, graph, budget, deadline);
+    checkmate(graph, budget, Some(&lifted), auto, start, opts)
+}
+
+/// The Checkmate MILP of `graph` under `budget`, never returning worse than
+/// the lifted schedule (`lifted`, for a forward graph) or the best baseline:
+/// - a known schedule that recomputes nothing is optimal: no MILP;
+/// - a MILP the guard refuses ([`crate::guard::milp`]) or whose build alone is
+///   estimated to outlast the time limit ([`crate::guard::milp_build_seconds`])
+///   is skipped, and the best known schedule returned with a note (for a
+///   refused MILP only when `auto`); otherwise the guard's refusal;
+/// - else the MILP, warm-started from the cheaper known schedule whose MILP
+///   accounting fits; its answer, or the lifted one when that is faster.
+///
+/// Returns the solution and a sentence on which schedule was kept and why.
+/// `opts.time_limit` is counted from `start` and covers the lift, the
+/// baselines, the model's build and the solver.
+fn checkmate(
+    graph: &Graph,
+    budget: u64,
+    lifted: Option<&Result<Lifted, lift::NoLift>>,
+    auto: bool,
     start: std::time::Instant,
     opts: &MilpOptions,
-) -> Result<GraphSolution, GraphSolveError> {
-    let (status, why) = match &error {
-        MilpError::NoSolution { .. } => {
-            (Status::TimeLimit, "reached the time limit before a solution of its own".to_string())
-        }
-        other => (Status::Feasible, format!("stopped with an error ({other})")),
-    };
-    // The LP bound only when time is left for it (`opts` holds what is left);
-    // the total cost is a lower bound in any case (every node runs once).
-    let lp = match opts.time_limit {
-        Some(left) if left.is_zero() => None,
-        _ => milp::relaxation(graph, budget, opts).ok().map(|(b, _)| b),
-    };
-    let bound = Some(lp.map_or(graph.total_cost(), |b| b.max(graph.total_cost())));
-    let seconds = start.elapsed().as_secs_f64();
+) -> Result<(GraphSolution, String), GraphSolveError> {
     let algorithm = GraphAlgorithm::Checkmate;
-    let mut out = checked(graph, budget, algorithm, warm.staged.plan(graph), status, warm.cost, bound, seconds)?;
+    let remaining = || MilpOptions { time_limit: opts.time_limit.map(|l| l.saturating_sub(start.elapsed())), ..*opts };
+    // Every node is computed at least once, so the total cost is a lower
+    // bound on any schedule's makespan.
+    let floor = graph.total_cost();
+    let lift_ok = lifted.and_then(|l| l.as_ref().ok());
+    let lift_line = match lifted {
+        Some(Ok(l)) => format!("the chain DP over {} blocks, lifted, replays at {:.4}", l.blocks, l.replay.makespan),
+        Some(Err(_)) => "no lifted chain schedule fits the budget".to_string(),
+        None => String::new(),
+    };
+    let joined = |rest: String| if lift_line.is_empty() { rest } else { format!("{lift_line}; {rest}") };
+    if let Some(l) = lift_ok.filter(|l| l.replay.makespan <= floor) {
+        let out = Known::Lift(l).solution(graph, budget, Status::Optimal, floor, start)?;
+        return Ok((out, joined("it recomputes nothing: optimal, no MILP needed".into())));
+    }
+    let refused = crate::guard::milp(graph.len()).err();
+    let skip = refused.clone().or_else(|| {
+        let estimate = crate::guard::milp_build_seconds(graph.len());
+        remaining().time_limit.filter(|left| left.as_secs_f64() < estimate).map(|left| {
+            format!(
+                "building the Checkmate MILP of {} joint nodes takes about {estimate:.0} s, more than the {:.1} s left \
+                 of the time limit",
+                graph.len(),
+                left.as_secs_f64()
+            )
+        })
+    });
+    // The baselines take O(n^2 log n) time and O(n^2) memory each: only
+    // for graphs whose MILP the guard allows, and not when the time limit is
+    // too short for the MILP and a lifted schedule is already there.
+    let baseline = if refused.is_none() && (skip.is_none() || lift_ok.is_none()) {
+        baselines::best_fitting(graph, budget)
+    } else {
+        None
+    };
+    let base_warm = baseline.as_ref().map(|b| (b.staged.clone(), b.cost, b.name.clone()));
+    let best_known: Option<Known> = match (lift_ok, baseline) {
+        (Some(l), Some(b)) if b.cost < l.replay.makespan => Some(Known::Baseline(b)),
+        (Some(l), _) => Some(Known::Lift(l)),
+        (None, Some(b)) => Some(Known::Baseline(b)),
+        (None, None) => None,
+    };
+    if let Some(w) = best_known.as_ref().filter(|w| w.makespan() <= floor) {
+        let out = w.solution(graph, budget, Status::Optimal, floor, start)?;
+        return Ok((out, joined(format!("{} recomputes nothing: optimal, no MILP needed", w.describe()))));
+    }
+    if let Some(reason) = skip {
+        return match best_known {
+            Some(known) if auto || refused.is_none() => {
+                // Skipped for time: the time limit decided; refused: the size.
+                let status = if refused.is_none() { Status::TimeLimit } else { Status::Feasible };
+                let mut out = known.solution(graph, budget, status, floor, start)?;
+                out.notes.push(format!("the MILP was skipped: {reason}"));
+                out.warm_start = Some((known.name(), known.makespan()));
+                let rest = format!(
+                    "the MILP was skipped ({reason}), so this is {}, with its gap against the total cost",
+                    known.describe()
+                );
+                Ok((out, joined(rest)))
+            }
+            None if refused.is_none() => Err(GraphSolveError::NoSolution { seconds: start.elapsed().as_secs_f64() }),
+            None if auto => {
+                let lowest = match lifted {
+                    Some(Err(no)) => no.lowest_peak,
+                    _ => None,
+                };
+                let lower = graph.working_set_bound();
+                let min_budget =
+                    lowest.map(|bytes| MinBudget { bytes, proven: bytes <= lower, lower: lower.min(bytes) });
+                Err(GraphSolveError::Infeasible { algorithm, budget, min_budget })
+            }
+            _ => Err(GraphSolveError::TooLarge(reason)),
+        };
+    }
+    // The warm start: the cheaper known schedule whose staged form fits the
+    // MILP's own accounting (a lifted schedule may fit the simulator's and
+    // not the MILP's, which frees later).
+    let lift_staged = lift_ok
+        .and_then(|l| lift::staged_form(graph, &l.ops))
+        .filter(|st| st.accounting(graph).peak <= budget)
+        .map(|st| {
+            let cost = st.cost(graph);
+            (st, cost, LIFT_NAME.to_string())
+        });
+    let warm: Option<(Staged, f64, String)> = match (lift_staged, base_warm) {
+        (Some(l), Some(b)) => Some(if l.1 <= b.1 { l } else { b }),
+        (l, b) => l.or(b),
+    };
+    let warm_start = warm.as_ref().map(|w| (w.2.clone(), w.1));
+    let fall_back = |reason: String, status: Status, bound: f64| -> Result<(GraphSolution, String), GraphSolveError> {
+        let Some(known) = &best_known else {
+            return Err(GraphSolveError::NoSolution { seconds: start.elapsed().as_secs_f64() });
+        };
+        let mut out = known.solution(graph, budget, status, bound.max(floor), start)?;
+        out.backend = Some(opts.backend);
+        out.notes.push(format!(
+            "the {} solver {reason}; this is {}, the best schedule known{}",
+            opts.backend,
+            known.describe(),
+            if cfg!(feature = "highs") { "" } else { "; HiGHS (remat built with --features highs) solves more graphs" }
+        ));
+        out.warm_start = warm_start.clone();
+        Ok((out, joined(format!("the MILP {reason}, so this is {}", known.describe()))))
+    };
+    let sol = match milp::solve(graph, budget, warm.as_ref().map(|w| &w.0), &remaining()) {
+        Ok(sol) => sol,
+        Err(MilpError::Infeasible) => {
+            if best_known.is_some() {
+                let why = "found no staged schedule within its memory accounting".to_string();
+                return fall_back(why, Status::Feasible, floor);
+            }
+            let min_budget = min_budget(graph, &remaining());
+            return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget });
+        }
+        Err(MilpError::NoSolution { .. }) => {
+            let why = "reached the time limit (model build included) before a solution of its own".to_string();
+            return fall_back(why, Status::TimeLimit, floor);
+        }
+        Err(e @ MilpError::Backend { .. }) => {
+            if best_known.is_none() {
+                return Err(e.into());
+            }
+            // The LP bound only when time is left for it; the total cost is
+            // a lower bound in any case.
+            let left = remaining();
+            let lp = match left.time_limit {
+                Some(l) if l.is_zero() => None,
+                _ => milp::relaxation(graph, budget, &left).ok().map(|(b, _)| b),
+            };
+            return fall_back(format!("stopped with an error ({e})"), Status::Feasible, lp.unwrap_or(floor));
+        }
+    };
+    let status = if sol.optimal { Status::Optimal } else { Status::TimeLimit };
+    // The solver's bound, or at least the total cost (see above).
+    let bound = if sol.optimal { sol.objective } else { sol.bound.map_or(floor, |b| b.max(floor)) };
+    let seconds = start.elapsed().as_secs_f64();
+    let mut out =
+        checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, Some(bound), seconds)?;
     out.backend = Some(opts.backend);
-    out.notes.push(format!(
-        "the {} solver {why}; this is the warm start (baseline {}), the best schedule known{}",
-        opts.backend,
-        warm.name,
-        if cfg!(feature = "highs") { "" } else { "; HiGHS (remat built with --features highs) solves such graphs" }
-    ));
-    out.warm_start = Some((warm.name, warm.cost));
-    Ok(out)
+    out.warm_start = warm_start;
+    let proven = if sol.optimal {
+        "proven optimal".to_string()
+    } else {
+        format!("stopped at the time limit, proven gap {:.2}%", 100.0 * out.schedule.gap.unwrap_or(0.0))
+    };
+    if let Some(l) = lift_ok.filter(|l| l.replay.makespan < out.schedule.makespan) {
+        // The lifted schedule is faster than the MILP's (the MILP stopped
+        // early, or the lifted one is not a staged schedule it considers).
+        let milp_makespan = out.schedule.makespan;
+        let status = if sol.optimal { Status::Feasible } else { Status::TimeLimit };
+        // The MILP's bound holds over the staged schedules of its model; the
+        // lifted one beat its answer, so only a bound below it is kept.
+        let bound = if bound < l.replay.makespan { bound } else { floor };
+        let mut kept = Known::Lift(l).solution(graph, budget, status, bound, start)?;
+        kept.backend = Some(opts.backend);
+        kept.warm_start = out.warm_start.take();
+        kept.notes.push(format!(
+            "the MILP's schedule ({proven}) replays at {milp_makespan:.4}, slower than the lifted chain schedule's {:.4}",
+            l.replay.makespan
+        ));
+        return Ok((
+            kept,
+            joined(format!("the MILP ({proven}) found {milp_makespan:.4}, so the lifted schedule is kept")),
+        ));
+    }
+    let rest = format!("the MILP ({proven}) found {:.4}, so its schedule is kept", out.schedule.makespan);
+    Ok((out, joined(rest)))
 }
 
 /// Solves a joint graph with `checkmate`, `checkmate-approx` or
@@ -352,51 +601,12 @@ pub fn solve_joint(
     algorithm: GraphAlgorithm,
     opts: &MilpOptions,
 ) -> Result<GraphSolution, GraphSolveError> {
-    if algorithm != GraphAlgorithm::Exhaustive {
+    if algorithm == GraphAlgorithm::CheckmateApprox {
         crate::guard::milp(graph.len()).map_err(GraphSolveError::TooLarge)?;
     }
     match algorithm {
         GraphAlgorithm::Checkmate => {
-            // One deadline for the whole call: baselines, model, solver, and
-            // the LP bound of a fall-back all come out of the same time limit.
-            let start = std::time::Instant::now();
-            let remaining =
-                || MilpOptions { time_limit: opts.time_limit.map(|l| l.saturating_sub(start.elapsed())), ..*opts };
-            let warm = baselines::best_fitting(graph, budget);
-            // Every node is computed at least once, so the total cost is a
-            // lower bound on any schedule's makespan: a warm start that
-            // recomputes nothing is optimal, with no MILP to solve.
-            let floor = graph.total_cost();
-            if let Some(w) = warm.as_ref().filter(|w| w.cost <= floor) {
-                let seconds = start.elapsed().as_secs_f64();
-                let ops = w.staged.plan(graph);
-                let mut out = checked(graph, budget, algorithm, ops, Status::Optimal, w.cost, Some(floor), seconds)?;
-                out.warm_start = Some((w.name.clone(), w.cost));
-                return Ok(out);
-            }
-            let sol = match milp::solve(graph, budget, warm.as_ref().map(|b| &b.staged), &remaining()) {
-                Ok(sol) => sol,
-                Err(MilpError::Infeasible) => {
-                    let min_budget = min_budget(graph, &remaining());
-                    return Err(GraphSolveError::Infeasible { algorithm, budget, min_budget });
-                }
-                // The solver gave up (a numerical failure, or the time limit
-                // before its root LP): the warm start is still a valid answer.
-                Err(e @ (MilpError::Backend { .. } | MilpError::NoSolution { .. })) if warm.is_some() => {
-                    let warm = warm.expect("checked");
-                    return fall_back(graph, budget, warm, e, start, &remaining());
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let status = if sol.optimal { Status::Optimal } else { Status::TimeLimit };
-            // The solver's bound, or at least the total cost (see above).
-            let bound = if sol.optimal { sol.objective } else { sol.bound.map_or(floor, |b| b.max(floor)) };
-            let seconds = start.elapsed().as_secs_f64();
-            let mut out =
-                checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, Some(bound), seconds)?;
-            out.backend = Some(opts.backend);
-            out.warm_start = warm.map(|b| (b.name, b.cost));
-            Ok(out)
+            checkmate(graph, budget, None, false, std::time::Instant::now(), opts).map(|(solution, _)| solution)
         }
         GraphAlgorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
             Ok(r) => {
