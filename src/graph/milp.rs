@@ -429,25 +429,27 @@ struct Raw {
     seconds: f64,
 }
 
-/// How long past its deadline remat waits for a solver that has not stopped
-/// by itself (microlp reads its clock only every thousand pivots, which on a
-/// large model can be many seconds) before it answers without it.
+/// How long before the deadline microlp is asked to stop: it reads its clock
+/// only every thousand pivots, which on a large model can be seconds, so its
+/// own limit is set this much early (or at half the time left, when that is
+/// shorter) and it usually answers before the deadline; at the deadline
+/// remat stops waiting for it and answers without it.
 pub const GRACE: Duration = Duration::from_secs(1);
 
 /// Why [`solve_by`] has no result.
 enum Stop {
-    /// The deadline and [`GRACE`] passed first.
+    /// The deadline passed first.
     Late,
     /// The work panicked.
     Panicked,
 }
 
 /// Runs `work` on a thread of its own and waits for it, calling `ticker`
-/// every 100 ms, until `deadline` + [`GRACE`]. A solver still running then
-/// is abandoned: its thread runs on until the solver's own time limit stops
-/// it, and its result is dropped, so the caller answers within the grace
-/// whatever the solver does. A panic in `work` is reported, not re-raised
-/// and never waited on forever.
+/// every 100 ms, until `deadline`. A solver still running then is
+/// abandoned: its thread runs on until the solver's own time limit stops it
+/// (set [`GRACE`] earlier, so that is rare), and its result is dropped, so
+/// the caller answers by the deadline whatever the solver does. A panic in
+/// `work` is reported, not re-raised and never waited on forever.
 fn solve_by<T: Send + 'static>(
     deadline: Option<Instant>,
     ticker: Option<Ticker<'_>>,
@@ -459,15 +461,14 @@ fn solve_by<T: Send + 'static>(
         // The receiver may be gone (abandoned): nothing to do then.
         let _ = tx.send(work());
     });
-    let give_up = deadline.and_then(|d| d.checked_add(GRACE));
     loop {
         let step = Duration::from_millis(100);
-        let wait = give_up.map_or(step, |g| g.saturating_duration_since(Instant::now()).min(step));
+        let wait = deadline.map_or(step, |d| d.saturating_duration_since(Instant::now()).min(step));
         match rx.recv_timeout(wait) {
             Ok(value) => return Ok(value),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(Stop::Panicked),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if give_up.is_some_and(|g| Instant::now() >= g) {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(Stop::Late);
                 }
                 if let Some(tick) = ticker {
@@ -537,7 +538,9 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
                 if limit.is_zero() {
                     return Err(late(start));
                 }
-                model = model.with_time_limit(limit.as_secs_f64());
+                // Early by the grace (see GRACE), so it answers by the deadline.
+                let own = limit.saturating_sub(GRACE).max(limit / 2);
+                model = model.with_time_limit(own.as_secs_f64());
             }
             let solved = match solve_by(deadline(opts, start), opts.ticker, move || model.solve()) {
                 Ok(solved) => solved,
