@@ -167,6 +167,31 @@ fn bad_sizes_algorithms_and_slots() {
         .code(2)
         .stderr(contains("give a whole number from 1 to"));
     remat().args(["solve", c]).assert().code(2).stderr(contains("--memory"));
+    remat()
+        .args(["solve", c, "--memory", "90MiB", "--exact-memory", "much"])
+        .assert()
+        .code(2)
+        .stderr(contains("--exact-memory").and(contains("`much` is not a size")));
+}
+
+/// `--exact-memory` on solve, compare and sweep: 0 turns the exact answer
+/// off (rounded, saying so), a limit too small for the fronts says how to
+/// get the exact answer.
+#[test]
+fn exact_memory_flag() {
+    let c = "chains/resnet50-224-b8.json";
+    let solve = |limit: &str| {
+        remat().args(["solve", c, "--memory", "700MiB", "-a", "persistent", "--exact-memory", limit]).assert().success()
+    };
+    solve("0").stdout(contains("slots of").and(contains("not exact: exact answers are turned off")));
+    solve("1KiB").stdout(contains("allow them more (`--exact-memory SIZE`"));
+    solve("1GiB").stdout(contains("exact bytes, not rounded to slots"));
+    remat()
+        .args(["compare", c, "--memory", "700MiB", "--exact-memory", "0"])
+        .assert()
+        .success()
+        .stdout(contains("exact answers are turned off"));
+    remat().args(["sweep", c, "--steps", "2", "--exact-memory", "0"]).assert().success();
 }
 
 #[test]

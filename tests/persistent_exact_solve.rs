@@ -162,3 +162,63 @@ fn too_large_for_the_fronts_falls_back_to_the_slot_dp_and_says_so() {
     assert_eq!(sol.solver_makespan.to_bits(), table.makespan(sc.slots.capacity).to_bits());
     assert_eq!(sol.schedule.operations, table.sequence(sc.slots.capacity).unwrap());
 }
+
+/// `exact_memory` decides: 0 turns the fronts off (the 500-slot DP's answer,
+/// bit for bit, saying so), a limit below what the fronts take rounds and
+/// says how to get the exact answer, and a limit above them answers as the
+/// default does (exact) on a chain where that is cheap.
+#[test]
+fn exact_memory_turns_the_fronts_off_down_or_up() {
+    let chain = network_like(5, 30);
+    let top = store_all_peak(&chain);
+    let budget = min_peak_exact::<dp::Persistent>(&chain) + top / 10;
+    let with = |exact_memory| SolveOptions { exact_memory, ..opts(500) };
+    let sc = SlotChain::new(&chain, Slots::new(budget, 500));
+    let rounded = Table::build(sc.clone(), None).makespan(sc.slots.capacity);
+
+    let off = solve(&chain, budget, Algorithm::Persistent, &with(Some(0))).unwrap();
+    assert!(off.slot_size > 1);
+    assert_eq!(off.solver_makespan.to_bits(), rounded.to_bits());
+    let note = off.detail.unwrap_or_default();
+    assert!(note.contains("exact answers are turned off (exact memory 0)"), "{note}");
+
+    let small = solve(&chain, budget, Algorithm::Persistent, &with(Some(4096))).unwrap();
+    assert!(small.slot_size > 1);
+    let note = small.detail.unwrap_or_default();
+    assert!(note.contains("more than 4.00 KiB (the exact memory allowed)"), "{note}");
+    assert!(note.contains("`--exact-memory SIZE`, `exact_memory=`"), "{note}");
+
+    let default = solve(&chain, budget, Algorithm::Persistent, &opts(500)).unwrap();
+    assert_eq!(default.slot_size, 1, "the default limit lets these fronts through");
+    let ample = solve(&chain, budget, Algorithm::Persistent, &with(Some(1 << 30))).unwrap();
+    assert_eq!(ample.slot_size, 1);
+    assert_eq!(ample.solver_makespan.to_bits(), default.solver_makespan.to_bits());
+    assert!(ample.solver_makespan < rounded, "rounding costs something here");
+
+    // Turned off in auto too: no exact answer among its candidates.
+    let auto = solve(&chain, budget, Algorithm::Auto, &with(Some(0))).unwrap();
+    assert!(auto.slot_size > 1 || auto.schedule.algorithm != "persistent");
+    // The smallest budget follows the same limit: exact, or the slot DP's.
+    let exact_min = min_budget(&chain, Algorithm::Persistent, &with(None)).unwrap().unwrap();
+    let rounded_min = min_budget(&chain, Algorithm::Persistent, &with(Some(0))).unwrap().unwrap();
+    assert_eq!(exact_min, min_peak_exact::<dp::Persistent>(&chain));
+    assert!(rounded_min >= exact_min);
+}
+
+/// The default limit, raised: ResNet-1001's fronts do not fit the slot
+/// table's memory, so by default the answer is rounded; with 1 GiB for them
+/// it is exact in bytes, hence no slower than the rounded one (about 10 s).
+#[test]
+fn resnet1001_is_exact_with_room() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/chains/resnet1001-224-b8.json");
+    let chain = Chain::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let budget = 20 << 30;
+    let rounded = solve(&chain, budget, Algorithm::Persistent, &opts(500)).unwrap();
+    assert!(rounded.slot_size > 1);
+    let room = SolveOptions { exact_memory: Some(1 << 30), ..opts(500) };
+    let exact = solve(&chain, budget, Algorithm::Persistent, &room).unwrap();
+    assert_eq!(exact.slot_size, 1);
+    assert!(exact.detail.unwrap_or_default().starts_with("not rounded to slots"));
+    assert!(exact.schedule.makespan < rounded.schedule.makespan);
+    assert!(exact.schedule.peak_memory <= budget);
+}

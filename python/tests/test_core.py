@@ -329,6 +329,30 @@ def test_sequential_segments(resnet50: remat.Chain) -> None:
         remat.solve(resnet50, "8GiB", "persistent", segments=4)
 
 
+def test_exact_memory_matches_the_command_line(resnet50: remat.Chain) -> None:
+    # ResNet-50 at 3 GiB: exact by default; 0 turns the fronts off (rounded
+    # to slots, saying so), as --exact-memory 0 does.
+    exact = remat.solve(resnet50, "3GiB", "persistent")
+    assert exact.slot_size == 1 and exact.detail and exact.detail.startswith("not rounded to slots")
+    rounded = remat.solve(resnet50, "3GiB", "persistent", exact_memory=0)
+    assert rounded.slot_size is not None and rounded.slot_size > 1
+    assert rounded.detail and "exact answers are turned off" in rounded.detail
+    assert exact.makespan <= rounded.makespan
+    cli = cli_json("solve", str(RESNET50), "--memory", "3GiB", "-a", "persistent", "--exact-memory", "0")
+    assert json.loads(rounded.to_json()) == cli
+    small = remat.solve(resnet50, "3GiB", "persistent", exact_memory="1KiB")
+    assert small.detail and "more than 1.00 KiB (the exact memory allowed)" in small.detail
+    assert remat.solve(resnet50, "3GiB", "persistent", exact_memory="1GiB").slot_size == 1
+    # Rounded sizes never need less memory than exact ones.
+    exact_min = remat.min_memory(resnet50, "persistent")
+    rounded_min = remat.min_memory(resnet50, "persistent", exact_memory=0)
+    assert exact_min is not None and rounded_min is not None and rounded_min >= exact_min
+    rows = remat.compare(resnet50, "3GiB", algorithms=["persistent"], exact_memory=0)
+    assert rows[0]["slot_size"] == rounded.slot_size
+    with pytest.raises(ValueError, match="exact_memory"):
+        remat.solve(resnet50, "3GiB", exact_memory="lots")
+
+
 def test_bad_solve_options(fc6: remat.Chain) -> None:
     with pytest.raises(ValueError, match="unknown algorithm `fastest`; expected one of: "):
         remat.solve(fc6, "90MiB", "fastest")

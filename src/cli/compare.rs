@@ -28,6 +28,8 @@ pub struct Args {
     /// Memory slots S of the slot-based solvers (persistent, revolve).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: std::num::NonZeroUsize,
+    #[command(flatten)]
+    exact: super::ExactArgs,
     /// Print the comparison as JSON.
     #[arg(long)]
     json: bool,
@@ -35,7 +37,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat compare`")?;
-    let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.exact_memory, ..SolveOptions::default() };
     let cmp = compare(&chain, args.memory, &reported(), &opts)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));

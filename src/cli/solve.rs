@@ -48,6 +48,8 @@ pub struct Args {
     /// closer to exact and slower (time and table memory grow linearly).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: std::num::NonZeroUsize,
+    #[command(flatten)]
+    exact: super::ExactArgs,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
     #[arg(long)]
@@ -90,7 +92,12 @@ pub fn run(args: Args) -> CliResult {
     let ticker = super::graph::Ticker::new(&args.graph, algorithm);
     let tick = |elapsed| ticker.tick(elapsed);
     let opts = Options {
-        chain: SolveOptions { slots: args.slots, progress: Some(&update), segments: args.segments },
+        chain: SolveOptions {
+            slots: args.slots,
+            progress: Some(&update),
+            segments: args.segments,
+            exact_memory: args.exact.exact_memory,
+        },
         milp: args.graph.milp_options(Some(&tick)),
     };
     if let (Problem::Chain(chain), Method::Chain(algorithm)) = (&problem, algorithm) {

@@ -32,6 +32,8 @@ pub struct Args {
     /// Memory slots S of the slot-based solvers (persistent, revolve).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: std::num::NonZeroUsize,
+    #[command(flatten)]
+    exact: super::ExactArgs,
     /// Print JSON instead of CSV.
     #[arg(long)]
     json: bool,
@@ -50,7 +52,7 @@ pub fn run(args: Args) -> CliResult {
         }
     }
     let chain = load_chain(&args.chain, "`remat sweep`")?;
-    let opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.exact_memory, ..SolveOptions::default() };
     if let (Some(from), Some(to)) = (args.from, args.to)
         && from > to
     {

@@ -116,10 +116,10 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
     dp::Persistent::check(chain, slots)?;
     let exact = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
         // No more memory than the DP auto chose would take.
-        let limit = match dp {
+        let limit = exact::limit(opts, || match dp {
             Algorithm::Floating => exact::fronts_limit_beside_floating(chain, budget, slots),
             _ => exact::fronts_limit(chain, budget, slots),
-        };
+        });
         exact::exact(chain, budget, limit, ceiling)
     } else {
         Ok(None)
@@ -137,7 +137,7 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
             exact_solution = Some(solution);
         }
         Ok(None) => {}
-        Err(e) => rounded_note = Some(e.to_string()),
+        Err(e) => rounded_note = Some(exact::rounded_note(&e, opts)),
     }
     let fitted = match dp {
         Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, slots, opts.progress)?,

@@ -18,7 +18,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
     match algorithm {
         Algorithm::Persistent => {
             dp::Persistent::check(chain, opts.slots.get())?;
-            Ok(crate::solve::exact::min_budget(chain, opts.slots.get()))
+            Ok(crate::solve::exact::min_budget(chain, opts))
         }
         Algorithm::Exhaustive => {
             check_exhaustive_size(chain)?;
@@ -28,7 +28,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             // The floating solve also answers with the exact persistent optimum.
             dp::Floating::check(chain, opts.slots.get())?;
             let table = dp::min_budget::<dp::Floating>(chain, opts.slots.get());
-            let persistent = crate::solve::exact::min_budget(chain, opts.slots.get());
+            let persistent = crate::solve::exact::min_budget(chain, opts);
             Ok(match (table, persistent) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

@@ -3,10 +3,11 @@
 //! would take, else the slot DP's rounded answer, saying so.
 //!
 //! The guard is memory, computed before anything is filled: the fronts may
-//! take at most [`fronts_limit`] bytes, the memory of the slot table at the
-//! solve's slot count ([`persistent::table_bytes_estimate`], what `solve`
-//! used before the fronts), but never less than [`FRONTS_MIN_BYTES`] (on
-//! short chains both are small). [`Fronts::build_bounded`] gives up as soon as
+//! take at most [`SolveOptions::exact_memory`] bytes when it is set, else
+//! [`fronts_limit`], the memory of the slot table at the solve's slot count
+//! ([`persistent::table_bytes_estimate`], what `solve` used before the
+//! fronts), but never less than [`FRONTS_MIN_BYTES`] (on short chains both
+//! are small). [`Fronts::build_bounded`] gives up as soon as
 //! its fronts exceed it or are projected to, so a chain whose fronts are too
 //! large costs a fraction of their time before the slot DP runs. The guard
 //! depends on the chain, the budget and the slot count only, so the same
@@ -18,7 +19,7 @@ use crate::size::format_size;
 use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::{self, SlotDp};
 use crate::solve::fronts::{Fronts, FrontsTooLarge};
-use crate::solve::{Algorithm, SolveError, floating, persistent};
+use crate::solve::{Algorithm, SolveError, SolveOptions, floating, persistent};
 
 /// The fronts may always take this much memory, whatever the slot table's.
 pub const FRONTS_MIN_BYTES: u64 = 64 << 20;
@@ -38,6 +39,12 @@ pub fn fronts_limit(chain: &Chain, budget: u64, slots: usize) -> u64 {
 pub fn fronts_limit_beside_floating(chain: &Chain, budget: u64, slots: usize) -> u64 {
     let m = Slots::new(budget, slots).capacity;
     fronts_limit(chain, budget, slots).max(floating::upper_estimate(chain.len(), m).table_bytes)
+}
+
+/// The memory the exact fronts may take under `opts`: its `exact_memory`
+/// when set, else `default()` (one of the two functions above).
+pub(crate) fn limit(opts: &SolveOptions, default: impl FnOnce() -> u64) -> u64 {
+    opts.exact_memory.unwrap_or_else(default)
 }
 
 /// A persistent answer: exact, or the slot DP's when the fronts gave up.
@@ -71,43 +78,46 @@ pub(crate) fn exact_note(points: usize) -> String {
     format!("not rounded to slots: the persistent optimum from fronts of {points} breakpoints")
 }
 
-/// Why an answer is rounded, for the user.
-fn rounded_note(e: &FrontsTooLarge, slots: usize) -> String {
+/// Why an answer is rounded, for the user, and what to do about it.
+pub(crate) fn rounded_note(e: &FrontsTooLarge, opts: &SolveOptions) -> String {
+    let allowed = match opts.exact_memory {
+        Some(0) => return "not exact: exact answers are turned off (exact memory 0)".to_string(),
+        Some(_) => "the exact memory allowed".to_string(),
+        None => format!("the {}-slot table's memory, the most they may take by default", opts.slots),
+    };
     format!(
-        "not exact: the fronts of this {}-stage chain would take more than the {} the {slots}-slot table takes",
+        "not exact: the fronts of this {}-stage chain would take more than {} ({}); allow them more \
+         (`--exact-memory SIZE`, `exact_memory=`) for the exact optimum",
         e.stages,
-        format_size(e.limit)
+        format_size(e.limit),
+        allowed
     )
 }
 
 /// `solve(chain, budget, Algorithm::Persistent)`: the exact optimum when the
-/// fronts fit ([`fronts_limit`]), else the slot DP at `slots` slots; an
+/// fronts fit ([`limit`]), else the slot DP at `opts.slots` slots; an
 /// infeasible budget names [`min_budget`]'s. Errors: those of the slot DP's
 /// checks.
-pub(crate) fn persistent(
-    chain: &Chain,
-    budget: u64,
-    slots: usize,
-    progress: Option<crate::solve::Progress>,
-) -> Result<Answer, SolveError> {
+pub(crate) fn persistent(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Answer, SolveError> {
+    let slots = opts.slots.get();
     dp::Persistent::check(chain, slots)?;
     // The slot table is the fallback: refuse up front, as before the fronts,
     // a solve whose table could not be built.
     let table = persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots)));
     dp::check_memory(Algorithm::Persistent, table, chain.len(), slots)?;
     let infeasible =
-        || SolveError::Infeasible { algorithm: Algorithm::Persistent, budget, min_budget: min_budget(chain, slots) };
+        || SolveError::Infeasible { algorithm: Algorithm::Persistent, budget, min_budget: min_budget(chain, opts) };
     // An infeasible budget needs no separate check (O(L^3)): its fronts are
     // empty there, and the slot DP checks its own.
-    match exact(chain, budget, fronts_limit(chain, budget, slots), f64::INFINITY) {
+    match exact(chain, budget, limit(opts, || fronts_limit(chain, budget, slots)), f64::INFINITY) {
         Ok(Some((makespan, ops, points))) => Ok(Answer { ops, slot_size: 1, makespan, note: exact_note(points) }),
         Ok(None) => Err(infeasible()),
         Err(e) => {
-            let (ops, slot_size, makespan) = match dp::solve_dp::<dp::Persistent>(chain, budget, slots, progress) {
+            let (ops, slot_size, makespan) = match dp::solve_dp::<dp::Persistent>(chain, budget, slots, opts.progress) {
                 Err(SolveError::Infeasible { .. }) => return Err(infeasible()),
                 other => other?,
             };
-            Ok(Answer { ops, slot_size, makespan, note: rounded_note(&e, slots) })
+            Ok(Answer { ops, slot_size, makespan, note: rounded_note(&e, opts) })
         }
     }
 }
@@ -117,9 +127,10 @@ pub(crate) fn persistent(
 /// take least memory at small budgets), else the slot DP's smallest budget
 /// ([`dp::min_budget`]). `None` when neither has one. O(L^3) plus one build
 /// of the fronts.
-pub fn min_budget(chain: &Chain, slots: usize) -> Option<u64> {
+pub fn min_budget(chain: &Chain, opts: &SolveOptions) -> Option<u64> {
+    let slots = opts.slots.get();
     let min = dp::min_peak_exact::<dp::Persistent>(chain);
-    match exact(chain, min, fronts_limit(chain, min, slots), f64::INFINITY) {
+    match exact(chain, min, limit(opts, || fronts_limit(chain, min, slots)), f64::INFINITY) {
         Ok(Some(_)) => Some(min),
         _ => dp::min_budget::<dp::Persistent>(chain, slots),
     }

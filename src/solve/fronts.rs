@@ -229,14 +229,20 @@ impl Fronts {
         for l in 1..=n {
             done[l] = done[l - 1] + (sc.forward_time[l] + sc.backward_time[l]);
         }
+        let per_cell = std::mem::size_of::<Front>() as u64;
+        let per_point = std::mem::size_of::<Point>() as u64;
+        let cells = n * (n + 1) / 2;
+        let mut bytes = cells as u64 * per_cell;
+        // Refused before the cells are allocated: on a long chain they alone
+        // can exceed the limit.
+        if bytes > max_bytes {
+            return Err(FrontsTooLarge { limit: max_bytes, bytes, projected: true, stages: chain.len(), done: 0 });
+        }
         let mut table = Fronts { sc, cap, fronts: Vec::new(), ceiling, done };
-        table.fronts.resize_with(n * (n + 1) / 2, Front::default);
+        table.fronts.resize_with(cells, Front::default);
         if !feasible {
             return Ok(table);
         }
-        let per_cell = std::mem::size_of::<Front>() as u64;
-        let per_point = std::mem::size_of::<Point>() as u64;
-        let mut bytes = table.fronts.len() as u64 * per_cell;
         for d in 0..n {
             let filled: Vec<Front> = (1..=n - d)
                 .into_par_iter()

@@ -88,7 +88,7 @@ fn solve_unverified(
     crate::guard::solve(chain, budget, algorithm, opts)?;
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Persistent => {
-            let answer = exact::persistent(chain, budget, opts.slots.get(), opts.progress)?;
+            let answer = exact::persistent(chain, budget, opts)?;
             let mut solution = checked(chain, budget, algorithm, answer.ops, answer.slot_size, answer.makespan)?;
             solution.detail = Some(answer.note);
             return Ok(solution);
@@ -131,7 +131,7 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
     };
     let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
     let persistent = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
-        let limit = exact::fronts_limit_beside_floating(chain, budget, slots);
+        let limit = exact::limit(opts, || exact::fronts_limit_beside_floating(chain, budget, slots));
         exact::exact(chain, budget, limit, ceiling).ok().flatten()
     } else {
         None
