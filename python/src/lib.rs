@@ -131,7 +131,7 @@ fn slots_arg(slots: usize) -> PyResult<std::num::NonZeroUsize> {
 /// optimum exact in bytes may take in ``"persistent"``, ``"floating"`` and
 /// ``"auto"``; past it they round sizes to ``slots`` and the schedule's
 /// ``detail`` says "not exact". Default: the slot table's memory, at least
-/// 64 MiB. ``0``: always round (fastest). ResNet-1001 (339 stages) at half of
+/// 256 MiB. ``0``: always round (fastest). ResNet-1001 (339 stages) at half of
 /// store-all takes about 750 MB and 25 s exact, 1 s rounded.
 ///
 /// The returned schedule has been replayed by the exact simulator: its

@@ -209,7 +209,7 @@ pub fn one_stdin(paths: &[&Path]) -> CliResult {
 pub struct ExactArgs {
     /// Most memory the persistent optimum exact in bytes may take (persistent,
     /// floating, auto); past it they round sizes to --slots and say "not
-    /// exact". Default: the slot table's memory, at least 64 MiB. 0: always
+    /// exact". Default: the slot table's memory, at least 256 MiB. 0: always
     /// round (fastest). ResNet-1001 (339 stages) at half of store-all takes
     /// about 750MB and 25 s exact, 1 s rounded.
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]

@@ -20,8 +20,8 @@ pub struct SolveOptions<'a> {
     /// ([`crate::solve::fronts`]) may take in `persistent`, `floating` and
     /// `auto` (and their smallest budgets); past it they answer with the
     /// slot DP, rounded, and say so. `None` (the default): the memory of the
-    /// slot table these options would build, at least 64 MiB, so exactness
-    /// never costs more memory than rounding did. `Some(0)`: always rounded
+    /// slot table these options would build, or 256 MiB if that is more.
+    /// `Some(0)`: always rounded
     /// (the slot DP's speed). Larger: exact on longer chains, in more time
     /// (ResNet-1001's 339 stages at half of store-all: about 750 MB and 25
     /// s, against 1 s rounded).
