@@ -84,3 +84,58 @@ pub fn network_like(seed: u64, len: usize) -> Chain {
         .collect();
     Chain::new(format!("network-like-{len}"), 8 * mib, stages, Stage::zero_loss()).expect("valid")
 }
+
+/// The figures of [`small_forward_graph`]'s nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Figures {
+    /// Every time and size 1, no overheads, an input of 0 bytes: instances
+    /// small enough for exhaustive search at many nodes.
+    Unit,
+    /// Random times and outputs; each saved and gradient size equals the
+    /// output, as for a layer that keeps only its output; no overheads.
+    Plain,
+    /// Random times and sizes (saved at least the output), an overhead of 1
+    /// on a quarter of the forwards and of the backwards.
+    Random,
+}
+
+/// A small forward graph of `nodes` nodes named `f0`, `f1`, ...: node v reads
+/// `f{v-1}` and, with `skips`, for v > 1 also one earlier node half the
+/// time (the skip connection comes first among its inputs). Forward times
+/// are drawn in 1..=2, backward times in 1..=3, outputs in 1..=3, saved
+/// sizes up to 2 above the output, gradients in 1..=3 and the input in
+/// 0..=2, as `figures` says. The instances the graph solvers are checked on
+/// against exhaustive search and the chain DP. O(nodes).
+pub fn small_forward_graph(rng: &mut Rng, nodes: usize, skips: bool, figures: Figures) -> crate::graph::ForwardGraph {
+    let mut stages = Vec::with_capacity(nodes);
+    let mut inputs = Vec::with_capacity(nodes);
+    for v in 0..nodes {
+        let mut reads = Vec::new();
+        if skips && v > 1 && rng.chance(1, 2) {
+            reads.push(rng.range(0, v as u64 - 2) as usize);
+        }
+        if v > 0 {
+            reads.push(v - 1);
+        }
+        inputs.push(reads);
+        let mut stage = match figures {
+            Figures::Unit => Stage::simple(1.0, 1.0, 1, 1),
+            Figures::Plain | Figures::Random => {
+                let (forward, backward, output) = (rng.range(1, 2), rng.range(1, 3), rng.range(1, 3));
+                Stage::simple(forward as f64, backward as f64, output, output)
+            }
+        };
+        if figures == Figures::Random {
+            stage.saved_size += rng.range(0, 2);
+            stage.gradient_size = rng.range(1, 3);
+            let mut overhead = || if rng.chance(1, 4) { 1 } else { 0 };
+            stage.forward_overhead = overhead();
+            stage.backward_overhead = overhead();
+        }
+        stage.name = Some(format!("f{v}"));
+        stages.push(stage);
+    }
+    let input = if figures == Figures::Unit { 0 } else { rng.range(0, 2) };
+    crate::graph::ForwardGraph::new(format!("small-graph-{nodes}"), input, stages, inputs)
+        .expect("generated graphs are valid: named, each node reading earlier ones, each used")
+}

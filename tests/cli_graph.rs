@@ -83,18 +83,26 @@ fn a_path_graph_costs_what_its_chain_costs() {
 }
 
 #[test]
-fn auto_says_why_it_takes_the_milp_and_the_schedule_replays() {
+fn auto_searches_tiny_graphs_and_checkmate_says_why_and_the_schedule_replays() {
     let dir = tempfile::tempdir().unwrap();
     let graph = write(&dir, "diamond.json", DIAMOND);
-    let schedule = dir.path().join("schedule.json");
+    // Its joint graph has 9 nodes: auto searches every schedule.
     remat()
-        .args(["solve", graph.to_str().unwrap(), "--memory", "110", "--lp-solver", "microlp", "-o"])
-        .arg(&schedule)
+        .args(["solve", graph.to_str().unwrap(), "--memory", "110"])
         .assert()
         .success()
         .stdout(predicate::str::contains(
-            "path:        MILP (checkmate): the forward graph is not a chain (node `c` reads `a`",
+            "path:        exhaustive search: the forward graph is not a chain (node `c` reads `a`",
         ))
+        .stdout(predicate::str::contains("its derived joint graph has 9 nodes (at most 14)"))
+        .stdout(predicate::str::contains("makespan:    13.00 (no recomputation: 12.00, +8.3%)"));
+    let schedule = dir.path().join("schedule.json");
+    remat()
+        .args(["solve", graph.to_str().unwrap(), "--memory", "110", "-a", "checkmate", "--lp-solver", "microlp", "-o"])
+        .arg(&schedule)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("path:        checkmate on the derived joint graph (9 nodes), as asked"))
         .stdout(predicate::str::contains("status:      optimal (proven)"))
         .stdout(predicate::str::contains("makespan:    13.00 (no recomputation: 12.00, +8.3%)"));
     let saved = json_of(&std::fs::read(&schedule).unwrap());
@@ -119,8 +127,13 @@ fn auto_says_why_it_takes_the_milp_and_the_schedule_replays() {
 fn infeasible_budgets_name_the_smallest_one() {
     let dir = tempfile::tempdir().unwrap();
     let graph = write(&dir, "diamond.json", DIAMOND);
+    remat().args(["solve", graph.to_str().unwrap(), "--memory", "102"]).assert().code(1).stderr(
+        predicate::str::contains(
+            "no exhaustive schedule fits in 102 B (102 bytes); the smallest budget it can meet is 103 B (103 bytes)",
+        ),
+    );
     remat()
-        .args(["solve", graph.to_str().unwrap(), "--memory", "102", "--lp-solver", "microlp"])
+        .args(["solve", graph.to_str().unwrap(), "--memory", "102", "-a", "checkmate", "--lp-solver", "microlp"])
         .assert()
         .code(1)
         .stderr(predicate::str::contains(
@@ -138,7 +151,10 @@ fn infeasible_graph_budgets_answer_in_json_on_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let graph = write(&dir, "diamond.json", DIAMOND);
     let g = graph.to_str().unwrap();
-    let out = remat().args(["solve", g, "--memory", "102", "--lp-solver", "microlp", "--json"]).assert().code(1);
+    let out = remat()
+        .args(["solve", g, "--memory", "102", "-a", "checkmate", "--lp-solver", "microlp", "--json"])
+        .assert()
+        .code(1);
     let status = json_of(&out.get_output().stdout);
     assert_eq!(
         status,
@@ -249,7 +265,13 @@ fn joint_graphs_are_read_as_given() {
     ]}"#;
     let graph = write(&dir, "linear2.json", text);
     remat()
-        .args(["solve", graph.to_str().unwrap(), "--memory", "3", "--lp-solver", "microlp"])
+        .args(["solve", graph.to_str().unwrap(), "--memory", "3"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("path:        exhaustive search on the joint graph as given: 5 nodes"))
+        .stdout(predicate::str::contains("makespan:    6.00 (no recomputation: 5.00, +20.0%)"));
+    remat()
+        .args(["solve", graph.to_str().unwrap(), "--memory", "3", "-a", "checkmate", "--lp-solver", "microlp"])
         .assert()
         .success()
         .stdout(predicate::str::contains("path:        MILP (checkmate) on the joint graph as given (5 nodes"))

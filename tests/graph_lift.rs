@@ -3,49 +3,20 @@
 //! and fits its peak; on random forward graphs with skips every lifted
 //! schedule replays within its budget, is never below the exhaustive optimum,
 //! and has a staged form of the same cost; `auto` and `checkmate` are never
-//! worse than the lifted schedule; and a large graph is answered by the lift
-//! when the MILP is out of reach.
+//! worse than the lifted schedule (`auto` searches these small graphs
+//! exhaustively, the MILP starts from the lift); and a large graph is
+//! answered by the lift when the MILP is out of reach.
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
-    ForwardGraph, GraphFile, GraphOptions, LIFT_NAME, Outcome, exhaustive, joint, lift, simulate, simulate_within,
-    solve,
+    GraphFile, GraphOptions, LIFT_NAME, Outcome, exhaustive, joint, lift, simulate, simulate_within, solve,
 };
 use remat::problem::Method;
 use remat::solve::{Algorithm, SolveOptions};
-use remat::synthetic::Rng;
-
-/// A random forward graph of `k` nodes: each reads the node before it, and
-/// with `skips` sometimes an earlier one. `saved_size = output_size` when
-/// `plain`.
-fn random_forward(rng: &mut Rng, k: usize, skips: bool, plain: bool) -> ForwardGraph {
-    let mut nodes = Vec::new();
-    for v in 0..k {
-        let mut inputs = Vec::new();
-        if v > 0 {
-            inputs.push(format!("\"f{}\"", v - 1));
-        }
-        if skips && v > 1 && rng.chance(1, 2) {
-            inputs.insert(0, format!("\"f{}\"", rng.range(0, v as u64 - 2)));
-        }
-        let output = rng.range(1, 4);
-        let saved = if plain { output } else { output + rng.range(0, 3) };
-        nodes.push(format!(
-            r#"{{"name": "f{v}", "inputs": [{}], "forward_time": {}, "backward_time": {}, "output_size": {output}, "saved_size": {saved}, "gradient_size": {}, "forward_overhead": {}, "backward_overhead": {}}}"#,
-            inputs.join(", "),
-            rng.range(1, 3),
-            rng.range(1, 4),
-            if plain { output } else { rng.range(1, 3) },
-            if rng.chance(1, 4) { rng.range(1, 2) } else { 0 },
-            if rng.chance(1, 4) { rng.range(1, 2) } else { 0 },
-        ));
-    }
-    let text = format!(r#"{{"name": "f", "input_size": {}, "nodes": [{}]}}"#, rng.range(1, 3), nodes.join(", "));
-    ForwardGraph::from_json(&text).unwrap()
-}
+use remat::synthetic::{Figures, Rng, small_forward_graph};
 
 #[test]
 fn a_chain_schedule_of_a_path_lifts_with_its_makespan_and_within_its_peak() {
@@ -53,7 +24,7 @@ fn a_chain_schedule_of_a_path_lifts_with_its_makespan_and_within_its_peak() {
     let mut compared = 0;
     for _ in 0..150 {
         let k = rng.range(1, 9) as usize;
-        let forward = random_forward(&mut rng, k, false, true);
+        let forward = small_forward_graph(&mut rng, k, false, Figures::Plain);
         let chain = forward.as_chain().unwrap();
         let graph = joint::derive(&forward).unwrap();
         // One block per node: the block chain is the path's own chain.
@@ -102,7 +73,7 @@ fn lifted_schedules_of_graphs_with_skips_replay_within_budget_and_have_a_staged_
     let mut lifted_cases = 0;
     for _ in 0..120 {
         let k = rng.range(2, 5) as usize;
-        let forward = random_forward(&mut rng, k, true, false);
+        let forward = small_forward_graph(&mut rng, k, true, Figures::Random);
         let graph = joint::derive(&forward).unwrap();
         let (lowest, _) = exhaustive::min_peak(&graph);
         let all = graph.nodes().iter().map(|n| n.size + n.overhead).sum::<u64>() + graph.input_size();
@@ -143,7 +114,7 @@ fn auto_and_checkmate_are_never_worse_than_the_lifted_schedule() {
     let mut compared = 0;
     for _ in 0..25 {
         let k = rng.range(3, 5) as usize;
-        let forward = random_forward(&mut rng, k, true, false);
+        let forward = small_forward_graph(&mut rng, k, true, Figures::Random);
         if forward.as_chain().is_ok() {
             continue;
         }
@@ -164,6 +135,13 @@ fn auto_and_checkmate_are_never_worse_than_the_lifted_schedule() {
                     lifted.replay.makespan
                 );
                 assert!(simulate_within(&graph, &s.operations, budget).is_ok());
+                if method == Method::Chain(Algorithm::Auto) {
+                    // Joint graphs this small are searched exhaustively.
+                    assert!(why.starts_with("exhaustive search"), "{why}");
+                    assert_eq!(Some(s.makespan), exhaustive::fastest(&graph, budget).map(|f| f.0), "{why}");
+                    compared += 1;
+                    continue;
+                }
                 assert!(why.contains("lifted"), "{why}");
                 if s.algorithm == LIFT_NAME {
                     assert!(why.contains("the lifted schedule is kept") || why.contains("no MILP"), "{why}");
@@ -180,7 +158,7 @@ fn a_store_all_budget_is_answered_by_the_lift_without_a_milp() {
     // Ample memory: the lifted store-all schedule costs the total, a proven
     // optimum, so no MILP runs (even one far too large to build).
     let mut rng = Rng::new(164);
-    let forward = random_forward(&mut rng, 700, true, false);
+    let forward = small_forward_graph(&mut rng, 700, true, Figures::Random);
     let graph = joint::derive(&forward).unwrap();
     let opts = GraphOptions::default();
     let Outcome::Graph { solution, why, .. } =

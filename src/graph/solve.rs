@@ -187,7 +187,9 @@ impl From<MilpError> for GraphSolveError {
 
 /// Solves a graph file under `budget` bytes with `algorithm`:
 /// - `auto`: a forward graph that is a path is solved as a chain by the
-///   chain solvers; any other forward graph first by the chain DP of its
+///   chain solvers; a joint graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
+///   (given, or derived from a forward graph) by exhaustive search; any other
+///   forward graph first by the chain DP of its
 ///   blocks lifted to the graph ([`lift`]), then by the Checkmate MILP
 ///   warm-started from the better of that and the baselines, and the faster
 ///   replay is returned (never the slower of the two); when the MILP is too
@@ -210,6 +212,10 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
         Ok(Outcome::Graph { graph, solution, why })
     };
     match file {
+        GraphFile::Joint(graph) if method == Method::Chain(Algorithm::Auto) && graph.len() <= AUTO_EXHAUSTIVE_NODES => {
+            let why = format!("exhaustive search on the joint graph as given: {}", tiny(graph.len()));
+            graph_outcome(graph.clone(), GraphAlgorithm::Exhaustive, why)
+        }
         GraphFile::Joint(graph) => match method {
             Method::Chain(Algorithm::Auto | Algorithm::Exhaustive) | Method::Graph(_) => {
                 let algorithm = match method {
@@ -262,6 +268,14 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
                 }
                 (Method::Chain(Algorithm::Auto), Err(not_path)) => {
                     let graph = derived()?;
+                    if graph.len() <= AUTO_EXHAUSTIVE_NODES {
+                        let why = format!(
+                            "exhaustive search: the forward graph is not a chain ({not_path}); its derived joint \
+                             graph has {}",
+                            tiny(graph.len())
+                        );
+                        return graph_outcome(graph, GraphAlgorithm::Exhaustive, why);
+                    }
                     let (solution, choice) = checkmate_forward(forward, &graph, budget, true, &opts.milp)?;
                     let head = if solution.schedule.algorithm == LIFT_NAME {
                         "chain DP lifted to the graph (chain-lift)"
@@ -295,6 +309,20 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
             }
         }
     }
+}
+
+/// Joint graphs of at most this many nodes are solved by exhaustive search
+/// under `auto` (milliseconds at this size): it finds every schedule,
+/// including the few that compute a node twice within a stage of the
+/// MILP's, which some tight budgets need (`tests/graph_milp_vs_exhaustive.rs`).
+pub const AUTO_EXHAUSTIVE_NODES: usize = exhaustive::MAX_NODES;
+
+/// Why `auto` ran exhaustive search on a joint graph of `nodes` nodes.
+fn tiny(nodes: usize) -> String {
+    format!(
+        "{nodes} nodes (at most {AUTO_EXHAUSTIVE_NODES}), so every schedule is tried, including those the MILP's \
+         stages cannot express"
+    )
 }
 
 /// Replays `ops` within `budget` and wraps them as a checked [`GraphSolution`].
