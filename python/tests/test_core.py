@@ -569,8 +569,9 @@ def test_everything_public_has_a_docstring() -> None:
 
 def test_signatures_are_introspectable() -> None:
     params = inspect.signature(remat.solve).parameters
-    assert list(params) == ["chain", "memory", "algorithm", "slots", "segments"]
+    assert list(params) == ["chain", "memory", "algorithm", "slots", "segments", "exact_memory"]
     assert params["algorithm"].default == "auto" and params["slots"].default == 500
+    assert params["exact_memory"].kind == inspect.Parameter.KEYWORD_ONLY and params["exact_memory"].default is None
     assert remat.DEFAULT_SLOTS == 500
 
 
