@@ -38,7 +38,8 @@ pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
 pub use solve::{
-    GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget, solve, solve_joint,
+    AUTO_EXHAUSTIVE_NODES, GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget,
+    solve, solve_joint,
 };
 
 use std::collections::HashMap;
