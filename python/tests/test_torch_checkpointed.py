@@ -284,6 +284,23 @@ def test_bad_memory_values_are_value_errors() -> None:
             rt.Checkpointed(nn.Sequential(nn.Linear(2, 2)), bad)  # type: ignore[arg-type]
 
 
+def test_exact_memory_reaches_the_solver() -> None:
+    # exact_memory=0: the DP's answer rounded to slots, as remat.solve gives it.
+    case = CASES["mlp"]
+    chain = chain_of(case)
+    budget = min_budget(chain, "persistent") * 3 // 2
+    ours = rt.Checkpointed(case.make(), budget, algorithm="persistent", exact_memory=0, chain=chain)
+    ours(case.x).sum().backward()
+    assert ours.schedule is not None
+    want = remat.solve(chain, budget, "persistent", exact_memory=0)
+    assert ours.schedule.detail == want.detail and "exact answers are turned off" in (want.detail or "")
+    exact = rt.Checkpointed(case.make(), budget, algorithm="persistent", chain=chain)
+    exact(case.x).sum().backward()
+    assert exact.schedule is not None and exact.schedule.slot_size == 1
+    with pytest.raises(ValueError, match="`much` is not a size"):
+        rt.Checkpointed(case.make(), budget, exact_memory="much")
+
+
 def test_chain_with_another_number_of_stages_is_refused() -> None:
     chain = chain_of(CASES["mlp"])
     with pytest.raises(ValueError, match=f"the chain has {len(chain)} stages and the module 2"):

@@ -94,6 +94,9 @@ class Checkpointed(nn.Module):
             ``"revolve"``, ``"chen-sqrt"``, ``"chen-greedy"``, ``"store-all"``)
             to run it through the same executor.
         slots: memory slots of the dynamic programs (more: closer to the budget).
+        exact_memory: :func:`remat.solve`'s: how much memory its exact answer
+            may take (bytes or a size string; None: its default, 0: always
+            round to ``slots``). Raise it for chains of hundreds of stages.
         repeat: runs per measurement when profiling.
         optimizer_state_bytes: for ``memory="auto"``: bytes the optimizer state
             will take; None assumes Adam (two tensors per parameter).
@@ -118,6 +121,7 @@ class Checkpointed(nn.Module):
         sample_input: torch.Tensor | None = None,
         algorithm: str = "auto",
         slots: int = 500,
+        exact_memory: int | str | None = None,
         repeat: int = 3,
         optimizer_state_bytes: int | None = None,
         preserve_rng: bool = True,
@@ -135,6 +139,9 @@ class Checkpointed(nn.Module):
         self.memory: int | str = memory
         self.algorithm = algorithm
         self.slots = slots
+        if exact_memory is not None:
+            exact_memory = remat.parse_size(exact_memory)  # a ValueError now rather than at the first step
+        self.exact_memory = exact_memory
         self.repeat = repeat
         self.optimizer_state_bytes = optimizer_state_bytes
         self.preserve_rng = preserve_rng
@@ -236,7 +243,9 @@ class Checkpointed(nn.Module):
         else:
             budget, note = self.memory, f"memory={self.memory} bytes ({_fmt(int(self.memory))}) as given"
         chain = self._chain if self._chain is not None else profile(self.module, x, repeat=self.repeat)
-        schedule = remat.solve(chain, budget, algorithm=self.algorithm, slots=self.slots)
+        schedule = remat.solve(
+            chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
+        )
         plan = Plan(chain, schedule, budget, note)
         self._plans[key] = plan
         self._last = plan
