@@ -40,6 +40,7 @@ use std::time::Instant;
 
 use crate::chain::{Chain, Stage};
 use crate::graph::joint::backward_index;
+use crate::graph::milp;
 use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, simulate};
 use crate::graph::{ForwardGraph, Graph, GraphOp};
@@ -310,7 +311,6 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
     }
     let mut best: Option<Lifted> = None;
     let mut lowest_peak: Option<u64> = None;
-    let timed_out = || deadline.is_some_and(|d| Instant::now() >= d);
     let mut chains: Vec<(String, &Vec<usize>, Chain)> = Vec::new();
     for (label, ends) in &sets {
         for passing in [true, false] {
@@ -323,7 +323,7 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
     }
     for (label, ends, chain) in &chains {
         let ends: &[usize] = ends;
-        if timed_out() {
+        if milp::passed(deadline) {
             break;
         }
         // The replayed schedule at chain budget `m`, if the chain DP has one.
@@ -384,7 +384,7 @@ pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option
         // fit; bisect for the largest chain budget that fits, keeping the
         // fastest replay seen.
         for _ in 0..BISECTION_STEPS {
-            if hi - lo <= 1.max(hi / 200) || timed_out() {
+            if hi - lo <= 1.max(hi / 200) || milp::passed(deadline) {
                 break;
             }
             let mid = lo + (hi - lo) / 2;

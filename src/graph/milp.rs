@@ -278,7 +278,6 @@ fn holdable(graph: &Graph, i: usize) -> bool {
 /// `deadline` has passed: the clock is read once a stage (O(n + |E|) work
 /// between reads), so building stops within a stage's work of the deadline.
 fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Option<Instant>) -> Option<Formulation> {
-    let late = || deadline.is_some_and(|d| Instant::now() >= d);
     let n = graph.len();
     let total: u64 = graph.nodes().iter().map(|x| x.size + x.overhead).sum::<u64>() + graph.input_size();
     let scale = budget.max(1) as f64;
@@ -295,7 +294,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Op
         scale,
     };
     for t in 0..n {
-        if late() {
+        if passed(deadline) {
             return None;
         }
         let row = (0..=t).map(|i| (i < t).then(|| f.add(relaxed, None))).collect();
@@ -331,7 +330,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Op
 
     let mut constraints = Vec::new();
     for t in 0..n {
-        if late() {
+        if passed(deadline) {
             return None;
         }
         // (1b): dependencies resident.
@@ -468,7 +467,7 @@ fn solve_by<T: Send + 'static>(
             Ok(value) => return Ok(value),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(Stop::Panicked),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if passed(deadline) {
                     return Err(Stop::Late);
                 }
                 if let Some(tick) = ticker {
@@ -513,7 +512,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
     let nodes = f.r.len();
     let time_limit = opts.time_limit.map(|l| l.saturating_sub(start.elapsed()));
     if time_limit.is_some_and(|l| l.is_zero()) {
-        return Err(MilpError::NoSolution { seconds: start.elapsed().as_secs_f64() });
+        return Err(late(start));
     }
     let Formulation { vars, order, objective, constraints, .. } = f;
     let failed = |message: String| MilpError::Backend { backend, message };
@@ -521,14 +520,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
         Backend::Microlp => {
             use good_lp::{WithInitialSolution, WithTimeLimit};
             let mut model = vars.minimise(objective).using(good_lp::solvers::microlp::microlp);
-            for (k, c) in constraints.into_iter().enumerate() {
-                // Handing the rows to the solver is part of the build: the
-                // clock is read every 4096 rows.
-                if k % 4096 == 0 && deadline(opts, start).is_some_and(|d| Instant::now() >= d) {
-                    return Err(late(start));
-                }
-                model.add_constraint(c);
-            }
+            add_rows(&mut model, constraints, opts, start)?;
             if let Some(w) = warm {
                 model = model.with_initial_solution(order.iter().copied().zip(w));
             }
@@ -568,12 +560,7 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
         Backend::Highs => {
             use highs::{HighsModelStatus, HighsSolutionStatus};
             let mut model = vars.minimise(objective).using(good_lp::solvers::highs::highs);
-            for (k, c) in constraints.into_iter().enumerate() {
-                if k % 4096 == 0 && deadline(opts, start).is_some_and(|d| Instant::now() >= d) {
-                    return Err(late(start));
-                }
-                model.add_constraint(c);
-            }
+            add_rows(&mut model, constraints, opts, start)?;
             let mut inner = model.try_into_inner().map_err(|e| failed(e.to_string()))?;
             inner.make_quiet();
             // Prove optimality exactly (HiGHS stops at a 0.01% gap by default).
@@ -608,6 +595,30 @@ fn run(f: Formulation, warm: Option<Vec<f64>>, opts: &MilpOptions, start: Instan
         }
     };
     Ok(raw)
+}
+
+/// Hands `constraints` to the solver's `model`. That is part of the build,
+/// so the clock is read every 4096 rows: the time-limit error once the
+/// deadline of `opts` (counted from `start`) has passed.
+fn add_rows<M: SolverModel>(
+    model: &mut M,
+    constraints: Vec<Constraint>,
+    opts: &MilpOptions,
+    start: Instant,
+) -> Result<(), MilpError> {
+    let deadline = deadline(opts, start);
+    for (k, c) in constraints.into_iter().enumerate() {
+        if k % 4096 == 0 && passed(deadline) {
+            return Err(late(start));
+        }
+        model.add_constraint(c);
+    }
+    Ok(())
+}
+
+/// Whether `deadline` has passed (never, without one).
+pub(crate) fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// When a call started at `start` under `opts` must stop.

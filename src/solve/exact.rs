@@ -10,8 +10,8 @@
 //! are small). [`Fronts::build_bounded`] gives up as soon as
 //! its fronts exceed it or are projected to, so a chain whose fronts are too
 //! large costs a fraction of their time before the slot DP runs. The guard
-//! depends on the chain, the budget and the slot count only, so the same
-//! input always gets the same answer.
+//! depends on the chain, the budget, the slot count and `exact_memory` only,
+//! so the same input always gets the same answer.
 
 use crate::chain::Chain;
 use crate::schedule::Op;
@@ -88,7 +88,11 @@ pub(crate) fn rounded_note(e: &FrontsTooLarge, opts: &SolveOptions) -> String {
     let allowed = match opts.exact_memory {
         Some(0) => return "not exact: exact answers are turned off (exact memory 0)".to_string(),
         Some(_) => "the exact memory allowed".to_string(),
-        None => format!("the most they may take by default: the {}-slot table's memory, at least 256 MiB", opts.slots),
+        None => format!(
+            "the most they may take by default: the {}-slot table's memory, at least {} MiB",
+            opts.slots,
+            FRONTS_MIN_BYTES >> 20
+        ),
     };
     format!(
         "not exact: the fronts of this {}-stage chain would take more than {} ({}); allow them more \

@@ -21,10 +21,9 @@ pub struct SolveOptions<'a> {
     /// `auto` (and their smallest budgets); past it they answer with the
     /// slot DP, rounded, and say so. `None` (the default): the memory of the
     /// slot table these options would build, or 256 MiB if that is more.
-    /// `Some(0)`: always rounded
-    /// (the slot DP's speed). Larger: exact on longer chains, in more time
-    /// (ResNet-1001's 339 stages at half of store-all: about 750 MB and 25
-    /// s, against 1 s rounded).
+    /// `Some(0)`: always rounded (the slot DP's speed). Larger: exact on
+    /// longer chains, in more time (ResNet-1001's 339 stages at half of
+    /// store-all: about 750 MB and 25 s, against 1 s rounded).
     pub exact_memory: Option<u64>,
 }
 
