@@ -107,6 +107,11 @@ fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
     name.parse().map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
 }
 
+/// The ``exact_memory`` keyword: None, or bytes as ``size_arg`` reads them.
+fn exact_memory_arg(exact_memory: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()
+}
+
 fn slots_arg(slots: usize) -> PyResult<std::num::NonZeroUsize> {
     std::num::NonZeroUsize::new(slots).ok_or_else(|| PyValueError::new_err("slots must be at least 1, got 0"))
 }
@@ -152,7 +157,7 @@ fn solve(
     exact_memory: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PySchedule> {
     let budget = size_arg(memory, "memory")?;
-    let exact_memory = exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()?;
+    let exact_memory = exact_memory_arg(exact_memory)?;
     let algorithm = algorithm_arg(algorithm)?;
     let slots = slots_arg(slots)?;
     if segments.is_some() && algorithm != Algorithm::Sequential {
@@ -233,7 +238,7 @@ fn min_memory(
     exact_memory: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<u64>> {
     let slots = slots_arg(slots)?;
-    let exact_memory = exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()?;
+    let exact_memory = exact_memory_arg(exact_memory)?;
     let algorithm = algorithm.map(algorithm_arg).transpose()?;
     let chain = &chain.get().inner;
     match algorithm {
@@ -267,7 +272,7 @@ fn compare<'py>(
     exact_memory: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let budget = size_arg(memory, "memory")?;
-    let exact_memory = exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()?;
+    let exact_memory = exact_memory_arg(exact_memory)?;
     let slots = slots_arg(slots)?;
     let algorithms = match algorithms {
         Some(names) => names.iter().map(|n| algorithm_arg(n)).collect::<PyResult<Vec<_>>>()?,
