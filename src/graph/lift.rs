@@ -290,9 +290,9 @@ pub fn staged_form(graph: &Graph, ops: &[GraphOp]) -> Option<Staged> {
 /// The fastest lifted schedule of `forward` (whose joint graph is `graph`)
 /// within `budget` bytes, over the cut sets and chain budgets tried, stopping
 /// at `deadline` with the best so far. Deterministic when no deadline stops
-/// it. Each chain solve is the persistent DP on at most [`MAX_BLOCKS`] blocks
-/// at [`SLOTS`] slots, about a dozen per cut set, each followed by an O(ops)
-/// replay.
+/// it. Each chain solve is `solve -a persistent` on at most [`MAX_BLOCKS`]
+/// blocks (exact in bytes where its fronts fit, else the DP at [`SLOTS`]
+/// slots), about a dozen per cut set, each followed by an O(ops) replay.
 pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option<Instant>) -> Result<Lifted, NoLift> {
     let start = Instant::now();
     let n = forward.len();
