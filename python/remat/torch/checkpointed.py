@@ -11,8 +11,9 @@ from torch import nn
 
 import remat
 
-from .executor import autocast_enabled, run_schedule
-from .profile import profile, stages_of
+from .executor import Executor, Program, autocast_enabled
+from .profile import _names, _StageRunner, preserved_state, profile_calls, stages_of
+from .stages import Call
 
 __all__ = ["Checkpointed", "Plan"]
 
@@ -52,6 +53,7 @@ class Plan:
     schedule: remat.Schedule
     budget: int | str
     budget_note: str
+    executor: Executor | None = None
 
 
 class Checkpointed(nn.Module):
@@ -242,14 +244,54 @@ class Checkpointed(nn.Module):
             budget, note = self.auto_budget(x.device, x.numel() * x.element_size() if on_device else 0)
         else:
             budget, note = self.memory, f"memory={self.memory} bytes ({_fmt(int(self.memory))}) as given"
-        chain = self._chain if self._chain is not None else profile(self.module, x, repeat=self.repeat)
+        stages = list(self.module)
+        names = _names(self.module, stages)
+        if self._chain is not None:
+            chain = self._chain
+            inplace = self._changes_input(x)
+        else:
+            chain, found = profile_calls(
+                stages,
+                Call((x,), {}, 0),
+                names=names,
+                repeat=self.repeat,
+                name=type(self.module).__name__,
+                single_tensor=True,
+            )
+            inplace = found.inplace
         schedule = remat.solve(
             chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
         )
-        plan = Plan(chain, schedule, budget, note)
+        executor = Executor(
+            stages,
+            Program(len(stages), schedule.operations),
+            preserve_rng=self.preserve_rng,
+            names=names,
+            inplace=inplace,
+        )
+        plan = Plan(chain, schedule, budget, note, executor)
         self._plans[key] = plan
         self._last = plan
         return plan
+
+    def _changes_input(self, x: torch.Tensor) -> list[bool]:
+        """Which stages write into their input, found by one forward without
+        autograd (RNG and buffers put back), for a chain given rather than
+        profiled."""
+        stages = list(self.module)
+        names = _names(self.module, stages)
+        found = []
+        devices = [x.device] if x.device.type == "cuda" else []
+        with preserved_state(stages, devices), torch.no_grad():
+            x = x.detach()
+            for i in range(len(stages)):
+                runner = _StageRunner(stages, stages, names, i, Call((x,), {}, 0), single_tensor=True)
+                probe = x.clone()
+                before = probe._version
+                y = runner(probe)
+                found.append(probe._version != before)
+                x = y
+        return found
 
     @property
     def plans(self) -> dict[tuple[Any, ...], Plan]:
@@ -314,4 +356,15 @@ class Checkpointed(nn.Module):
             out: torch.Tensor = self.module(x)
             return out
         plan = self.plan(x)
-        return run_schedule(list(self.module), plan.schedule.operations, x, preserve_rng=self.preserve_rng)
+        ex = plan.executor
+        assert ex is not None
+        step = ex.begin()
+        for l in range(1, len(ex.stages) + 1):
+            y = ex.call(step, l, Call((x,), {}, 0))
+            if not isinstance(y, torch.Tensor):
+                raise TypeError(
+                    f"{ex.label(l)} returned a {type(y).__name__}; every stage must return one tensor (the next "
+                    "stage's input); for blocks with side inputs and structured outputs use remat.torch.apply"
+                )
+            x = y
+        return x

@@ -1,66 +1,84 @@
-"""Running a remat schedule on PyTorch modules, inside one autograd.Function.
+"""Running a remat schedule with autograd's own semantics.
 
-A schedule is a list of operations over stages 1..L and the loss L+1 (the
-model, docs/model.md):
+A schedule (docs/model.md) is a list of operations over stages 1..L and the
+loss L+1. Its **forward phase** (every operation before ``B^{L+1}``) runs each
+stage once, in order; its **backward phase** interleaves the backwards
+``B^L .. B^1`` with recomputations (``F_ck``, ``F_none``, ``F_all``).
 
-- ``F_ck l`` / ``F_none l``: run stage l without autograd, keep its output a^l;
-  ``F_none`` also drops its input a^{l-1}.
-- ``F_all l``: run stage l with autograd on a detached copy of its input, so
-  that what autograd saves (abar^l) belongs to this stage alone.
-- ``B l``: backpropagate delta^l through the recorded stage l, which
-  accumulates the parameters' gradients into ``.grad`` and gives delta^{l-1};
-  drop abar^l, delta^l and a plain a^{l-1}.
+How it runs (the design of non-reentrant ``torch.utils.checkpoint``, extended
+from one segment to a whole schedule):
 
-:class:`_ScheduleFunction` runs the operations before ``B^{L+1}`` in its
-``forward`` and returns a^L; the criterion runs outside; when the gradient of
-a^L arrives, its ``backward`` runs the rest. The loss stage's own operations
-are therefore bookkeeping only.
+- The forward phase is the caller's own forward: each stage is called once,
+  with autograd recording as usual, so the graph is the plain module's graph.
+  Parameters, hooks, side inputs and ``autograd.grad`` behave as without remat:
+  a parameter's hooks fire once with its full gradient, ``autograd.grad``
+  writes no ``.grad``, ``backward(inputs=...)`` only touches those inputs.
+- A stage the schedule records (``F_all``) saves its tensors as autograd does.
+  Any other stage runs under ``torch.autograd.graph.saved_tensors_hooks`` whose
+  pack hook keeps a small :class:`_Holder` in place of each saved tensor, so its
+  activations are freed as soon as the forward moves on (parameters, buffers and
+  side inputs are kept as they are: they are alive anyway).
+- When the backward first reads a holder of stage l, the schedule's backward
+  phase is run up to ``B^l``: its recomputations start from the activations the
+  forward phase kept (the residue) and fill the holders of the stages they
+  record. Autograd then runs ``B^l`` itself and frees each saved tensor right
+  after the node that reads it, as it does without remat.
+- Everything a backward recomputes belongs to that backward (keyed by
+  autograd's graph task id), so ``retain_graph=True`` followed by a second
+  backward, and ``autograd.grad`` over part of the graph, recompute again; a
+  callback queued on the engine drops a backward's state when it ends.
+- With ``create_graph=True`` the recomputation records a graph from the kept
+  activations (not detached), so double backward (gradient penalties) sees the
+  full dependency of the saved tensors on the parameters and the input.
+- The residue lives as long as the graph does: each holder references the
+  residue below its stage, so an activation kept by the forward phase is freed
+  when the last stage above it has run its backward (``B^{j+1}`` in the model),
+  or never if the graph is retained.
 
 Why the results equal the plain module's:
 
-- RNG: the first run of stage l in a step draws from the global generator in
-  stage order, exactly as the plain forward does; its RNG state (CPU, and the
-  CUDA device of the input) is saved then, and every later run of stage l
-  (a recomputation) restores it inside ``torch.random.fork_rng``, so dropout
-  masks repeat and the global generator ends where the plain forward leaves it.
-  This is what ``torch.utils.checkpoint`` does per checkpointed segment.
-- Buffers: a recomputation copies the stage's buffers first and puts them back
-  after, so BatchNorm running statistics (and ``num_batches_tracked``) move
-  once per step, by the first run (``torch.utils.checkpoint`` does not do
-  this: its recomputation updates them a second time). In training mode BatchNorm normalises with the
-  batch's statistics, so the recomputed output is the same.
-- Autocast: the autocast state of the caller's forward is captured and
-  re-entered for the forwards that run in ``backward`` (autograd runs
-  ``backward`` outside autocast).
-- Gradients: the same kernels run on the same values, so gradients are
-  bit-identical where the kernels are deterministic. Parameter gradients are
-  accumulated into ``.grad`` by an inner ``torch.autograd.backward`` per stage,
-  as reentrant ``torch.utils.checkpoint`` does, so use ``loss.backward()``
-  (``torch.autograd.grad`` with respect to the parameters does not see them).
+- RNG: the first run of a stage draws from the global generator in stage order,
+  as the plain forward does; the RNG state (CPU and the input's CUDA device) is
+  saved then for stages the schedule runs again, and restored for each rerun
+  inside ``torch.random.fork_rng``: dropout masks repeat.
+- Buffers: a rerun copies the stage's buffers first and puts them back after
+  (through ``.data``, so no version counter moves), so BatchNorm running
+  statistics move once per step, as in the plain module.
+- Autocast: the caller's autocast state at each stage's first run is re-entered
+  for its reruns (autograd runs the backward outside autocast).
+- In-place changes: an activation kept for recomputation whose version counter
+  moved by the time it is needed raises autograd's own error; a rerun that
+  saves other tensors (count, shape, dtype or device) than the first run raises
+  an error naming the stage.
 
-Memory: after every operation before ``B^{L+1}`` the runner holds exactly the
-bytes the simulator predicts (tested operation by operation with
-:class:`~remat.torch.LiveBytes`). Two things differ, both outside the chain:
-the criterion's own tensors, and delta^L, which autograd keeps alive until
-the Function's ``backward`` (the whole rest of the schedule) returns, where
-the model frees it after ``B^L``. The caller's reference to the input batch
-also keeps a^0 alive after an ``F_none^1``.
+Memory: after each forward-phase operation the executor holds what the
+simulator says; in the backward phase it holds no more (autograd frees each
+saved tensor after its node, where the model frees a stage's abar after B^l).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from .profile import run_stage
+from .stages import Call, carried_output, stage_label
 
-__all__ = ["ScheduleRunner", "autocast_enabled", "run_schedule"]
+__all__ = ["Executor", "Op", "Program", "Step", "autocast_enabled", "run_schedule"]
 
-Op = tuple[str, int]
+
+class Op(enum.Enum):
+    """The operations of a schedule (docs/model.md)."""
+
+    F_ALL = "F_all"
+    F_CK = "F_ck"
+    F_NONE = "F_none"
+    B = "B"
 
 
 def autocast_enabled(device_type: str) -> bool:
@@ -95,210 +113,438 @@ def _autocast(state: list[tuple[str, torch.dtype]]) -> Iterator[None]:
         yield
 
 
-class _Saved:
-    """abar^l: the detached input the stage ran on (a leaf, collecting delta^{l-1})
-    and its output with the autograd graph; ``value`` is a^l without the graph."""
+class Program:
+    """A schedule compiled for running on ``num_stages`` stages.
 
-    __slots__ = ("inp", "out", "value")
+    Attributes:
+        first: ``first[l]``, the operation that first runs stage l (1-based).
+        rerun: ``rerun[l]``, whether the schedule runs stage l again.
+        backward: the operations after ``B^{L+1}``.
+        keep: the activations a^j the forward phase keeps that a rerun may
+            start from.
 
-    def __init__(self, inp: torch.Tensor, out: torch.Tensor) -> None:
-        self.inp = inp
-        self.out = out
-        self.value = out.detach()
+    Building it is O(number of operations).
+
+    Raises:
+        ValueError: an unknown operation, no ``B^{L+1}``, or a forward phase
+            that does not run stages 1..L+1 once each in order (remat's
+            solvers and baselines all produce such schedules).
+    """
+
+    def __init__(self, num_stages: int, operations: Sequence[tuple[str, int]]) -> None:
+        L = num_stages
+        self.num_stages = L
+        try:
+            ops = [(Op(kind), int(l)) for kind, l in operations]
+        except ValueError as e:
+            raise ValueError(f"the schedule has an unknown operation: {e}") from None
+        self.operations = ops
+        try:
+            split = ops.index((Op.B, L + 1))
+        except ValueError:
+            raise ValueError(f"the schedule has no B^{L + 1} (the loss's backward)") from None
+        forward = ops[:split]
+        if [l for _, l in forward] != list(range(1, L + 2)) or any(k is Op.B for k, _ in forward):
+            raise ValueError(
+                "remat.torch runs schedules whose operations before the loss's backward run stages "
+                f"1..{L + 1} once each, in order; this one runs {' '.join(f'{k.value}^{l}' for k, l in forward)}"
+            )
+        self.first: list[Op] = [Op.F_ALL] + [k for k, _ in forward[:L]]
+        runs = [0] * (L + 2)
+        for kind, l in ops:
+            if kind is not Op.B:
+                runs[l] += 1
+        self.rerun = [n > 1 for n in runs[: L + 1]]
+        self.backward = ops[split + 1 :]
+        held: dict[int, Op] = {0: Op.F_CK}
+        for kind, l in forward[:L]:
+            held[l] = kind
+            if kind is Op.F_NONE:
+                held.pop(l - 1, None)
+        if held.get(L) is not Op.F_ALL:  # B^{L+1} drops a plain a^L
+            held.pop(L, None)
+        top = max((l for l in range(L + 1) if self.rerun[l]), default=0)
+        self.keep = frozenset(j for j in held if j < top)
+
+    @property
+    def stored_all(self) -> bool:
+        """Whether nothing is run again (storing everything: plain autograd)."""
+        return not any(self.rerun)
 
 
-class ScheduleRunner:
-    """The state of one training step under a schedule.
+class _Residue:
+    """An activation a^j the forward phase keeps for reruns, and the one below it."""
 
-    Holds, per stage, nothing, a plain a^l or an abar^l, exactly as the
-    simulator does, plus the running gradient. One instance serves one forward
-    and its backward; each operation costs the stage's forward or backward and
-    O(1) bookkeeping (a recomputation also copies the stage's buffers and
-    restores a CPU/CUDA RNG state).
+    __slots__ = ("__weakref__", "index", "prev", "value", "version")
+
+    def __init__(self, index: int, value: torch.Tensor, prev: _Residue | None) -> None:
+        self.index = index
+        self.value = value
+        self.version = value._version
+        self.prev = prev
+
+
+class _Holder:
+    """What autograd saves in place of a tensor of a stage that is not recorded:
+    the recomputed value per backward (graph task id), and the residue below."""
+
+    __slots__ = ("__weakref__", "anchor", "index", "stage", "step", "values")
+
+    def __init__(self, step: Step, stage: int, index: int, anchor: _Residue | None) -> None:
+        self.step = step
+        self.stage = stage
+        self.index = index
+        self.anchor = anchor
+        self.values: dict[int, torch.Tensor] = {}
+
+
+def _unpack(h: object) -> torch.Tensor:
+    if isinstance(h, torch.Tensor):
+        return h
+    assert isinstance(h, _Holder)
+    return h.step.unpack(h)
+
+
+class Executor:
+    """Runs one program on a fixed list of stages, one :class:`Step` per forward.
+
+    Args:
+        stages: the stage modules, in order.
+        forwards: how to call each stage (``module.__call__`` by default; a
+            block whose ``forward`` remat replaced passes the original one).
+        program: the compiled schedule.
+        preserve_rng: replay the RNG state on reruns.
+        names: the stages' names, for messages.
+        inplace: ``inplace[l-1]``: stage l changes its input in place, so it gets
+            a copy (found by :func:`remat.torch.profile`).
+        on_op: called with (kind, stage) after each operation, for tests that
+            measure memory operation by operation: a forward-phase operation on
+            stage l < L is reported when stage l + 1 is called (the caller has
+            let go of a^{l-1} then), stage L and the loss when stage L returns,
+            a backward-phase recomputation right after it runs, and ``B^l``
+            when the schedule moves past it.
     """
 
     def __init__(
         self,
         stages: Sequence[nn.Module],
-        operations: Sequence[Op],
+        program: Program,
         *,
+        forwards: Sequence[Callable[..., Any]] | None = None,
         preserve_rng: bool = True,
+        names: Sequence[str] | None = None,
+        inplace: Sequence[bool] | None = None,
         on_op: Callable[[str, int], None] | None = None,
     ) -> None:
-        self.stages = stages
-        self.on_op = on_op
-        self.L = len(stages)
-        self.ops = list(operations)
+        if len(stages) != program.num_stages:
+            raise ValueError(f"the schedule is for {program.num_stages} stages, got {len(stages)}")
+        self.stages = list(stages)
+        self.program = program
+        self.forwards: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
         self.preserve_rng = preserve_rng
-        # Stages the schedule runs more than once: only their RNG state is saved
-        # at the first run (a stage run once replays nothing; on a GPU the capture
-        # costs about 50 us of Python a stage, measured on an H200).
-        runs = [0] * (self.L + 2)
-        for kind, l in self.ops:
-            if kind != "B" and 1 <= l <= self.L + 1:
-                runs[l] += 1
-        self.rerun = [n > 1 for n in runs]
-        self.held: list[torch.Tensor | _Saved | None] = [None] * (self.L + 2)
-        self.ran = [False] * (self.L + 1)
-        self.rng: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * (self.L + 1)
-        self.delta: torch.Tensor | None = None
-        self.input_requires_grad = False
-        self.autocast: list[tuple[str, torch.dtype]] = []
+        self.names = list(names) if names is not None else [None] * len(stages)
+        self.inplace = list(inplace) if inplace is not None else [False] * len(stages)
+        self.on_op = on_op
+        # Storages that a stage's autograd may save without remat dropping them:
+        # its parameters and buffers (alive anyway).
+        self._own: list[frozenset[int]] = [
+            frozenset(t.untyped_storage().data_ptr() for t in [*s.parameters(), *s.buffers()]) for s in self.stages
+        ]
+        self.current: Step | None = None
+
+    def label(self, l: int) -> str:
+        return stage_label(l - 1, self.stages[l - 1], self.names[l - 1])
+
+    def begin(self) -> Step:
+        """Starts a forward phase (a new step)."""
+        step = Step(self)
+        self.current = step
+        return step
+
+    def call(self, step: Step, l: int, call: Call) -> Any:
+        """Runs stage l for the first time in ``step`` (stages run in order)."""
+        if l != step.next:
+            expected = self.label(step.next) if step.next <= len(self.stages) else "no stage"
+            raise RuntimeError(
+                f"remat: {self.label(l)} was called when {expected} was expected; the stages must run once each, "
+                "in order, in every forward"
+            )
+        y = step.first_run(l, call)
+        if l == len(self.stages):
+            step.finish()
+            if self.current is step:
+                self.current = None
+        return y
+
+
+class Step:
+    """One forward of the stages and every backward through it."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.ex = executor
+        n = len(executor.stages) + 1
+        self.next = 1
+        self.calls: list[Call | None] = [None] * n
+        self.input_grad = [False] * n
+        self.rng: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * n
+        self.autocast: list[list[tuple[str, torch.dtype]]] = [[] for _ in range(n)]
+        self.holders: list[list[weakref.ref[_Holder] | None]] = [[] for _ in range(n)]
+        self.metas: list[list[tuple[torch.Size, torch.dtype, torch.device]]] = [[] for _ in range(n)]
+        self.residue: dict[int, weakref.ref[_Residue]] = {}
+        self._strong: list[_Residue] = []
+        self._last: _Residue | None = None
         self.cuda_device: int | None = None
-        self.pos = 0
-        try:
-            self.split = self.ops.index(("B", self.L + 1))
-        except ValueError:
-            raise ValueError(f"the schedule has no B^{self.L + 1} (the loss's backward)") from None
+        self.tasks: dict[int, _Task] = {}
+        self._pending: tuple[str, int] | None = None
 
-    def _value(self, l: int) -> torch.Tensor:
-        h = self.held[l]
-        if h is None:
-            raise RuntimeError(f"a^{l} is not in memory; the schedule is invalid for this chain")
-        return h.value if isinstance(h, _Saved) else h
+    # -- the forward phase --------------------------------------------------
 
-    def _rng_get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        cuda = None if self.cuda_device is None else torch.cuda.get_rng_state(self.cuda_device)
-        return torch.get_rng_state(), cuda
+    def _keep(self, j: int, x: torch.Tensor) -> None:
+        r = _Residue(j, x, self._last)
+        self._strong.append(r)
+        self.residue[j] = weakref.ref(r)
+        self._last = r
+
+    def first_run(self, l: int, call: Call) -> Any:
+        ex = self.ex
+        program = ex.program
+        x = call.carried
+        if l == 1 and x.device.type == "cuda":
+            self.cuda_device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        if self._pending is not None and ex.on_op is not None:
+            # Reported now that the caller has let go of the activation before it.
+            ex.on_op(*self._pending)
+            self._pending = None
+        if (l - 1) in program.keep:
+            self._keep(l - 1, x)
+        rerun = program.rerun[l]
+        if rerun:
+            self.calls[l] = call.without_carried()
+            self.input_grad[l] = x.requires_grad
+            self.autocast[l] = _autocast_state()
+            if ex.preserve_rng:
+                cuda = None if self.cuda_device is None else torch.cuda.get_rng_state(self.cuda_device)
+                self.rng[l] = (torch.get_rng_state(), cuda)
+        if ex.inplace[l - 1]:
+            call = Call(*call.with_carried(x.clone()), call.position)
+        fn = ex.forwards[l - 1]
+        kind = program.first[l]
+        if kind is Op.F_ALL:
+            y = fn(*call.args, **call.kwargs)
+        else:
+            own = ex._own[l - 1] | {t.untyped_storage().data_ptr() for t in call.side_tensors()}
+            holders = self.holders[l]
+            metas = self.metas[l]
+            anchor = self._last
+
+            def pack(t: torch.Tensor) -> object:
+                metas.append((t.shape, t.dtype, t.device))
+                if t.device.type == "meta" or t.untyped_storage().data_ptr() in own:
+                    holders.append(None)
+                    return t
+                h = _Holder(self, l, len(holders), anchor)
+                holders.append(weakref.ref(h))
+                return h
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+                y = fn(*call.args, **call.kwargs)
+        self.next = l + 1
+        self._pending = (kind.value, l)
+        return y
+
+    def finish(self) -> None:
+        """Ends the forward phase: the residue now lives as long as the graph."""
+        self._strong = []
+        self._last = None
+        if self.ex.on_op is not None and self._pending is not None:
+            self.ex.on_op(*self._pending)
+            self.ex.on_op("F_all", len(self.ex.stages) + 1)
+        self._pending = None
+
+    # -- the backward phase -------------------------------------------------
+
+    def unpack(self, h: _Holder) -> torch.Tensor:
+        gid = torch._C._current_graph_task_id()
+        if gid == -1:
+            raise RuntimeError(
+                f"remat: a tensor saved by {self.ex.label(h.stage)} was read outside a backward pass; remat "
+                "recomputes it during backward only"
+            )
+        task = self.tasks.get(gid)
+        if task is None:
+            task = self.tasks[gid] = _Task(self, gid)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self.tasks.pop(gid, None))
+        v = h.values.pop(gid, None)
+        if v is None:
+            task.advance_to(h.stage)
+            v = h.values.pop(gid, None)
+            if v is None:
+                raise RuntimeError(
+                    f"remat: the schedule did not recompute tensor {h.index} of {self.ex.label(h.stage)} before its "
+                    "backward (a bug in remat: please report it with the schedule)"
+                )
+        return v
 
     @contextlib.contextmanager
-    def _stage_context(self, l: int) -> Iterator[None]:
-        """Context of a run of stage l: the first run records the RNG state; a
-        rerun replays it and leaves RNG and buffers as they were."""
-        if not self.ran[l]:
-            self.ran[l] = True
-            if self.preserve_rng and self.rerun[l]:
-                self.rng[l] = self._rng_get()
-            yield
-            return
-        stage = self.stages[l - 1]
+    def rerun_context(self, l: int) -> Iterator[None]:
+        """A rerun of stage l: its first run's RNG state and autocast, its buffers
+        put back afterwards."""
+        ex = self.ex
+        stage = ex.stages[l - 1]
         buffers = [(b, b.detach().clone()) for b in stage.buffers()]
         devices = [] if self.cuda_device is None else [self.cuda_device]
-        with torch.random.fork_rng(devices=devices, enabled=self.preserve_rng):
+        with torch.random.fork_rng(devices=devices, enabled=ex.preserve_rng):
             state = self.rng[l]
             if state is not None:
                 torch.set_rng_state(state[0])
                 if state[1] is not None and self.cuda_device is not None:
                     torch.cuda.set_rng_state(state[1], self.cuda_device)
             try:
-                yield
+                with _autocast(self.autocast[l]):
+                    yield
             finally:
-                # Through .data: the restore must not bump the buffers' version
-                # counters, which the graph this run recorded checks in backward
-                # (BatchNorm saves its running statistics).
                 for b, saved in buffers:
                     b.data.copy_(saved)
 
-    def _forward(self, kind: str, l: int) -> None:
-        if l == self.L + 1:  # the loss runs outside; keep the bookkeeping only
-            self._value(self.L)
-            self.held[l] = self.held[self.L]
-            return
-        x = self._value(l - 1)
-        with self._stage_context(l), _autocast(self.autocast):
-            if kind == "F_all":
-                grad_in = self.input_requires_grad if l == 1 else x.is_floating_point()
-                inp = x.detach().requires_grad_(grad_in)
-                with torch.enable_grad():
-                    self.held[l] = _Saved(inp, run_stage(self.stages, l - 1, inp))
+
+class _Task:
+    """The backward phase of one backward pass (one autograd graph task)."""
+
+    def __init__(self, step: Step, gid: int) -> None:
+        self.step = step
+        self.gid = gid
+        self.pos = 0
+        self.held: dict[int, torch.Tensor] = {}
+        self.recorded: set[int] = set()
+        self.create_graph = torch.is_grad_enabled()
+
+    def value(self, j: int) -> torch.Tensor:
+        v = self.held.get(j)
+        if v is not None:
+            return v
+        ref = self.step.residue.get(j)
+        r = ref() if ref is not None else None
+        if r is None:
+            raise RuntimeError(
+                f"remat: a^{j} is not in memory when the schedule needs it (a bug in remat, or the graph was "
+                "partly freed by an earlier backward)"
+            )
+        if r.value._version != r.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"remat kept the input of stage {j + 1} ({tuple(r.value.shape)}) to recompute from it, and it "
+                f"changed from version {r.version} to {r.value._version} after the forward"
+            )
+        return r.value
+
+    def advance_to(self, k: int) -> None:
+        """Runs the backward phase's operations up to ``B^k``."""
+        ops = self.step.ex.program.backward
+        on_op = self.step.ex.on_op
+        while self.pos < len(ops):
+            kind, l = ops[self.pos]
+            if kind is Op.B:
+                if l == k:
+                    return
+                if l < k:
+                    break
+                # Autograd has run B^l: drop what the model drops after it.
+                self.held.pop(l, None)
+                if l - 1 not in self.recorded:
+                    self.held.pop(l - 1, None)
+                self.recorded.discard(l)
             else:
-                with torch.no_grad():
-                    self.held[l] = run_stage(self.stages, l - 1, x)
-        if kind == "F_none":
-            self.held[l - 1] = None
-
-    def _backward(self, l: int) -> None:
-        if l == self.L + 1:
-            self.held[l] = None
-            if not isinstance(self.held[self.L], _Saved):
-                self.held[self.L] = None
-            return
-        h = self.held[l]
-        if not isinstance(h, _Saved):
-            raise RuntimeError(f"abar^{l} is not in memory; the schedule is invalid for this chain")
-        delta, self.delta = self.delta, None
-        if delta is not None and h.out.requires_grad:
-            with torch.enable_grad():
-                torch.autograd.backward(h.out, delta)
-            self.delta = h.inp.grad
-        self.held[l] = None
-        del h, delta
-        if not isinstance(self.held[l - 1], _Saved):
-            self.held[l - 1] = None
-
-    def _run(self, upto: int) -> None:
-        while self.pos < upto:
-            kind, l = self.ops[self.pos]
+                self.run(kind, l)
             self.pos += 1
-            if kind == "B":
-                self._backward(l)
-            elif kind in ("F_all", "F_ck", "F_none"):
-                self._forward(kind, l)
+            if on_op is not None:
+                on_op(kind.value, l)
+        raise RuntimeError(
+            f"remat: the backward reached {self.step.ex.label(k)} after the schedule had moved past it "
+            "(a bug in remat, or a graph whose stages do not run their backwards in order)"
+        )
+
+    def run(self, kind: Op, l: int) -> None:
+        step = self.step
+        ex = step.ex
+        x = self.value(l - 1)
+        call = step.calls[l]
+        assert call is not None, f"stage {l} is run again but its call was not kept"
+        fn = ex.forwards[l - 1]
+        with step.rerun_context(l):
+            if kind is Op.F_ALL:
+                if self.create_graph:
+                    inp = x
+                else:
+                    inp = x.detach().requires_grad_(step.input_grad[l] and (x.is_floating_point() or x.is_complex()))
+                if ex.inplace[l - 1]:
+                    inp = inp.clone()
+                out = self._record(l, fn, call, inp)
+                self.recorded.add(l)
             else:
-                raise ValueError(f"unknown operation {kind!r} in the schedule")
-            if self.on_op is not None:
-                self.on_op(kind, l)
+                if ex.inplace[l - 1]:
+                    x = x.clone()
+                args, kwargs = call.with_carried(x)
+                with torch.set_grad_enabled(self.create_graph):
+                    out = carried_output(fn(*args, **kwargs), lambda: ex.label(l))
+                if kind is Op.F_NONE:
+                    self.held.pop(l - 1, None)
+                    self.recorded.discard(l - 1)
+        self.held[l] = out if self.create_graph else out.detach()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Runs the operations before B^{L+1} from a^0 = ``x`` and returns a^L."""
-        self.input_requires_grad = x.requires_grad
-        self.autocast = _autocast_state()
-        if x.device.type == "cuda":
-            self.cuda_device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        self.held[0] = x.detach()
-        self._run(self.split)
-        return self._value(self.L)
+    def _record(self, l: int, fn: Callable[..., Any], call: Call, inp: torch.Tensor) -> torch.Tensor:
+        """Reruns stage l recording, and hands each tensor it saves to the
+        holder of the first run's tensor at the same position."""
+        step = self.step
+        holders = step.holders[l]
+        metas = step.metas[l]
+        gid = self.gid
+        keep_graph = self.create_graph
+        count = 0
 
-    def backward(self, grad_output: torch.Tensor) -> torch.Tensor | None:
-        """Runs the rest from delta^L = ``grad_output``; returns delta^0 (None when
-        the input does not require a gradient) and frees everything."""
-        self.delta = grad_output
-        try:
-            self._run(len(self.ops))
-            return self.delta if self.input_requires_grad else None
-        finally:
-            self.held = [None] * (self.L + 2)
-            self.delta = None
-            self.rng = [None] * (self.L + 1)
+        def pack(t: torch.Tensor) -> None:
+            nonlocal count
+            i = count
+            count += 1
+            if i >= len(metas) or metas[i] != (t.shape, t.dtype, t.device):
+                first = metas[i] if i < len(metas) else "nothing"
+                raise RuntimeError(
+                    f"remat: {step.ex.label(l)} saved a different tensor for backward when recomputed than when it "
+                    f"first ran (tensor {i}: {first} first, {(t.shape, t.dtype, t.device)} now); its forward must do "
+                    "the same work every time it runs on the same input"
+                )
+            ref = holders[i]
+            h = ref() if ref is not None else None
+            if h is not None:
+                h.values[gid] = t if keep_graph or not t.requires_grad else t.detach()
 
-
-class _ScheduleFunction(torch.autograd.Function):
-    """One autograd node for the whole schedule. The parameters are inputs only
-    so that the output requires a gradient when they do; their gradients are
-    accumulated by the runner, so ``backward`` returns None for them."""
-
-    @staticmethod
-    def forward(ctx: Any, runner: ScheduleRunner, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        ctx.runner = runner
-        ctx.n_params = len(params)
-        # A new tensor object over a^L's storage: returning the runner's own
-        # tensor would tie it to this node (and keep the node alive through it).
-        return runner.forward(x).detach()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
-        runner: ScheduleRunner = ctx.runner
-        ctx.runner = None
-        dx = runner.backward(grad_output)
-        n: int = ctx.n_params
-        return (None, dx, *([None] * n))
+        args, kwargs = call.with_carried(inp)
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+            out = carried_output(fn(*args, **kwargs), lambda: step.ex.label(l))
+        if count != len(metas):
+            raise RuntimeError(
+                f"remat: {step.ex.label(l)} saved {len(metas)} tensors for backward when it first ran and {count} "
+                "when recomputed; its forward must do the same work every time it runs on the same input"
+            )
+        return out
 
 
 def run_schedule(
     stages: Sequence[nn.Module],
-    operations: Sequence[Op],
+    operations: Sequence[tuple[str, int]],
     x: torch.Tensor,
     *,
     preserve_rng: bool = True,
     on_op: Callable[[str, int], None] | None = None,
 ) -> torch.Tensor:
-    """Runs ``operations`` on ``stages`` from input ``x``: returns a^L, whose
-    backward runs the rest of the schedule. Validity of the schedule is the
-    solver's and simulator's job; an invalid one fails with a RuntimeError
-    naming the missing value. ``on_op(kind, stage)`` is called after each
-    operation (to measure memory operation by operation)."""
-    runner = ScheduleRunner(stages, operations, preserve_rng=preserve_rng, on_op=on_op)
-    params = [p for s in stages for p in s.parameters() if p.requires_grad]
-    out: torch.Tensor = _ScheduleFunction.apply(runner, x, *params)
-    return out
+    """Runs ``operations`` on single-tensor ``stages`` from input ``x`` and returns
+    a^L; the backward through it runs the rest of the schedule (see the module's
+    notes). ``on_op(kind, stage)`` is called after each operation.
+
+    Raises:
+        ValueError: the schedule does not fit ``stages`` (see :class:`Program`).
+    """
+    ex = Executor(stages, Program(len(stages), operations), preserve_rng=preserve_rng, on_op=on_op)
+    step = ex.begin()
+    for l in range(1, len(stages) + 1):
+        x = carried_output(ex.call(step, l, Call((x,), {}, 0)), lambda l=l: ex.label(l))  # type: ignore[misc]
+    return x
