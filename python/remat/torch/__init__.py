@@ -23,6 +23,7 @@ Example::
     print(model.explain())
 """
 
+from .apply import AppliedPlan, apply, find_blocks
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
 from .joint import export_joint, pytorch_min_cut
@@ -31,11 +32,14 @@ from .partition import RematSolverError, partitioner
 from .profile import profile, stages_of
 
 __all__ = [
+    "AppliedPlan",
     "Checkpointed",
     "LiveBytes",
     "Plan",
     "RematSolverError",
+    "apply",
     "export_joint",
+    "find_blocks",
     "partitioner",
     "profile",
     "pytorch_min_cut",

@@ -281,6 +281,7 @@ def profile_calls(
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     fns: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
     labels = list(names) if names is not None else [f"{i + 1}:{type(s).__name__}" for i, s in enumerate(stages)]
+    call = call.detached()
     sample = call.carried
     device = sample.device
     x = sample.detach()

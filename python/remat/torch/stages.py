@@ -87,6 +87,21 @@ class Call:
         args, kwargs = self.with_carried(_PLACEHOLDER)
         return Call(args, kwargs, self.position)
 
+    def detached(self) -> Call:
+        """The same call with every tensor argument (nested one level in tuples
+        and lists) detached from the graph that made it, keeping whether it
+        requires a gradient: profiling runs backwards of its own and must not
+        reach into the caller's graph."""
+
+        def cut(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return v.detach().requires_grad_(v.requires_grad) if v.requires_grad else v.detach()
+            if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
+                return type(v)(cut(t) for t in v) if not hasattr(v, "_fields") else v
+            return v
+
+        return Call(tuple(cut(a) for a in self.args), {k: cut(v) for k, v in self.kwargs.items()}, self.position)
+
     def side_tensors(self) -> list[torch.Tensor]:
         """The tensors among the side inputs (nested one level in tuples and lists,
         as rotary ``(cos, sin)`` pairs are)."""

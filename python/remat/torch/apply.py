@@ -1,0 +1,687 @@
+"""``apply(model, memory=...)``: plan and run a whole model's block stack in place.
+
+Most networks people train are a stack of blocks between an input part and a
+head: a Hugging Face model's ``transformer.h`` or ``model.layers`` between the
+embeddings and the LM head and loss, torchvision's ``layer1..layer4`` between
+the stem and the classifier, DenseNet's ``features``. :func:`apply` finds that
+stack (or takes it as ``blocks=``), replaces each block's ``forward`` by one
+that runs remat's schedule (the module tree, ``state_dict`` keys, hooks and the
+model's own ``forward`` stay as they are), and returns the :class:`AppliedPlan`
+that says what it decided; ``plan.remove()`` undoes it.
+
+The budget counts the whole step, not only the stack: what the part before the
+stack keeps for its backward (``pre``), and what the part after it (the head,
+the loss, and what the training loop holds of them, such as the logits of an
+LM) takes from the end of the stack's forward to the start of its backward
+(``post``). Both are measured on the first training step, which runs under the
+plan made for the stack alone; the plan is solved again with them from the
+second step on (``explain()`` shows the figures).
+
+Plans are made per dtype, device, mode and autocast state, and profiled once:
+an input of another shape (another batch size or sequence length) scales the
+measured chain by the number of elements of the activation between blocks,
+and is solved again without profiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+import remat
+
+from .checkpointed import _fmt, auto_budget
+from .executor import Executor, Program, Step, autocast_enabled
+from .memory import LiveBytes
+from .profile import profile_calls
+from .stages import Call
+
+__all__ = ["AppliedPlan", "apply", "find_blocks"]
+
+
+def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
+    """The longest stack of blocks in ``model``: the children of an
+    ``nn.ModuleList`` or ``nn.Sequential``, or of consecutive ``nn.Sequential``
+    siblings (torchvision's ``layer1..layer4``), whichever holds the most
+    modules; ties go to the one holding more parameters.
+
+    Returns the stack's description (``"transformer.h"``, ``"layer1..layer4"``)
+    and its blocks with their qualified names. O(number of modules).
+
+    Raises:
+        ValueError: no container of at least two modules was found.
+    """
+    best: tuple[int, int, str, list[tuple[str, nn.Module]]] | None = None
+
+    def consider(desc: str, blocks: list[tuple[str, nn.Module]]) -> None:
+        nonlocal best
+        if len(blocks) < 2:
+            return
+        params = sum(p.numel() for _, b in blocks for p in b.parameters())
+        key = (len(blocks), params)
+        if best is None or key > best[:2]:
+            best = (key[0], key[1], desc, blocks)
+
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(module, (nn.ModuleList, nn.Sequential)):
+            consider(name or "(the model)", [(f"{prefix}{n}", c) for n, c in module.named_children()])
+        run: list[tuple[str, nn.Sequential]] = []
+        for n, child in [*module.named_children(), ("", None)]:
+            if isinstance(child, nn.Sequential) and len(child) > 0:
+                run.append((n, child))
+                continue
+            if len(run) > 1:
+                blocks = [(f"{prefix}{rn}.{cn}", c) for rn, seq in run for cn, c in seq.named_children()]
+                consider(f"{prefix}{run[0][0]}..{prefix}{run[-1][0]}", blocks)
+            run = []
+    if best is None:
+        raise ValueError(
+            f"found no stack of blocks in {type(model).__name__} (no nn.ModuleList or nn.Sequential of two or more "
+            "modules); name it with blocks=, e.g. blocks=model.layers"
+        )
+    return best[2], best[3]
+
+
+def _resolve_blocks(
+    model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module] | None
+) -> tuple[str, list[tuple[str, nn.Module]]]:
+    if blocks is None:
+        return find_blocks(model)
+    names = {id(m): n for n, m in model.named_modules()}
+    if isinstance(blocks, str):
+        try:
+            container = model.get_submodule(blocks)
+        except AttributeError as e:
+            raise ValueError(f"blocks={blocks!r}: {e}") from None
+        return blocks, [(f"{blocks}.{n}", c) for n, c in container.named_children()]
+    if isinstance(blocks, (nn.ModuleList, nn.Sequential)):
+        base = names.get(id(blocks))
+        if base is None:
+            raise ValueError("blocks= is not a submodule of the model")
+        return base, [(f"{base}.{n}" if base else n, c) for n, c in blocks.named_children()]
+    if isinstance(blocks, (list, tuple)):
+        found = []
+        for i, b in enumerate(blocks):
+            if not isinstance(b, nn.Module):
+                raise TypeError(f"blocks[{i}] is a {type(b).__name__}, not an nn.Module")
+            if id(b) not in names:
+                raise ValueError(f"blocks[{i}] ({type(b).__name__}) is not a submodule of the model")
+            found.append((names[id(b)], b))
+        return "the given blocks", found
+    raise TypeError(
+        "blocks must be a dotted name, an nn.ModuleList/nn.Sequential or a list of modules, "
+        f"got {type(blocks).__name__}"
+    )
+
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+@dataclass
+class _Outside:
+    """Memory of the step outside the stack, measured on a training step (bytes)."""
+
+    pre: int = 0  # what the part before the stack keeps, throughout the stack
+    post_peak: int = 0  # the most the part after it takes, forward to delta^L
+    post_after: int = 0  # what of that stays through the stack's backward
+    activation: int = 1  # elements of the activation between blocks then
+
+    def scaled(self, numel: int) -> _Outside:
+        f = numel / self.activation
+        return _Outside(int(self.pre * f), int(self.post_peak * f), int(self.post_after * f), numel)
+
+
+@dataclass
+class _Entry:
+    """A plan for one kind of input (dtype, device, mode, autocast)."""
+
+    base: remat.Chain  # as profiled
+    numel: int  # elements of the carried activation it was profiled with
+    inplace: list[bool]
+    outside: _Outside | None = None
+    by_numel: dict[int, tuple[remat.Chain, remat.Schedule, Executor, int, str]] = field(default_factory=dict)
+
+
+class AppliedPlan:
+    """What :func:`apply` installed: the stack, its chain and schedule, the
+    budget's arithmetic. Behaves as a handle: :meth:`remove` undoes it.
+
+    Attributes:
+        model: the model it was applied to.
+        blocks: the stack's blocks, as (qualified name, module).
+        where: where the stack was found (``"transformer.h"``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        blocks: list[tuple[str, nn.Module]],
+        where: str,
+        memory: int | str,
+        *,
+        algorithm: str,
+        slots: int,
+        exact_memory: int | None,
+        repeat: int,
+        preserve_rng: bool,
+        optimizer_state_bytes: int | None,
+        scale_shapes: bool,
+    ) -> None:
+        self.model = model
+        self.blocks = blocks
+        self.where = where
+        self.memory = memory
+        self.algorithm = algorithm
+        self.slots = slots
+        self.exact_memory = exact_memory
+        self.repeat = repeat
+        self.preserve_rng = preserve_rng
+        self.optimizer_state_bytes = optimizer_state_bytes
+        self.scale_shapes = scale_shapes
+        self.modules = [m for _, m in blocks]
+        self.names = [n for n, _ in blocks]
+        self._originals: list[Callable[..., Any]] = []
+        self._had_instance_forward: list[Any] = []
+        self._entries: dict[tuple[Any, ...], _Entry] = {}
+        self._last: tuple[_Entry, int, torch.device] | None = None
+        self._step: Step | None = None
+        self._executor: Executor | None = None
+        self._measure: _Measure | None = None
+        self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
+        self._hooks: list[Any] = []
+        self.profiles = 0  # how many times the stack was profiled (one per kind of input)
+        self._install()
+
+    # -- installing ---------------------------------------------------------
+
+    def _install(self) -> None:
+        for l, m in enumerate(self.modules, 1):
+            self._had_instance_forward.append(m.__dict__.get("forward"))
+            original = m.forward
+            self._originals.append(original)
+            m.forward = self._make_forward(l, original)  # type: ignore[method-assign]
+        self._hooks.append(self.model.register_forward_pre_hook(self._model_starts))
+        # A training forward builds no key/value cache (Hugging Face's own
+        # checkpointing turns it off too); put back by remove().
+        config = getattr(self.model, "config", None)
+        self._use_cache = getattr(config, "use_cache", None)
+        if self._use_cache:
+            config.use_cache = False
+
+    def _make_forward(self, l: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            return self._call(l, original, args, kwargs)
+
+        forward.__wrapped__ = original  # type: ignore[attr-defined]
+        return forward
+
+    def remove(self) -> None:
+        """Puts every block's ``forward`` back; the model is as before :func:`apply`."""
+        for m, before in zip(self.modules, self._had_instance_forward):
+            if before is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = before  # type: ignore[method-assign]
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self._use_cache:
+            self.model.config.use_cache = self._use_cache
+            self._use_cache = None
+        self._end_measure()
+        self._originals = []
+
+    # -- running ------------------------------------------------------------
+
+    def _model_starts(self, _module: nn.Module, _args: Any) -> None:
+        self._end_measure()  # a measurement the last step never finished
+        if torch.is_grad_enabled() and self._outside is None:
+            self._measure = _Measure(self)
+
+    def _key(self, x: torch.Tensor) -> tuple[Any, ...]:
+        shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
+        return (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type))
+
+    def _call(self, l: int, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        args, kwargs = _without_cache(args, kwargs)
+        call = Call.of(args, kwargs)
+        if l == 1:
+            x = call.carried
+            if not (x.requires_grad or any(p.requires_grad for m in self.modules for p in m.parameters())):
+                self._step = None
+                return original(*args, **kwargs)
+            if self._measure is not None:
+                self._measure.stack_starts(x)
+            with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
+                ex = self._prepare(call)
+            self._executor = ex
+            self._step = ex.begin()
+        step, ex = self._step, self._executor
+        if step is None or ex is None:
+            return original(*args, **kwargs)
+        if step.next != l:
+            self._step = None
+            raise RuntimeError(
+                f"remat: block {l} of {len(self.modules)} ({self.names[l - 1]}) ran when block {step.next} was "
+                f"expected; the blocks of {self.where} must run once each, in order, in every training forward "
+                "(name the right stack with apply(..., blocks=...))"
+            )
+        y = ex.call(step, l, call)
+        if l == len(self.modules):
+            self._step = None
+            if self._measure is not None:
+                self._measure.stack_ends(y)
+        return y
+
+    # -- planning -----------------------------------------------------------
+
+    def _prepare(self, call: Call) -> Executor:
+        x = call.carried
+        key = self._key(x)
+        entry = self._entries.get(key)
+        if entry is None:
+            chain, found = profile_calls(
+                self.modules,
+                call,
+                forwards=self._originals,
+                names=self.names,
+                repeat=self.repeat,
+                name=f"{type(self.model).__name__}.{self.where}",
+            )
+            self.profiles += 1
+            entry = _Entry(chain, x.numel(), found.inplace)
+            if self._outside is not None:
+                entry.outside = self._outside.scaled(entry.numel)
+            self._entries[key] = entry
+        numel = x.numel()
+        planned = entry.by_numel.get(numel)
+        if planned is None:
+            planned = self._solve(entry, numel, x.device)
+            entry.by_numel[numel] = planned
+        self._last = (entry, numel, x.device)
+        return planned[2]
+
+    def _solve(
+        self, entry: _Entry, numel: int, device: torch.device
+    ) -> tuple[remat.Chain, remat.Schedule, Executor, int, str]:
+        chain = _scaled(entry.base, numel / entry.numel) if numel != entry.numel else entry.base
+        outside = entry.outside.scaled(numel) if entry.outside is not None else None
+        if outside is not None:
+            chain = _with_loss(chain, outside)
+        budget, note = self._budget(chain, outside, device)
+        schedule = remat.solve(
+            chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
+        )
+        ex = Executor(
+            self.modules,
+            Program(len(self.modules), schedule.operations),
+            forwards=self._originals,
+            preserve_rng=self.preserve_rng,
+            names=self.names,
+            inplace=entry.inplace,
+        )
+        return chain, schedule, ex, budget, note
+
+    def _budget(self, chain: remat.Chain, outside: _Outside | None, device: torch.device) -> tuple[int, str]:
+        """The chain's budget: ``memory`` less what the step holds outside the stack."""
+        fixed = 0 if outside is None else outside.pre + outside.post_after
+        fixed_note = (
+            "the part before and after the stack not measured yet (first training step)"
+            if outside is None
+            else f"before the stack {_fmt(outside.pre)}, held after it through the backward {_fmt(outside.post_after)}"
+        )
+        m = self.memory
+        if isinstance(m, int):
+            total, how = m, f"memory={m} bytes ({_fmt(m)})"
+        elif m == "auto":
+            total, how = auto_budget(self.model, device, 0, self.optimizer_state_bytes)
+        else:
+            share = float(_PERCENT.match(m).group(1)) / 100  # type: ignore[union-attr]
+            store_all = remat.simulate(chain, remat.solve(chain, 1 << 62, algorithm="store-all")).peak_memory
+            total = int(share * (store_all + fixed))
+            how = f"memory={m!r} of storing everything ({_fmt(store_all + fixed)}) = {_fmt(total)}"
+        budget = total - fixed
+        if budget <= 0:
+            raise ValueError(f"{how}: the part of the step outside the stack takes {_fmt(fixed)}, nothing is left")
+        return budget, f"{how}; {fixed_note}; for the stack {_fmt(budget)}"
+
+    def _measured(self, outside: _Outside) -> None:
+        """Re-plans with the memory outside the stack, measured on a step."""
+        if self._last is None:
+            return
+        entry, numel, device = self._last
+        self._outside = outside
+        entry.outside = outside.scaled(entry.numel)
+        entry.by_numel.clear()
+        entry.by_numel[numel] = self._solve(entry, numel, device)
+
+    # -- what it decided ----------------------------------------------------
+
+    def _current(self) -> tuple[remat.Chain, remat.Schedule, Executor, int, str] | None:
+        if self._last is None:
+            return None
+        entry, numel, _ = self._last
+        return entry.by_numel.get(numel)
+
+    @property
+    def chain(self) -> remat.Chain | None:
+        """The chain of the stack for the last input (with the outside parts as
+        its loss once measured); None before the first training step."""
+        c = self._current()
+        return c[0] if c else None
+
+    @property
+    def schedule(self) -> remat.Schedule | None:
+        """The schedule of the last input; None before the first training step."""
+        c = self._current()
+        return c[1] if c else None
+
+    @property
+    def budget(self) -> int | None:
+        """The stack's budget in bytes (``memory`` less the outside parts)."""
+        c = self._current()
+        return c[3] if c else None
+
+    @property
+    def peak_memory(self) -> int | None:
+        """The predicted peak of the whole step in bytes (the schedule's peak plus
+        what the outside parts hold throughout); None before the first step."""
+        c = self._current()
+        if c is None or self._last is None:
+            return None
+        entry, numel, _ = self._last
+        outside = entry.outside.scaled(numel) if entry.outside is not None else None
+        fixed = 0 if outside is None else outside.pre + outside.post_after
+        return c[1].peak_memory + fixed
+
+    def explain(self) -> str:
+        """The plan in words: the stack, the budget's arithmetic, the schedule and
+        its predicted peak and time against storing everything."""
+        c = self._current()
+        head = f"remat on {type(self.model).__name__}: {len(self.modules)} blocks of {self.where}"
+        if c is None:
+            return f"{head}; no plan yet: run a training step first"
+        chain, schedule, _, _, note = c
+        d = chain.to_dict()
+        ops = schedule.operations
+        L = len(self.modules)
+        recomputed = sorted({l for k, l in ops[ops.index(("B", L + 1)) :] if k != "B"})
+        stored = [l for k, l in ops[: ops.index(("B", L + 1))] if k == "F_all" and l <= L]
+        store_all = sum(s["forward_time"] + s["backward_time"] for s in d["stages"])
+        lines = [
+            head,
+            f"budget: {note}",
+            f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
+            f"schedule ({schedule.algorithm}): keeps {len(stored)} blocks whole, runs {len(recomputed)} again "
+            f"({', '.join(map(str, recomputed)) or 'none'})",
+            f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
+            f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
+        ]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<remat AppliedPlan: {len(self.modules)} blocks of {self.where}, memory={self.memory!r}>"
+
+    # -- measuring the outside parts -----------------------------------------
+
+    def _end_measure(self) -> None:
+        if self._measure is not None:
+            self._measure.close()
+            self._measure = None
+
+
+class _Measure:
+    """Memory of one training step outside the stack: from the model's forward
+    pre-hook to the stack's input (``pre``), and from the stack's output to its
+    gradient (``post``). LiveBytes on the CPU, the allocator's statistics on a
+    GPU."""
+
+    def __init__(self, plan: AppliedPlan) -> None:
+        self.plan = plan
+        self.live: LiveBytes | None = None
+        self.device: torch.device | None = None
+        self.base = 0
+        self.pre = 0
+        self.at_end = 0
+        self.numel = 1
+        self.open = True
+        self.recording = True
+        if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
+            self.device = next(p.device for p in plan.model.parameters() if p.is_cuda)
+            self.base = torch.cuda.memory_allocated(self.device)
+        else:
+            self.live = LiveBytes()
+            self.live.__enter__()
+            self.live.exclude_parameter_gradients(plan.model.parameters())
+
+    def _now(self) -> int:
+        if self.live is not None:
+            return self.live.current
+        assert self.device is not None
+        return torch.cuda.memory_allocated(self.device) - self.base
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stops tracking new tensors (profiling runs inside; its timings must not
+        pay for the tracking), then resumes."""
+        if self.live is None or not self.open:
+            yield
+            return
+        self.live.__exit__(None, None, None)  # also drops the gradient hooks
+        try:
+            yield
+        finally:
+            self.live.__enter__()
+            self.live.exclude_parameter_gradients(self.plan.model.parameters())
+
+    def stack_starts(self, x: torch.Tensor) -> None:
+        own = x.untyped_storage().nbytes() if (self.live is None or self.live.tracks(x)) else 0
+        self.pre = max(0, self._now() - own)
+        self.numel = x.numel()
+
+    def stack_ends(self, y: object) -> None:
+        out = y if isinstance(y, torch.Tensor) else None
+        if out is None and isinstance(y, (tuple, list)) and y and isinstance(y[0], torch.Tensor):
+            out = y[0]
+        if out is None or not out.requires_grad:
+            self.close()
+            return
+        self.at_end = self._now()
+        if self.live is not None:
+            self.live.reset_peak()
+        else:
+            assert self.device is not None
+            torch.cuda.reset_peak_memory_stats(self.device)
+        grad_bytes = out.numel() * out.element_size()
+
+        def gradient_arrives(g: torch.Tensor) -> None:
+            if not (self.open and self.recording):
+                return
+            if self.live is not None:
+                peak = self.live.peak
+            else:
+                assert self.device is not None
+                peak = torch.cuda.max_memory_allocated(self.device) - self.base
+            now = self._now()
+            post_peak = max(0, peak - self.at_end)
+            post_after = max(0, now - self.at_end - grad_bytes)
+            # Not closed here: the engine restores the thread's dispatch modes
+            # when the backward ends, so LiveBytes is left at the next forward
+            # (the model's pre-hook) or by remove().
+            self.recording = False
+            self.plan._measured(_Outside(self.pre, post_peak, post_after, self.numel))
+
+        out.register_hook(gradient_arrives)
+
+    def close(self) -> None:
+        if self.open and self.live is not None:
+            self.live.__exit__(None, None, None)
+        self.open = False
+        if self.plan._measure is self:
+            self.plan._measure = None
+
+
+def _is_cache(v: object) -> bool:
+    """A key/value cache (Hugging Face's ``Cache`` classes): state a block appends
+    to on every call, which recomputation must not see twice."""
+    return callable(getattr(v, "update", None)) and callable(getattr(v, "get_seq_length", None))
+
+
+def _without_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with a key/value cache replaced by None, as Hugging Face's own
+    gradient checkpointing does in training (a cache is for generation, which
+    runs without gradients and so without remat)."""
+    if any(_is_cache(a) for a in args):
+        args = tuple(None if _is_cache(a) else a for a in args)
+    if any(_is_cache(v) for v in kwargs.values()):
+        kwargs = {k: None if _is_cache(v) else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _scaled(chain: remat.Chain, factor: float) -> remat.Chain:
+    """The chain with every size and time multiplied by ``factor`` (an input with
+    ``factor`` times the elements between blocks)."""
+    d = chain.to_dict()
+    sizes = ("output_size", "saved_size", "gradient_size", "forward_overhead", "backward_overhead")
+    for s in [*d["stages"], d.get("loss") or {}]:
+        for k in sizes:
+            if k in s:
+                s[k] = math.ceil(s[k] * factor)
+        for k in ("forward_time", "backward_time"):
+            if k in s:
+                s[k] = s[k] * factor
+    d["input_size"] = math.ceil(d["input_size"] * factor)
+    return remat.Chain.from_dict(d)
+
+
+def _with_loss(chain: remat.Chain, outside: _Outside) -> remat.Chain:
+    """The chain whose loss stage is the part after the stack: its forward and
+    backward may take ``post_peak`` on top of the stack (less what stays through
+    the backward, which the budget sets aside)."""
+    d = chain.to_dict()
+    transient = max(0, outside.post_peak - outside.post_after)
+    grad = d["stages"][-1].get("gradient_size", d["stages"][-1]["output_size"])
+    d["loss"] = dict(d.get("loss") or {}, forward_overhead=transient, backward_overhead=max(0, transient - grad))
+    return remat.Chain.from_dict(d)
+
+
+def apply(
+    model: nn.Module,
+    memory: int | str,
+    *,
+    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
+    algorithm: str = "auto",
+    slots: int | None = None,
+    exact_memory: int | str | None = None,
+    repeat: int = 3,
+    preserve_rng: bool = True,
+    optimizer_state_bytes: int | None = None,
+    scale_shapes: bool = True,
+) -> AppliedPlan:
+    """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
+    schedule, in place, with the training loop unchanged::
+
+        model = transformers.GPT2LMHeadModel(config)
+        plan = remat.torch.apply(model, memory="60%")
+        loss = model(input_ids, labels=input_ids).loss
+        loss.backward()
+        print(plan.explain())
+
+    The stack is found by :func:`find_blocks` (or named by ``blocks``). Each
+    block may take side inputs (masks, position embeddings, cache flags) and
+    return a tuple or dict whose first item goes on to the next block; the
+    first training step profiles the blocks (identical blocks once), solves,
+    and measures the rest of the step; gradients are autograd's own (see
+    :mod:`remat.torch.executor`). Under ``torch.no_grad()`` (``generate()``,
+    evaluation) the blocks run as they are.
+
+    Args:
+        model: the model, trained as usual afterwards.
+        memory: the budget for the step's activations, gradients and
+            workspace (parameters, their gradients and optimizer state are
+            outside it): bytes, a size (``"8GiB"``), a share of storing
+            everything (``"60%"``), or ``"auto"`` on a GPU.
+        blocks: the stack: a dotted name (``"transformer.h"``), the container,
+            or a list of modules called one after another.
+        algorithm: any of :func:`remat.solve`'s.
+        slots: the dynamic programs' memory slots (None: remat's default).
+        exact_memory: :func:`remat.solve`'s.
+        repeat: timed runs per block when profiling.
+        preserve_rng: replay RNG state on recomputation.
+        optimizer_state_bytes: for ``memory="auto"`` (default: Adam's).
+        scale_shapes: reuse one profile for inputs of other shapes, scaled by
+            the number of elements between blocks (False: profile each shape).
+
+    Returns:
+        the :class:`AppliedPlan` (``remove()`` undoes it).
+
+    Raises:
+        ValueError: a bad ``memory``, or no stack found.
+        TypeError: ``blocks`` of the wrong type.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    memory = _check_memory(memory)
+    if slots is None:
+        slots = remat.DEFAULT_SLOTS
+    if exact_memory is not None:
+        exact_memory = remat.parse_size(exact_memory)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be a positive int, got {repeat!r}")
+    for m in model.modules():
+        if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
+            raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
+    where, found = _resolve_blocks(model, blocks)
+    if len(found) < 1:
+        raise ValueError(f"blocks={where!r} holds no modules")
+    return AppliedPlan(
+        model,
+        found,
+        where,
+        memory,
+        algorithm=algorithm,
+        slots=slots,
+        exact_memory=exact_memory,
+        repeat=repeat,
+        preserve_rng=preserve_rng,
+        optimizer_state_bytes=optimizer_state_bytes,
+        scale_shapes=scale_shapes,
+    )
+
+
+def _check_memory(memory: object) -> int | str:
+    if isinstance(memory, bool) or not isinstance(memory, (int, str)):
+        raise ValueError(f"memory must be bytes (int), a size string, a share such as '60%' or 'auto', got {memory!r}")
+    if isinstance(memory, int):
+        if memory <= 0:
+            raise ValueError(f"memory must be positive, got {memory}")
+        return memory
+    if memory == "auto":
+        return memory
+    m = _PERCENT.match(memory)
+    if m:
+        share = float(m.group(1))
+        if not 0 < share <= 100:
+            raise ValueError(f"memory={memory!r}: a share must be above 0% and at most 100%")
+        return memory
+    return int(remat.parse_size(memory))
+
+
+@contextlib.contextmanager
+def applied(model: nn.Module, memory: int | str, **kwargs: Any) -> Iterator[AppliedPlan]:
+    """:func:`apply` for the duration of a ``with`` block."""
+    plan = apply(model, memory, **kwargs)
+    try:
+        yield plan
+    finally:
+        plan.remove()
