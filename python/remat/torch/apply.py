@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import remat
 
@@ -456,17 +457,34 @@ class _Measure:
         self.numel = 1
         self.open = True
         self.recording = True
+        self.peak_before = 0
+        self.borrowed = False
+        self.skipped = False
         if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
             self.device = next(p.device for p in plan.model.parameters() if p.is_cuda)
             self.base = torch.cuda.memory_allocated(self.device)
-        else:
-            self.live = LiveBytes()
-            self.live.__enter__()
-            self.live.exclude_parameter_gradients(plan.model.parameters())
+            return
+        modes = _get_current_dispatch_mode_stack()
+        if modes:
+            # Another dispatch mode is active: entering ours under it would tangle
+            # the mode stack when the two are left. A LiveBytes (someone measuring
+            # the step) is read instead; any other mode leaves the parts outside
+            # the stack unmeasured (counted as zero).
+            top = modes[-1]
+            if isinstance(top, LiveBytes):
+                self.live, self.borrowed = top, True
+                self.base = top.current
+            else:
+                self.skipped = True
+                self.open = False
+            return
+        self.live = LiveBytes()
+        self.live.__enter__()
+        self.live.exclude_parameter_gradients(plan.model.parameters())
 
     def _now(self) -> int:
         if self.live is not None:
-            return self.live.current
+            return self.live.current - self.base
         assert self.device is not None
         return torch.cuda.memory_allocated(self.device) - self.base
 
@@ -474,7 +492,7 @@ class _Measure:
     def paused(self) -> Iterator[None]:
         """Stops tracking new tensors (profiling runs inside; its timings must not
         pay for the tracking), then resumes."""
-        if self.live is None or not self.open:
+        if self.live is None or not self.open or self.borrowed:
             yield
             return
         self.live.__exit__(None, None, None)  # also drops the gradient hooks
@@ -498,6 +516,7 @@ class _Measure:
             return
         self.at_end = self._now()
         if self.live is not None:
+            self.peak_before = self.live.peak
             self.live.reset_peak()
         else:
             assert self.device is not None
@@ -508,7 +527,9 @@ class _Measure:
             if not (self.open and self.recording):
                 return
             if self.live is not None:
-                peak = self.live.peak
+                peak = self.live.peak - self.base
+                # A borrowed LiveBytes keeps its own peak over the whole window.
+                self.live.peak = max(self.live.peak, self.peak_before)
             else:
                 assert self.device is not None
                 peak = torch.cuda.max_memory_allocated(self.device) - self.base
@@ -524,7 +545,7 @@ class _Measure:
         out.register_hook(gradient_arrives)
 
     def close(self) -> None:
-        if self.open and self.live is not None:
+        if self.open and self.live is not None and not self.borrowed:
             self.live.__exit__(None, None, None)
         self.open = False
         if self.plan._measure is self:

@@ -1,0 +1,356 @@
+"""Autograd's own semantics under remat, on a stack of blocks that the schedule
+recomputes: the scenarios of PyTorch's checkpointing tests (test_utils.py
+TestCheckpoint, the non-reentrant checkpoint tests of test_autograd.py) that
+apply to a block stack, written anew here. Each compares with the plain model
+or pins the error autograd itself raises."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import remat.torch as rt
+
+torch.set_num_threads(1)
+
+
+class Block(nn.Module):
+    """A residual MLP block with dropout, called with side inputs (a mask, a
+    scale that may require a gradient, a flag) and returning a tuple."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, *, scale: torch.Tensor | None = None, flag: bool = True
+    ) -> tuple[torch.Tensor, None]:
+        h = self.drop(torch.tanh(self.fc1(x))) * mask
+        if scale is not None:
+            h = h * scale
+        return (x + self.fc2(h) if flag else self.fc2(h)), None
+
+
+class Stack(nn.Module):
+    """An input layer, a ModuleList of blocks called in a loop, and a head."""
+
+    def __init__(self, d: int = 32, n: int = 6, scale: bool = False) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(n))
+        self.head = nn.Linear(d, 4)
+        self.scale = nn.Parameter(torch.full((2 * d,), 0.5)) if scale else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        mask = (torch.arange(h.shape[-1] * 2) % 7 != 0).float()
+        for b in self.blocks:
+            h, _ = b(h, mask, scale=self.scale, flag=True)
+        return self.head(h)
+
+
+def make(seed: int = 0, **kw: Any) -> Stack:
+    torch.manual_seed(seed)
+    return Stack(**kw)
+
+
+X = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
+
+
+def applied(model: nn.Module, memory: int | str = "35%") -> rt.AppliedPlan:
+    """remat at a budget where it recomputes, after the measuring first step."""
+    plan = rt.apply(model, memory=memory)
+    torch.manual_seed(99)
+    model(X).square().sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert plan.schedule is not None
+    L = len(plan.modules)
+    ops = plan.schedule.operations
+    assert sum(1 for k, l in ops if k != "B" and l <= L) > L, "the test needs recomputation"
+    return plan
+
+
+def grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def run(model: nn.Module, fn: Callable[[nn.Module, torch.Tensor], Any], seed: int = 5) -> Any:
+    torch.manual_seed(seed)
+    return fn(model, X.clone().requires_grad_(True))
+
+
+def test_loss_and_gradients_are_bit_identical() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+
+    def step(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        loss = m(x).square().sum()
+        loss.backward()
+        assert x.grad is not None
+        return loss.detach(), grads(m), x.grad
+
+    lp, gp, xp = run(plain, step)
+    lo, go, xo = run(ours, step)
+    assert torch.equal(lp, lo) and torch.equal(xp, xo)
+    assert_same(gp, go)
+
+
+def test_parameter_hooks_fire_once_with_the_full_gradient() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+    seen: dict[str, list[list[torch.Tensor | None]]] = {"plain": [], "ours": []}
+    for key, m in (("plain", plain), ("ours", ours)):
+        calls: list[torch.Tensor | None] = []
+        seen[key].append(calls)
+        w = m.blocks[2].fc1.weight
+        # A clamping hook: it would crash on a None gradient.
+        w.register_hook(lambda g, calls=calls: calls.append(g.clone()) or g.clamp(-0.01, 0.01))
+        accumulated: list[int] = []
+        for p in m.parameters():
+            p.register_post_accumulate_grad_hook(lambda p, acc=accumulated: acc.append(id(p)))
+        run(m, lambda m, x: m(x).square().sum().backward())
+        assert len(accumulated) == len(list(m.parameters()))  # once per parameter
+    assert len(seen["plain"][0]) == len(seen["ours"][0]) == 1
+    a, b = seen["plain"][0][0], seen["ours"][0][0]
+    assert a is not None and b is not None and torch.equal(a, b)
+    assert_same(grads(plain), grads(ours))
+
+
+def test_a_weight_shared_by_blocks_gets_one_hook_call_with_the_sum() -> None:
+    plain, ours = make(), make()
+    for m in (plain, ours):
+        for b in m.blocks[1:]:
+            b.fc2.weight = m.blocks[0].fc2.weight  # tied across every block
+    applied(ours)
+    calls: dict[str, int] = {"plain": 0, "ours": 0}
+    for key, m in (("plain", plain), ("ours", ours)):
+        m.blocks[0].fc2.weight.register_hook(lambda g, key=key: calls.__setitem__(key, calls[key] + 1))
+        run(m, lambda m, x: m(x).square().sum().backward())
+    assert calls == {"plain": 1, "ours": 1}
+    assert_same(grads(plain), grads(ours))
+
+
+def test_autograd_grad_to_parameters_and_inputs_has_no_side_effect() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+    for m in (plain, ours):
+        m.zero_grad(set_to_none=True)
+
+    def to_params(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params = [m.blocks[1].fc1.weight, m.blocks[4].fc2.bias, m.inp.weight]
+        return torch.autograd.grad(m(x).square().sum(), params)
+
+    def to_input(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return torch.autograd.grad(m(x).square().sum(), x)[0]
+
+    for fn in (to_params, to_input):
+        a, b = run(plain, fn), run(ours, fn)
+        assert all(torch.equal(p, q) for p, q in zip(a, b))
+    assert all(p.grad is None for p in ours.parameters())
+
+
+def test_backward_with_inputs_touches_only_those() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+    for m in (plain, ours):
+        m.zero_grad(set_to_none=True)
+    got = []
+    for m in (plain, ours):
+        w = m.blocks[3].fc1.weight
+        run(m, lambda m, x, w=w: m(x).square().sum().backward(inputs=[w]))
+        got.append(w.grad)
+        assert [n for n, p in m.named_parameters() if p.grad is not None] == ["blocks.3.fc1.weight"]
+    assert got[0] is not None and got[1] is not None and torch.equal(got[0], got[1])
+
+
+def test_retain_graph_and_a_second_backward() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+
+    def twice(m: nn.Module, x: torch.Tensor) -> None:
+        loss = m(x).square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+
+    run(plain, twice)
+    run(ours, twice)
+    assert_same(grads(plain), grads(ours))
+
+
+def test_two_losses_through_one_forward() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+
+    def two(m: nn.Module, x: torch.Tensor) -> None:
+        out = m(x)
+        out.square().sum().backward(retain_graph=True)
+        out.abs().sum().backward()
+
+    run(plain, two)
+    run(ours, two)
+    assert_same(grads(plain), grads(ours))
+
+
+def test_create_graph_gives_a_gradient_penalty_with_its_graph() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+
+    def penalty(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        (g,) = torch.autograd.grad(m(x).square().sum(), x, create_graph=True)
+        assert g.requires_grad
+        p = g.square().sum()
+        p.backward()
+        return p.detach()
+
+    a, b = run(plain, penalty), run(ours, penalty)
+    assert torch.equal(a, b)
+    assert_same(grads(plain), grads(ours))
+
+
+def test_two_forwards_in_flight_then_one_backward() -> None:
+    plain, ours = make(), make()
+    applied(ours)
+
+    def accumulate(m: nn.Module, x: torch.Tensor) -> None:
+        a = m(x).square().sum()
+        b = m(x * 2).square().sum()
+        (a + b).backward()
+
+    run(plain, accumulate)
+    run(ours, accumulate)
+    assert_same(grads(plain), grads(ours))
+
+
+def test_side_input_that_requires_grad_gets_its_gradient() -> None:
+    plain, ours = make(scale=True), make(scale=True)
+    applied(ours)
+    run(plain, lambda m, x: m(x).square().sum().backward())
+    run(ours, lambda m, x: m(x).square().sum().backward())
+    assert plain.scale is not None and ours.scale is not None and ours.scale.grad is not None
+    assert_same(grads(plain), grads(ours))
+
+
+def test_input_changed_in_place_after_forward_is_an_error() -> None:
+    ours = make()
+    plan = applied(ours)
+    # The kept activation that the schedule recomputes from is the stack's input.
+    assert plan.schedule is not None
+    x = X.clone().requires_grad_(True)
+    h = x * 1
+    out = ours.head(_run_blocks(ours, ours.inp(h)))
+    with torch.no_grad():
+        h.add_(1.0)  # changes nothing remat keeps: ours.inp saved h; autograd itself raises
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.square().sum().backward()
+
+
+def _run_blocks(m: Stack, h: torch.Tensor) -> torch.Tensor:
+    mask = (torch.arange(h.shape[-1] * 2) % 7 != 0).float()
+    for b in m.blocks:
+        h, _ = b(h, mask, scale=m.scale)
+    return h
+
+
+def test_activation_kept_for_recomputation_changed_in_place_is_an_error() -> None:
+    ours = make()
+    applied(ours)
+    h0 = ours.inp(X)
+    out = ours.head(_run_blocks(ours, h0))
+    with torch.no_grad():
+        h0.mul_(2)  # a^0, which the schedule keeps to recompute the first blocks
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.square().sum().backward()
+
+
+class Drifting(nn.Module):
+    """A block whose forward depends on a counter: its recomputation differs."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = torch.tanh(self.fc(x))
+        return y * y if self.calls % 2 == 0 else y.sigmoid()
+
+
+def test_a_recomputation_that_differs_names_the_stage() -> None:
+    stages = [nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3)] + [Drifting(16)]
+    # Every stage kept as its input only, each recorded again before its backward.
+    ops = [("F_ck", 1), ("F_ck", 2), ("F_ck", 3), ("F_ck", 4), ("F_all", 5), ("B", 5)]
+    ops += [op for l in (4, 3, 2, 1) for op in (("F_all", l), ("B", l))]
+    out = rt.run_schedule(stages, ops, torch.randn(4, 16))
+    with pytest.raises(RuntimeError, match=r"stage 4 \(Drifting\) saved .* when recomputed"):
+        out.sum().backward()
+
+
+def test_no_grad_and_generate_style_calls_run_plainly() -> None:
+    ours = make()
+    plan = applied(ours)
+    with torch.no_grad():
+        a = ours(X)
+    ours.eval()
+    with torch.no_grad():
+        b = ours(X)
+    plan.remove()
+    with torch.no_grad():
+        c = ours(X)
+    assert torch.equal(b, c) and a.shape == c.shape
+
+
+def test_remove_restores_the_model() -> None:
+    ours = make()
+    keys = list(ours.state_dict())
+    plan = applied(ours)
+    assert all("forward" in b.__dict__ for b in ours.blocks)
+    assert list(ours.state_dict()) == keys
+    plan.remove()
+    assert all("forward" not in b.__dict__ for b in ours.blocks)
+    with pytest.raises(ValueError, match="already applied"):
+        rt.apply(ours, "50%")
+        rt.apply(ours, "50%")
+
+
+def test_blocks_out_of_order_is_a_clear_error() -> None:
+    ours = make()
+    applied(ours)
+    h = ours.inp(X)
+    mask = torch.ones(64)
+    # A block called on its own, outside a pass over the stack, runs plainly.
+    alone, _ = ours.blocks[2](h, mask)
+    assert alone.requires_grad
+    h1, _ = ours.blocks[0](h, mask)
+    with pytest.raises(RuntimeError, match=r"block 3 of 6 \(blocks\.2\) ran when block 2 was expected"):
+        ours.blocks[2](h1, mask)
+
+
+def test_bad_arguments_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="memory must be"):
+        rt.apply(make(), memory=-3)
+    with pytest.raises(ValueError, match="a share must be above 0%"):
+        rt.apply(make(), memory="0%")
+    with pytest.raises(ValueError, match=r"blocks='nothing\.here'"):
+        rt.apply(make(), memory="50%", blocks="nothing.here")
+    with pytest.raises(TypeError, match="blocks must be"):
+        rt.apply(make(), memory="50%", blocks=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no stack of blocks"):
+        rt.apply(nn.Linear(3, 3), memory="50%")
+
+
+def test_the_stack_is_found() -> None:
+    where, blocks = rt.find_blocks(make())
+    assert where == "blocks" and [n for n, _ in blocks] == [f"blocks.{i}" for i in range(6)]
