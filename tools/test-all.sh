@@ -6,7 +6,7 @@
 #
 # 1. `cargo test` (the library, the command line, the README's examples);
 # 2. a virtualenv ($REMAT_VENV, default .venv) with maturin, pytest, ruff,
-#    mypy and torch, each installed from the package registry only when
+#    mypy, torch, transformers and torchvision, each installed from the package registry only when
 #    missing (pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for
 #    PyTorch's CPU-only wheels);
 # 3. `pip install .`: the package as a user gets it, remat._core built by
@@ -54,6 +54,9 @@ missing=()
 "$py" -c 'import mypy' 2>/dev/null || missing+=("mypy")
 "$py" -c 'import torch' 2>/dev/null || missing+=("torch")
 "$py" -c 'import numpy' 2>/dev/null || missing+=("numpy")  # torch warns without it
+# The models remat.torch is tested on, built from configs (nothing downloaded).
+"$py" -c 'import transformers' 2>/dev/null || missing+=("transformers")
+"$py" -c 'import torchvision' 2>/dev/null || missing+=("torchvision")
 if [ ${#missing[@]} -gt 0 ]; then
     "$py" -m pip install --quiet --upgrade pip
     echo "installing: ${missing[*]}"

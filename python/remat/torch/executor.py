@@ -242,7 +242,9 @@ class Executor:
         self.program = program
         self.forwards: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
         self.preserve_rng = preserve_rng
-        self.names = list(names) if names is not None else [None] * len(stages)
+        given = list(names) if names is not None else [None] * len(stages)
+        # "3:Linear", the automatic name, says no more than the label does.
+        self.names = [None if n == f"{i + 1}:{type(s).__name__}" else n for i, (n, s) in enumerate(zip(given, stages))]
         self.inplace = list(inplace) if inplace is not None else [False] * len(stages)
         self.on_op = on_op
         # Storages that a stage's autograd may save without remat dropping them:
@@ -476,9 +478,7 @@ class _Task:
                     inp = x
                 else:
                     inp = x.detach().requires_grad_(step.input_grad[l] and (x.is_floating_point() or x.is_complex()))
-                if ex.inplace[l - 1]:
-                    inp = inp.clone()
-                out = self._record(l, fn, call, inp)
+                out = self._record(l, fn, call, inp, ex.inplace[l - 1])
                 self.recorded.add(l)
             else:
                 if ex.inplace[l - 1]:
@@ -491,7 +491,7 @@ class _Task:
                     self.recorded.discard(l - 1)
         self.held[l] = out if self.create_graph else out.detach()
 
-    def _record(self, l: int, fn: Callable[..., Any], call: Call, inp: torch.Tensor) -> torch.Tensor:
+    def _record(self, l: int, fn: Callable[..., Any], call: Call, inp: torch.Tensor, copy: bool) -> torch.Tensor:
         """Reruns stage l recording, and hands each tensor it saves to the
         holder of the first run's tensor at the same position."""
         step = self.step
@@ -517,9 +517,12 @@ class _Task:
             if h is not None:
                 h.values[gid] = t if keep_graph or not t.requires_grad else t.detach()
 
-        args, kwargs = call.with_carried(inp)
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
-            out = carried_output(fn(*args, **kwargs), lambda: step.ex.label(l))
+        with torch.enable_grad():
+            # A stage that writes into its input gets a copy, made recording (a
+            # backward runs with gradients off) so the copy requires a gradient.
+            args, kwargs = call.with_carried(inp.clone() if copy else inp)
+            with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+                out = carried_output(fn(*args, **kwargs), lambda: step.ex.label(l))
         if count != len(metas):
             raise RuntimeError(
                 f"remat: {step.ex.label(l)} saved {len(metas)} tensors for backward when it first ran and {count} "
