@@ -147,7 +147,7 @@ def test_rng_using_stage_is_replayed_exactly() -> None:
     assert_same_state(plain, ours_module)
 
 
-def test_rng_state_is_saved_only_for_stages_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rng_state_is_saved_only_for_stages_that_draw_and_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
     # Saving the RNG state costs Python time per stage (about 50 us on a GPU);
     # a stage the schedule runs once has nothing to replay.
     from remat.torch.executor import Executor, Step
@@ -172,7 +172,11 @@ def test_rng_state_is_saved_only_for_stages_run_again(monkeypatch: pytest.Monkey
     rerun = sorted(l for l, n in runs.items() if n > 1)
     assert rerun and len(rerun) < len(chain)  # the test needs both kinds
     assert len(steps) == 1
-    assert [l for l in range(1, len(chain) + 1) if steps[0].rng[l] is not None] == rerun
+    # Only the dropout stage draws random numbers: of the stages run again,
+    # only it has a state to replay.
+    draws = [l for l, m in enumerate(ours.module, 1) if isinstance(m, nn.Dropout)]
+    assert draws and set(draws) <= set(rerun)
+    assert [l for l in range(1, len(chain) + 1) if steps[0].rng[l] is not None] == draws
 
 
 def test_batchnorm_statistics_move_once_per_step() -> None:

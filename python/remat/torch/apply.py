@@ -147,6 +147,7 @@ class _Entry:
     base: remat.Chain  # as profiled
     numel: int  # elements of the carried activation it was profiled with
     inplace: list[bool]
+    uses_rng: list[bool]
     outside: _Outside | None = None
     by_numel: dict[int, tuple[remat.Chain, remat.Schedule, Executor, int, str]] = field(default_factory=dict)
 
@@ -300,7 +301,7 @@ class AppliedPlan:
                 name=f"{type(self.model).__name__}.{self.where}",
             )
             self.profiles += 1
-            entry = _Entry(chain, x.numel(), found.inplace)
+            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -330,6 +331,7 @@ class AppliedPlan:
             preserve_rng=self.preserve_rng,
             names=self.names,
             inplace=entry.inplace,
+            uses_rng=entry.uses_rng,
         )
         return chain, schedule, ex, budget, note
 

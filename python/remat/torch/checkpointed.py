@@ -251,7 +251,7 @@ class Checkpointed(nn.Module):
         names = _names(self.module, stages)
         if self._chain is not None:
             chain = self._chain
-            inplace = self._changes_input(x)
+            inplace, uses_rng = self._probe(x)
         else:
             chain, found = profile_calls(
                 stages,
@@ -261,7 +261,7 @@ class Checkpointed(nn.Module):
                 name=type(self.module).__name__,
                 single_tensor=True,
             )
-            inplace = found.inplace
+            inplace, uses_rng = found.inplace, found.uses_rng
         schedule = remat.solve(
             chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
         )
@@ -271,30 +271,30 @@ class Checkpointed(nn.Module):
             preserve_rng=self.preserve_rng,
             names=names,
             inplace=inplace,
+            uses_rng=uses_rng,
         )
         plan = Plan(chain, schedule, budget, note, executor)
         self._plans[key] = plan
         self._last = plan
         return plan
 
-    def _changes_input(self, x: torch.Tensor) -> list[bool]:
-        """Which stages write into their input, found by one forward without
-        autograd (RNG and buffers put back), for a chain given rather than
-        profiled."""
+    def _probe(self, x: torch.Tensor) -> tuple[list[bool], list[bool]]:
+        """Which stages write into their input and which draw random numbers,
+        found by one forward without autograd (RNG and buffers put back), for a
+        chain given rather than profiled."""
         stages = list(self.module)
         names = _names(self.module, stages)
-        found = []
+        inplace, rng = [], []
         devices = [x.device] if x.device.type == "cuda" else []
         with preserved_state(stages, devices), torch.no_grad():
             x = x.detach()
             for i in range(len(stages)):
                 runner = _StageRunner(stages, stages, names, i, Call((x,), {}, 0), single_tensor=True)
-                probe = x.clone()
-                before = probe._version
-                y = runner(probe)
-                found.append(probe._version != before)
-                x = y
-        return found
+                changes, draws = runner.probe(x)
+                inplace.append(changes)
+                rng.append(draws)
+                x = runner(x.clone() if changes else x)
+        return inplace, rng
 
     @property
     def plans(self) -> dict[tuple[Any, ...], Plan]:

@@ -217,6 +217,8 @@ class Executor:
         names: the stages' names, for messages.
         inplace: ``inplace[l-1]``: stage l changes its input in place, so it gets
             a copy (found by :func:`remat.torch.profile`).
+        uses_rng: ``uses_rng[l-1]``: stage l draws random numbers, so its RNG
+            state is saved and replayed (None: every stage, to be safe).
         on_op: called with (kind, stage) after each operation, for tests that
             measure memory operation by operation: a forward-phase operation on
             stage l < L is reported when stage l + 1 is called (the caller has
@@ -234,6 +236,7 @@ class Executor:
         preserve_rng: bool = True,
         names: Sequence[str] | None = None,
         inplace: Sequence[bool] | None = None,
+        uses_rng: Sequence[bool] | None = None,
         on_op: Callable[[str, int], None] | None = None,
     ) -> None:
         if len(stages) != program.num_stages:
@@ -246,6 +249,10 @@ class Executor:
         # "3:Linear", the automatic name, says no more than the label does.
         self.names = [None if n == f"{i + 1}:{type(s).__name__}" else n for i, (n, s) in enumerate(zip(given, stages))]
         self.inplace = list(inplace) if inplace is not None else [False] * len(stages)
+        draws = list(uses_rng) if uses_rng is not None else [True] * len(stages)
+        # Stages whose reruns replay an RNG state: those that draw and run again.
+        self.replay_rng = [False] + [preserve_rng and d and program.rerun[l] for l, d in enumerate(draws, 1)]
+        self.has_buffers = [False] + [any(True for _ in s.buffers()) for s in self.stages]
         self.on_op = on_op
         # Storages that a stage's autograd may save without remat dropping them:
         # its parameters and buffers (alive anyway).
@@ -324,7 +331,7 @@ class Step:
             self.calls[l] = call.without_carried()
             self.input_grad[l] = x.requires_grad
             self.autocast[l] = _autocast_state()
-            if ex.preserve_rng:
+            if ex.replay_rng[l]:
                 cuda = None if self.cuda_device is None else torch.cuda.get_rng_state(self.cuda_device)
                 self.rng[l] = (torch.get_rng_state(), cuda)
         if ex.inplace[l - 1]:
@@ -334,7 +341,8 @@ class Step:
         if kind is Op.F_ALL:
             y = fn(*call.args, **call.kwargs)
         else:
-            own = ex._own[l - 1] | {t.untyped_storage().data_ptr() for t in call.side_tensors()}
+            side = call.side_tensors() if (len(call.args) > 1 or call.kwargs) else []
+            own = ex._own[l - 1] | {t.untyped_storage().data_ptr() for t in side} if side else ex._own[l - 1]
             holders = self.holders[l]
             metas = self.metas[l]
             anchor = self._last
@@ -390,23 +398,30 @@ class Step:
     @contextlib.contextmanager
     def rerun_context(self, l: int) -> Iterator[None]:
         """A rerun of stage l: its first run's RNG state and autocast, its buffers
-        put back afterwards."""
+        put back afterwards (each only where the stage has one)."""
         ex = self.ex
-        stage = ex.stages[l - 1]
-        buffers = [(b, b.detach().clone()) for b in stage.buffers()]
-        devices = [] if self.cuda_device is None else [self.cuda_device]
-        with torch.random.fork_rng(devices=devices, enabled=ex.preserve_rng):
+        with contextlib.ExitStack() as stack:
+            if ex.has_buffers[l]:
+                buffers = [(b, b.detach().clone()) for b in ex.stages[l - 1].buffers()]
+
+                def put_back() -> None:
+                    # Through .data: the restore must not bump the buffers' version
+                    # counters, which the graph this run recorded checks in backward
+                    # (BatchNorm saves its running statistics).
+                    for b, saved in buffers:
+                        b.data.copy_(saved)
+
+                stack.callback(put_back)
             state = self.rng[l]
             if state is not None:
+                devices = [] if self.cuda_device is None else [self.cuda_device]
+                stack.enter_context(torch.random.fork_rng(devices=devices))
                 torch.set_rng_state(state[0])
                 if state[1] is not None and self.cuda_device is not None:
                     torch.cuda.set_rng_state(state[1], self.cuda_device)
-            try:
-                with _autocast(self.autocast[l]):
-                    yield
-            finally:
-                for b, saved in buffers:
-                    b.data.copy_(saved)
+            if self.autocast[l]:
+                stack.enter_context(_autocast(self.autocast[l]))
+            yield
 
 
 class _Task:

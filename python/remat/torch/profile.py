@@ -259,9 +259,11 @@ def profile(
 
 @dataclass
 class Profiled:
-    """What profiling found beyond the chain: which stages change their input in place."""
+    """What profiling found beyond the chain: which stages change their input in
+    place, and which draw random numbers (only their RNG state is replayed)."""
 
     inplace: list[bool]
+    uses_rng: list[bool]
 
 
 def profile_calls(
@@ -287,7 +289,8 @@ def profile_calls(
     x = sample.detach()
     records: list[dict[str, Any]] = []
     inplace: list[bool] = []
-    measured: dict[tuple[Any, ...], tuple[dict[str, Any], bool, tuple[Any, ...]]] = {}
+    uses_rng: list[bool] = []
+    measured: dict[tuple[Any, ...], tuple[dict[str, Any], bool, bool, tuple[Any, ...]]] = {}
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
@@ -295,17 +298,18 @@ def profile_calls(
             key = (_signature(stages[i]), tuple(x.shape), x.dtype, x.device, x.requires_grad)
             seen = measured.get(key)
             if seen is None:
-                changes_input = runner.changes_input(x)
+                changes_input, rng = runner.probe(x)
                 record = _profile_stage(runner, x, repeat, device, changes_input)
                 with torch.no_grad():
                     y = runner(x.clone() if changes_input else x)
                 out_meta = (tuple(y.shape), y.dtype, y.device)
-                measured[key] = (record, changes_input, out_meta)
+                measured[key] = (record, changes_input, rng, out_meta)
             else:
-                record, changes_input, out_meta = seen
+                record, changes_input, rng, out_meta = seen
                 y = None
             records.append(dict(record, name=labels[i]))
             inplace.append(changes_input)
+            uses_rng.append(rng)
             # The next stage's input: identical stages whose output has the
             # input's shape need not run (a stack of equal blocks runs one).
             last = i + 1 == len(stages)
@@ -333,7 +337,7 @@ def profile_calls(
             "time_unit": "ms",
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng)
 
 
 def _signature(module: nn.Module) -> tuple[Any, ...]:
@@ -395,13 +399,23 @@ class _StageRunner:
             )
         return carried_output(y, lambda: self.label)
 
-    def changes_input(self, x: torch.Tensor) -> bool:
-        """Whether the stage writes into its input (its version counter moves)."""
+    def probe(self, x: torch.Tensor) -> tuple[bool, bool]:
+        """Whether the stage writes into its input (its version counter moves)
+        and whether it draws random numbers (the generator of the input's
+        device moves), from one forward without autograd. The caller puts the
+        RNG state back (:func:`preserved_state`)."""
         probe = x.detach().clone()
         before = probe._version
+        rng = _rng_state(x.device)
         with torch.no_grad():
             self(probe)
-        return probe._version != before
+        return probe._version != before, not torch.equal(rng, _rng_state(x.device))
+
+
+def _rng_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
 
 
 def _profile_stage(
