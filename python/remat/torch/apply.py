@@ -199,6 +199,7 @@ class AppliedPlan:
         self._measure: _Measure | None = None
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
+        self._rerunning = False  # a rerun calls the block itself, which must not schedule again
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         self._install()
 
@@ -220,12 +221,26 @@ class AppliedPlan:
 
     def _make_forward(self, l: int, original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if not torch.is_grad_enabled():
+            if self._rerunning or not torch.is_grad_enabled():
                 return original(*args, **kwargs)
             return self._call(l, original, args, kwargs)
 
         forward.__wrapped__ = original  # type: ignore[attr-defined]
         return forward
+
+    def _rerun(self, module: nn.Module) -> Callable[..., Any]:
+        """How the executor and the profiler call a block: through the module, so
+        that its hooks run as in the forward (FSDP2 gathers the block's
+        parameters in one), with remat's own forward standing aside."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            outer, self._rerunning = self._rerunning, True
+            try:
+                return module(*args, **kwargs)
+            finally:
+                self._rerunning = outer
+
+        return call
 
     def remove(self) -> None:
         """Puts every block's ``forward`` back; the model is as before :func:`apply`."""
@@ -327,7 +342,7 @@ class AppliedPlan:
         ex = Executor(
             self.modules,
             Program(len(self.modules), schedule.operations),
-            forwards=self._originals,
+            forwards=[self._rerun(m) for m in self.modules],
             preserve_rng=self.preserve_rng,
             names=self.names,
             inplace=entry.inplace,

@@ -254,11 +254,6 @@ class Executor:
         self.replay_rng = [False] + [preserve_rng and d and program.rerun[l] for l, d in enumerate(draws, 1)]
         self.has_buffers = [False] + [any(True for _ in s.buffers()) for s in self.stages]
         self.on_op = on_op
-        # Storages that a stage's autograd may save without remat dropping them:
-        # its parameters and buffers (alive anyway).
-        self._own: list[frozenset[int]] = [
-            frozenset(t.untyped_storage().data_ptr() for t in [*s.parameters(), *s.buffers()]) for s in self.stages
-        ]
         self.current: Step | None = None
 
     def label(self, l: int) -> str:
@@ -284,6 +279,26 @@ class Executor:
             if self.current is step:
                 self.current = None
         return y
+
+
+def _storage(t: torch.Tensor) -> int:
+    """The address of ``t``'s memory, or -1 where it has none to ask (a sharded
+    or resized-away parameter under FSDP2, a tensor subclass)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return -1
+
+
+def _kept_as_is(stage: nn.Module, call: Call) -> set[int]:
+    """Storages a stage's autograd may save that remat keeps rather than drops:
+    its parameters and buffers and its side inputs, alive anyway."""
+    own = {_storage(t) for t in [*stage.parameters(), *stage.buffers()]}
+    if len(call.args) > 1 or call.kwargs:
+        own.update(_storage(t) for t in call.side_tensors())
+    own.discard(-1)
+    own.discard(0)
+    return own
 
 
 class Step:
@@ -341,15 +356,14 @@ class Step:
         if kind is Op.F_ALL:
             y = fn(*call.args, **call.kwargs)
         else:
-            side = call.side_tensors() if (len(call.args) > 1 or call.kwargs) else []
-            own = ex._own[l - 1] | {t.untyped_storage().data_ptr() for t in side} if side else ex._own[l - 1]
+            own = _kept_as_is(ex.stages[l - 1], call)
             holders = self.holders[l]
             metas = self.metas[l]
             anchor = self._last
 
             def pack(t: torch.Tensor) -> object:
                 metas.append((t.shape, t.dtype, t.device))
-                if t.device.type == "meta" or t.untyped_storage().data_ptr() in own:
+                if isinstance(t, nn.Parameter) or t.device.type == "meta" or _storage(t) in own:
                     holders.append(None)
                     return t
                 h = _Holder(self, l, len(holders), anchor)

@@ -1,0 +1,93 @@
+"""remat.torch.apply under torch.distributed on the CPU (gloo, two processes):
+DDP and FSDP2 around an applied Hugging Face model give the gradients of one
+process on the whole batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import remat.torch as rt
+
+transformers = pytest.importorskip("transformers")
+
+
+def make() -> Any:
+    config = transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, vocab_size=256, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+IDS = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(1))
+
+
+def reference() -> dict[str, torch.Tensor]:
+    model = make()
+    model(IDS, labels=IDS).loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def worker(rank: int, world: int, port: int, wrap: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        model = make()
+        plan = rt.apply(model, memory="40%" if wrap == "ddp" else "70%")
+        if wrap == "ddp":
+            wrapped: Any = torch.nn.parallel.DistributedDataParallel(model)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for block in model.transformer.h:
+                fully_shard(block)
+            wrapped = fully_shard(model)
+        ids = IDS.chunk(world)[rank]
+        for _ in range(2):  # the first step measures, the second runs the final plan
+            model.zero_grad(set_to_none=True)
+            wrapped(ids, labels=ids).loss.backward()
+        assert plan.schedule is not None
+        L = len(plan.modules)
+        recomputed = sum(1 for k, l in plan.schedule.operations if k != "B" and l <= L) - L
+        grads = {}
+        for n, p in model.named_parameters():
+            g = p.grad
+            if g is None:
+                continue
+            if hasattr(g, "full_tensor"):
+                g = g.full_tensor()
+            grads[n] = g.detach().clone()
+        if rank == 0:
+            torch.save({"grads": grads, "recomputed": recomputed}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
+def test_data_parallel_gradients_equal_one_process(wrap: str) -> None:
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "grads.pt")
+        mp.spawn(worker, args=(2, free_port(), wrap, out), nprocs=2, join=True)
+        got = torch.load(out)
+    assert got["recomputed"] > 0
+    want = reference()
+    assert got["grads"].keys() == want.keys()
+    for n, g in want.items():
+        torch.testing.assert_close(got["grads"][n], g, rtol=1e-5, atol=1e-7, msg=n)
