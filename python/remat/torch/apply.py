@@ -226,7 +226,10 @@ class AppliedPlan:
             return self._call(l, original, args, kwargs)
 
         forward.__wrapped__ = original  # type: ignore[attr-defined]
-        return forward
+        # Under torch.compile the blocks run eagerly, as remat schedules them
+        # (a compiled block saves other tensors than its eager rerun would);
+        # what runs before and after the stack compiles. See docs/pytorch.md.
+        return torch.compiler.disable(forward, recursive=True)
 
     def _rerun(self, module: nn.Module) -> Callable[..., Any]:
         """How the executor and the profiler call a block: through the module, so
