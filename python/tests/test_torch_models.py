@@ -87,8 +87,11 @@ def test_hf_model_in_one_call(make: Callable[[], nn.Module], deterministic: Any)
     assert_same_gradients(plain, ours)
     assert list(ours.state_dict()) == keys
     assert plan.schedule is not None and plan.peak_memory is not None
-    # What the executor holds is what the model counts, head and loss included.
-    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
+    # What the executor holds is what the model counts, head and loss included
+    # (and the gradient of the tied word embeddings, a parameter gradient that
+    # autograd holds until the embeddings' backward: outside the budget).
+    predicted = plan.peak_memory + plan.pending_gradients
+    assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
     assert peak < 0.6 * plain_peak
     assert "blocks of" in plan.explain()
     plan.remove()

@@ -1,12 +1,18 @@
-"""remat for PyTorch: measure an ``nn.Sequential`` and train it under a memory budget.
+"""remat for PyTorch: train a model within a memory budget, gradients unchanged.
 
+- :func:`apply` finds a model's stack of blocks (a Hugging Face model's
+  ``transformer.h`` / ``model.layers``, torchvision's ``layer1..layer4``),
+  plans it with what runs before and after it counted in the budget, and runs
+  the schedule in place: the model stays the user's object and the training
+  loop is unchanged.
+- :class:`Checkpointed` wraps an ``nn.Sequential`` the same way.
+- The executor (:mod:`remat.torch.executor`) follows autograd's own semantics,
+  as non-reentrant ``torch.utils.checkpoint`` does: hooks fire once,
+  ``autograd.grad``, ``retain_graph`` and ``create_graph`` work, and gradients
+  are bit-identical to plain training.
 - :func:`profile` measures each stage of a sequential network (times, output,
   saved and gradient bytes, transient workspace) and returns a
   :class:`remat.Chain`, the input of every remat solver.
-- :class:`Checkpointed` wraps the network: it profiles on first use, solves for
-  the fastest schedule of recomputations within the budget, and runs it inside
-  one autograd node, so ``loss.backward()`` works unchanged and gives the plain
-  network's gradients.
 - :class:`LiveBytes` counts the bytes of live tensors (on any device, the CPU
   included), to check what a schedule really holds.
 - :func:`export_joint` writes the joint forward+backward graph of any function
@@ -17,10 +23,10 @@
 Example::
 
     import remat.torch
-    model = remat.torch.Checkpointed(nn.Sequential(*blocks), memory="1GiB")
-    loss = criterion(model(x), y)
+    plan = remat.torch.apply(model, memory="60%")   # or bytes, "8GiB", "auto"
+    loss = model(input_ids, labels=input_ids).loss
     loss.backward()
-    print(model.explain())
+    print(plan.explain())
 """
 
 from .apply import AppliedPlan, apply, find_blocks

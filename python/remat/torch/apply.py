@@ -200,6 +200,9 @@ class AppliedPlan:
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        #: Bytes of the gradients of parameters used in more than one place (tied
+        #: weights), which autograd holds until their last use is reached.
+        self.pending_gradients = _tied_bytes(model)
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         self._install()
 
@@ -448,6 +451,11 @@ class AppliedPlan:
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
+        if self.pending_gradients:
+            lines.append(
+                f"besides: the gradient of tied parameters, {_fmt(self.pending_gradients)}, held by autograd from the "
+                "head's backward to the embeddings' (a parameter gradient: outside the budget, like .grad)"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -554,8 +562,13 @@ class _Measure:
                 assert self.device is not None
                 peak = torch.cuda.max_memory_allocated(self.device) - self.base
             now = self._now()
-            post_peak = max(0, peak - self.at_end)
-            post_after = max(0, now - self.at_end - grad_bytes)
+            # The gradient of a weight the head shares with the embeddings (an
+            # LM's tied word embeddings) waits in autograd's buffers until the
+            # embeddings' backward adds theirs: a parameter gradient, outside
+            # the budget as .grad is, though alive through the stack's backward.
+            pending = self.plan.pending_gradients
+            post_after = max(0, now - self.at_end - grad_bytes - pending)
+            post_peak = max(post_after, peak - self.at_end - pending)
             # Not closed here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes is left at the next forward
             # (the model's pre-hook) or by remove().
@@ -570,6 +583,15 @@ class _Measure:
         self.open = False
         if self.plan._measure is self:
             self.plan._measure = None
+
+
+def _tied_bytes(model: nn.Module) -> int:
+    """Bytes of the trainable parameters registered in more than one place."""
+    seen: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            seen[id(p)] = seen.get(id(p), 0) + 1
+    return sum(p.numel() * p.element_size() for p in model.parameters() if seen.get(id(p), 0) > 1)
 
 
 def _is_cache(v: object) -> bool:
