@@ -354,3 +354,43 @@ def test_bad_arguments_are_clear_errors() -> None:
 def test_the_stack_is_found() -> None:
     where, blocks = rt.find_blocks(make())
     assert where == "blocks" and [n for n, _ in blocks] == [f"blocks.{i}" for i in range(6)]
+
+
+@pytest.mark.parametrize("algorithm", ["sequential", "auto"])
+def test_complex_parameters_get_their_gradients(algorithm: str) -> None:
+    # Issue 27: complex stages left the first two stages' .grad as None.
+    import remat
+
+    def cplx() -> nn.Sequential:
+        torch.manual_seed(0)
+        c = torch.cfloat
+        return nn.Sequential(
+            nn.Linear(8, 16, dtype=c), nn.Tanh(), nn.Linear(16, 16, dtype=c), nn.Tanh(), nn.Linear(16, 4, dtype=c)
+        )
+
+    x = torch.randn(4, 8, dtype=torch.cfloat)
+    plain, module = cplx(), cplx()
+    chain = rt.profile(module, x, repeat=1)
+    ours = rt.Checkpointed(module, remat.min_memory(chain, algorithm), chain=chain, algorithm=algorithm)
+    plain(x).abs().sum().backward()
+    ours(x).abs().sum().backward()
+    assert ours.schedule is not None and sum(1 for k, _ in ours.schedule.operations if k != "B") > 6
+    for p, q in zip(plain.parameters(), module.parameters()):
+        assert q.grad is not None and p.grad is not None and torch.equal(p.grad, q.grad)
+
+
+def test_integer_input_stage() -> None:
+    import remat
+
+    def emb() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh())
+
+    ids = torch.randint(0, 50, (4, 10))
+    plain, module = emb(), emb()
+    chain = rt.profile(module, ids, repeat=1)
+    ours = rt.Checkpointed(module, remat.min_memory(chain, "sequential"), chain=chain, algorithm="sequential")
+    plain(ids).sum().backward()
+    ours(ids).sum().backward()
+    for p, q in zip(plain.parameters(), module.parameters()):
+        assert q.grad is not None and p.grad is not None and torch.equal(p.grad, q.grad)
