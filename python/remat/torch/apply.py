@@ -39,7 +39,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 import remat
 
 from .checkpointed import _fmt, auto_budget
-from .executor import Executor, Program, Step, autocast_enabled
+from .executor import Executor, Op, Program, Step, autocast_enabled
 from .memory import LiveBytes
 from .profile import profile_calls
 from .stages import Call
@@ -439,8 +439,9 @@ class AppliedPlan:
         d = chain.to_dict()
         ops = schedule.operations
         L = len(self.modules)
-        recomputed = sorted({l for k, l in ops[ops.index(("B", L + 1)) :] if k != "B"})
-        stored = [l for k, l in ops[: ops.index(("B", L + 1))] if k == "F_all" and l <= L]
+        split = ops.index((Op.B.value, L + 1))
+        recomputed = sorted({l for k, l in ops[split:] if Op(k) is not Op.B})
+        stored = [l for k, l in ops[:split] if Op(k) is Op.F_ALL and l <= L]
         store_all = sum(s["forward_time"] + s["backward_time"] for s in d["stages"])
         lines = [
             head,

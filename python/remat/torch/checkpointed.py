@@ -11,7 +11,7 @@ from torch import nn
 
 import remat
 
-from .executor import Executor, Program, autocast_enabled
+from .executor import Executor, Op, Program, autocast_enabled
 from .profile import _names, _StageRunner, preserved_state, profile_calls, stages_of
 from .stages import Call
 
@@ -183,7 +183,7 @@ class Checkpointed(nn.Module):
         *,
         sample_input: torch.Tensor | None = None,
         algorithm: str = "auto",
-        slots: int = 500,
+        slots: int = remat.DEFAULT_SLOTS,
         exact_memory: int | str | None = None,
         repeat: int = 3,
         optimizer_state_bytes: int | None = None,
@@ -334,7 +334,7 @@ class Checkpointed(nn.Module):
                 f"{_fmt(s['saved_size'])}"
             )
         ops = p.schedule.operations
-        recomputed = len([o for o in ops if o[0].startswith("F") and o[1] <= len(stages)]) - len(stages)
+        recomputed = len([o for o in ops if Op(o[0]) is not Op.B and o[1] <= len(stages)]) - len(stages)
         lines.append(
             f"schedule ({p.schedule.algorithm}): {len(ops)} operations, {recomputed} stage "
             f"forwards recomputed; predicted peak {_fmt(p.schedule.peak_memory)}, "
