@@ -166,6 +166,7 @@ def test_torchvision_model_with_no_hand_split(name: str, deterministic: Any) -> 
     x, y = torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g)
     plain, ours = make(), make()
     plan = rt.apply(ours, memory="50%")
+    assert plan.where == {"resnet50": "layer1..layer4", "densenet121": "features"}[name]
     vision_step(ours, x, y)
     for _ in range(2):
         vision_step(plain, x, y)

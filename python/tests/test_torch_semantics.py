@@ -351,6 +351,16 @@ def test_bad_arguments_are_clear_errors() -> None:
         rt.apply(nn.Linear(3, 3), memory="50%")
 
 
+def test_memory_auto_on_the_cpu_says_to_give_a_size() -> None:
+    ours = make()
+    rt.apply(ours, memory="auto")
+    with pytest.raises(ValueError, match="memory='auto' needs a CUDA device"):
+        ours(X).sum().backward()
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    assert not _get_current_dispatch_mode_stack()  # the measuring mode is gone with the step
+
+
 def test_the_stack_is_found() -> None:
     where, blocks = rt.find_blocks(make())
     assert where == "blocks" and [n for n, _ in blocks] == [f"blocks.{i}" for i in range(6)]

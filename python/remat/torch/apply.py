@@ -285,8 +285,12 @@ class AppliedPlan:
                 return original(*args, **kwargs)
             if self._measure is not None:
                 self._measure.stack_starts(x)
-            with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
-                ex = self._prepare(call)
+            try:
+                with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
+                    ex = self._prepare(call)
+            except BaseException:
+                self._end_measure()  # no step follows: leave no LiveBytes behind
+                raise
             self._executor = ex
             self._step = ex.begin()
         step, ex = self._step, self._executor
