@@ -361,6 +361,30 @@ def test_memory_auto_on_the_cpu_says_to_give_a_size() -> None:
     assert not _get_current_dispatch_mode_stack()  # the measuring mode is gone with the step
 
 
+def test_an_infeasible_budget_names_the_smallest_for_the_whole_step() -> None:
+    import remat
+
+    ours = make()
+    rt.apply(ours, memory=1000)
+    with pytest.raises(remat.InfeasibleError, match="the smallest budget for the whole step is") as info:
+        ours(X).sum().backward()
+    least = info.value.min_budget
+    assert least is not None and least > 1000
+    # The first plan knows the stack only; the step's other parts, measured on
+    # it, can raise the figure once more, and the error then says so.
+    retry = make()
+    rt.apply(retry, memory=least)
+    try:
+        retry(X).sum().backward()
+    except remat.InfeasibleError as again:
+        assert again.min_budget is not None and again.min_budget > least
+        assert "before the stack" in str(again)
+        retry = make()
+        rt.apply(retry, memory=again.min_budget)
+        retry(X).sum().backward()
+    retry(X).sum().backward()  # and the steps after it
+
+
 def test_the_stack_is_found() -> None:
     where, blocks = rt.find_blocks(make())
     assert where == "blocks" and [n for n, _ in blocks] == [f"blocks.{i}" for i in range(6)]

@@ -346,9 +346,21 @@ class AppliedPlan:
         if outside is not None:
             chain = _with_loss(chain, outside)
         budget, note = self._budget(chain, outside, device)
-        schedule = remat.solve(
-            chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
-        )
+        try:
+            schedule = remat.solve(
+                chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
+            )
+        except remat.InfeasibleError as e:
+            # The solver speaks of the stack's budget; the user gave the step's.
+            fixed = 0 if outside is None else outside.pre + outside.post_after
+            least = None if e.min_budget is None else int(e.min_budget) + fixed
+            err = remat.InfeasibleError(
+                f"remat.torch.apply: no schedule of {self.where} fits: {note}; the smallest budget for the whole "
+                f"step is {_fmt(least) if least is not None else 'unknown'}"
+                f"{f' ({least} bytes)' if least is not None else ''}: raise memory= to at least that"
+            )
+            err.min_budget, err.algorithm, err.budget = least, e.algorithm, budget + fixed
+            raise err from e
         ex = Executor(
             self.modules,
             Program(len(self.modules), schedule.operations),
