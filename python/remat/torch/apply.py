@@ -268,7 +268,7 @@ class AppliedPlan:
 
     def _model_starts(self, _module: nn.Module, _args: Any) -> None:
         self._end_measure()  # a measurement the last step never finished
-        if torch.is_grad_enabled() and self._outside is None:
+        if torch.is_grad_enabled() and self._outside is None and self._measure is None:
             self._measure = _Measure(self)
 
     def _key(self, x: torch.Tensor) -> tuple[Any, ...]:
@@ -481,9 +481,11 @@ class AppliedPlan:
     # -- measuring the outside parts -----------------------------------------
 
     def _end_measure(self) -> None:
-        if self._measure is not None:
-            self._measure.close()
-            self._measure = None
+        m = self._measure
+        if m is not None:
+            m.close()
+            if not m.open:
+                self._measure = None
 
 
 class _Measure:
@@ -540,6 +542,15 @@ class _Measure:
         if self.live is None or not self.open or self.borrowed:
             yield
             return
+        modes = _get_current_dispatch_mode_stack()
+        if not modes or modes[-1] is not self.live:
+            # Another mode above it: leaving would pop that one; pass through instead.
+            self.live.tracking = False
+            try:
+                yield
+            finally:
+                self.live.tracking = True
+            return
         self.live.__exit__(None, None, None)  # also drops the gradient hooks
         try:
             yield
@@ -586,16 +597,27 @@ class _Measure:
             pending = self.plan.pending_gradients
             post_after = max(0, now - self.at_end - grad_bytes - pending)
             post_peak = max(post_after, peak - self.at_end - pending)
-            # Not closed here: the engine restores the thread's dispatch modes
-            # when the backward ends, so LiveBytes is left at the next forward
-            # (the model's pre-hook) or by remove().
+            # Not left here: the engine restores the thread's dispatch modes
+            # when the backward ends, so LiveBytes stops tracking now and is
+            # left at the next forward (the model's pre-hook) or by remove().
             self.recording = False
+            if self.live is not None and not self.borrowed:
+                self.live.tracking = False
             self.plan._measured(_Outside(self.pre, post_peak, post_after, self.numel))
 
         out.register_hook(gradient_arrives)
 
     def close(self) -> None:
-        if self.open and self.live is not None and not self.borrowed:
+        """Leaves the measuring mode, where it is the innermost one (leaving it
+        from under another mode would pop that one instead); otherwise it stops
+        tracking and is left at a later forward or by ``remove()``."""
+        if not self.open:
+            return
+        if self.live is not None and not self.borrowed:
+            self.live.tracking = False
+            modes = _get_current_dispatch_mode_stack()
+            if not modes or modes[-1] is not self.live:
+                return  # not on top now: a later forward tries again
             self.live.__exit__(None, None, None)
         self.open = False
         if self.plan._measure is self:

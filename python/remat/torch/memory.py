@@ -54,6 +54,9 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._live: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._excluded: set[int] = set()
         self._hooks: list[Any] = []
+        #: False: operators pass straight through (a mode that cannot leave the
+        #: stack yet, as after a measured backward, costs one call per operator).
+        self.tracking = True
 
     def reset_peak(self) -> None:
         """Starts a new peak from the bytes alive now."""
@@ -113,6 +116,8 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if not self.tracking:
+            return out
         # An output that shares an input's storage (a view, an in-place or out=
         # operator, `grad += g`) is not new memory; only other storages are.
         inputs = {
