@@ -201,7 +201,8 @@ class AppliedPlan:
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
         #: Bytes of the gradients of parameters used in more than one place (tied
-        #: weights), which autograd holds until their last use is reached.
+        #: weights), which autograd holds until their last use is reached: part
+        #: of what the step holds after the stack, shown by explain().
         self.pending_gradients = _tied_bytes(model)
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         self._install()
@@ -470,8 +471,8 @@ class AppliedPlan:
         ]
         if self.pending_gradients:
             lines.append(
-                f"besides: the gradient of tied parameters, {_fmt(self.pending_gradients)}, held by autograd from the "
-                "head's backward to the embeddings' (a parameter gradient: outside the budget, like .grad)"
+                f"of which tied parameters' gradient {_fmt(self.pending_gradients)}: held by autograd from the head's "
+                "backward to the embeddings' (counted in the budget: it is not a .grad yet)"
             )
         return "\n".join(lines)
 
@@ -590,13 +591,12 @@ class _Measure:
                 assert self.device is not None
                 peak = torch.cuda.max_memory_allocated(self.device) - self.base
             now = self._now()
-            # The gradient of a weight the head shares with the embeddings (an
-            # LM's tied word embeddings) waits in autograd's buffers until the
-            # embeddings' backward adds theirs: a parameter gradient, outside
-            # the budget as .grad is, though alive through the stack's backward.
-            pending = self.plan.pending_gradients
-            post_after = max(0, now - self.at_end - grad_bytes - pending)
-            post_peak = max(post_after, peak - self.at_end - pending)
+            # What stays includes the gradient of a weight the head shares with
+            # the embeddings (an LM's tied word embeddings), which autograd holds
+            # until the embeddings' backward adds theirs: real memory of the step
+            # (not yet a .grad), so the budget counts it.
+            post_after = max(0, now - self.at_end - grad_bytes)
+            post_peak = max(post_after, peak - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes stops tracking now and is
             # left at the next forward (the model's pre-hook) or by remove().
