@@ -134,10 +134,13 @@ class _Outside:
     post_peak: int = 0  # the most the part after it takes, forward to delta^L
     post_after: int = 0  # what of that stays through the stack's backward
     activation: int = 1  # elements of the activation between blocks then
+    pre_backward: int = 0  # the most the step holds from the stack's input gradient to the end
 
     def scaled(self, numel: int) -> _Outside:
         f = numel / self.activation
-        return _Outside(int(self.pre * f), int(self.post_peak * f), int(self.post_after * f), numel)
+        return _Outside(
+            int(self.pre * f), int(self.post_peak * f), int(self.post_after * f), numel, int(self.pre_backward * f)
+        )
 
 
 @dataclass
@@ -379,7 +382,8 @@ class AppliedPlan:
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
-            else f"before the stack {_fmt(outside.pre)}, held after it through the backward {_fmt(outside.post_after)}"
+            else f"before the stack {_fmt(outside.pre)} (its own backward {_fmt(outside.pre_backward)}), held after "
+            f"it through the backward {_fmt(outside.post_after)}"
         )
         m = self.memory
         if isinstance(m, int):
@@ -389,12 +393,29 @@ class AppliedPlan:
         else:
             share = float(_PERCENT.match(m).group(1)) / 100  # type: ignore[union-attr]
             store_all = remat.simulate(chain, remat.solve(chain, 1 << 62, algorithm="store-all")).peak_memory
-            total = int(share * (store_all + fixed))
-            how = f"memory={m!r} of storing everything ({_fmt(store_all + fixed)}) = {_fmt(total)}"
+            whole = max(store_all + fixed, outside.pre_backward if outside is not None else 0)
+            total = int(share * whole)
+            how = f"memory={m!r} of storing everything ({_fmt(whole)}) = {_fmt(total)}"
         budget = total - fixed
+        if outside is not None and outside.pre_backward > total:
+            err = remat.InfeasibleError(
+                f"remat.torch.apply: {how}, but the backward of the part before {self.where} (the embeddings: "
+                f"their gradient, and a tied weight's) takes {_fmt(outside.pre_backward)} by itself: raise memory= "
+                f"to at least {_fmt(outside.pre_backward)} ({outside.pre_backward} bytes)"
+            )
+            err.min_budget, err.budget = outside.pre_backward, total
+            raise err
         if budget <= 0:
             raise ValueError(f"{how}: the part of the step outside the stack takes {_fmt(fixed)}, nothing is left")
         return budget, f"{how}; {fixed_note}; for the stack {_fmt(budget)}"
+
+    def _measured_pre_backward(self, peak: int, numel: int) -> None:
+        """Adds what the part before the stack takes in its backward, measured at
+        the end of a step, and plans again with it."""
+        if self._outside is None or self._last is None:
+            return
+        self._outside.pre_backward = int(peak * self._outside.activation / numel)
+        self._measured(self._outside)
 
     def _measured(self, outside: _Outside) -> None:
         """Re-plans with the memory outside the stack, measured on a step."""
@@ -442,8 +463,10 @@ class AppliedPlan:
             return None
         entry, numel, _ = self._last
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
-        fixed = 0 if outside is None else outside.pre + outside.post_after
-        return c[1].peak_memory + fixed
+        if outside is None:
+            return c[1].peak_memory
+        # After the stack's backward (B^1) only the part before it runs its own.
+        return max(c[1].peak_memory + outside.pre + outside.post_after, outside.pre_backward)
 
     def explain(self) -> str:
         """The plan in words: the stack, the budget's arithmetic, the schedule and
@@ -505,6 +528,7 @@ class _Measure:
         self.numel = 1
         self.open = True
         self.recording = True
+        self.input_gradient = False
         self.peak_before = 0
         self.borrowed = False
         self.skipped = False
@@ -563,6 +587,41 @@ class _Measure:
         own = x.untyped_storage().nbytes() if (self.live is None or self.live.tracks(x)) else 0
         self.pre = max(0, self._now() - own)
         self.numel = x.numel()
+        self.input_gradient = x.requires_grad
+        if x.requires_grad:
+            x.register_hook(self._input_gradient_arrives)
+
+    def _reset_peak(self) -> None:
+        if self.live is not None:
+            self.peak_before = max(self.peak_before, self.live.peak)
+            self.live.reset_peak()
+        else:
+            assert self.device is not None
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _peak(self) -> int:
+        if self.live is not None:
+            peak = self.live.peak - self.base
+            # A borrowed LiveBytes keeps its own peak over the whole window.
+            self.live.peak = max(self.live.peak, self.peak_before)
+            return peak
+        assert self.device is not None
+        return torch.cuda.max_memory_allocated(self.device) - self.base
+
+    def _input_gradient_arrives(self, g: torch.Tensor) -> None:
+        """delta^0: the part before the stack runs its backward now, to the end of
+        the backward (a callback the engine runs then)."""
+        if not self.open:
+            return
+        self._reset_peak()
+
+        def backward_ends() -> None:
+            peak = self._peak()
+            if self.live is not None and not self.borrowed:
+                self.live.tracking = False  # left at the next forward: see gradient_arrives
+            self.plan._measured_pre_backward(max(0, peak), self.numel)
+
+        torch.autograd.Variable._execution_engine.queue_callback(backward_ends)
 
     def stack_ends(self, y: object) -> None:
         out = y if isinstance(y, torch.Tensor) else None
@@ -572,24 +631,13 @@ class _Measure:
             self.close()
             return
         self.at_end = self._now()
-        if self.live is not None:
-            self.peak_before = self.live.peak
-            self.live.reset_peak()
-        else:
-            assert self.device is not None
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self._reset_peak()
         grad_bytes = out.numel() * out.element_size()
 
         def gradient_arrives(g: torch.Tensor) -> None:
             if not (self.open and self.recording):
                 return
-            if self.live is not None:
-                peak = self.live.peak - self.base
-                # A borrowed LiveBytes keeps its own peak over the whole window.
-                self.live.peak = max(self.live.peak, self.peak_before)
-            else:
-                assert self.device is not None
-                peak = torch.cuda.max_memory_allocated(self.device) - self.base
+            peak = self._peak()
             now = self._now()
             # What stays includes the gradient of a weight the head shares with
             # the embeddings (an LM's tied word embeddings), which autograd holds
@@ -601,7 +649,7 @@ class _Measure:
             # when the backward ends, so LiveBytes stops tracking now and is
             # left at the next forward (the model's pre-hook) or by remove().
             self.recording = False
-            if self.live is not None and not self.borrowed:
+            if self.live is not None and not self.borrowed and not self.input_gradient:
                 self.live.tracking = False
             self.plan._measured(_Outside(self.pre, post_peak, post_after, self.numel))
 
