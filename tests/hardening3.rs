@@ -264,3 +264,27 @@ fn no_cli_module_prints_with_println() {
         }
     }
 }
+
+/// A chain of `len` identical stages.
+fn long_chain(dir: &Path, len: usize) -> PathBuf {
+    let stage = r#"{"forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100}"#;
+    let stages = vec![stage; len].join(", ");
+    write(dir, &format!("chain{len}.json"), &format!(r#"{{"name": "t", "input_size": 1000, "stages": [{stages}]}}"#))
+}
+
+#[test]
+fn min_memory_on_a_long_chain_is_refused_at_once_with_a_remedy() {
+    // Issue 27: 2,000 stages ran 318 s and 10,000 past 300 s; the guard's
+    // estimate counted a tenth of the min-peak passes.
+    let dir = tempfile::tempdir().unwrap();
+    let chain = long_chain(dir.path(), 10_000);
+    for algorithm in ["auto", "persistent"] {
+        let start = Instant::now();
+        remat()
+            .args(["min-memory", chain.to_str().unwrap(), "-a", algorithm])
+            .assert()
+            .code(2)
+            .stderr(contains("10000-stage chain").and(contains("hint: pass a chain with fewer, larger stages")));
+        assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    }
+}

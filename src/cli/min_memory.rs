@@ -50,8 +50,7 @@ fn percent_arg(s: &str) -> Result<f64, String> {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat min-memory`")?;
-    remat::guard::any_min_budget(&chain)?;
-    let any = any_min_budget(&chain);
+    let any = any_min_budget(&chain)?;
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =
         min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, ..SolveOptions::default() })?;
