@@ -84,10 +84,34 @@ fn address_space_limit(limits: &str) -> Option<u64> {
     line.trim_start_matches("Max address space").split_whitespace().next()?.parse().ok()
 }
 
+/// Refuses an [`SolveOptions::exact_memory`] above [`memory_limit`] (half
+/// of this machine's memory, or of what the address-space limit leaves):
+/// the exact fronts would grow until an allocation failed and the process
+/// aborted, minutes later. Checked by [`solve`] and [`min_budget`], so every
+/// front end gets it before any work. O(1).
+pub fn exact_memory(opts: &SolveOptions) -> Result<(), SolveError> {
+    let Some(asked) = opts.exact_memory else { return Ok(()) };
+    let limit = memory_limit();
+    if asked <= limit {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "exact memory {} ({asked} bytes) is more than this machine can give a solve: {} ({limit} bytes), half of \
+             its memory or of what the process's address-space limit leaves",
+            format_size(asked),
+            format_size(limit)
+        ),
+        remedy: Remedy::ExactMemoryAtMost(limit),
+    })
+}
+
 /// Refuses, before any work, a [`crate::solve::solve`] of `chain` at `budget`
-/// with `algorithm` that would not finish or fit (see the module's limits).
+/// with `algorithm` that would not finish or fit (see the module's limits),
+/// or whose [`exact_memory`] is more than the machine has.
 /// `auto` is judged by what it would run. O(L^2) at most.
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    exact_memory(opts)?;
     let len = chain.len();
     let m = Slots::new(budget, opts.slots.get()).capacity;
     match algorithm {
@@ -161,6 +185,7 @@ pub fn min_peak_passes(chain: &Chain, slots: usize) -> f64 {
 /// budgets with the min-peak pass (L^3 / 6 cells at [`MIN_PEAK_CELL_STEPS`]
 /// steps each) [`min_peak_passes`] times. O(L^2) at most.
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    exact_memory(opts)?;
     let len = chain.len();
     let rounds = f64::from(usize::BITS - opts.slots.get().leading_zeros()) + 1.0;
     match algorithm {

@@ -288,3 +288,25 @@ fn min_memory_on_a_long_chain_is_refused_at_once_with_a_remedy() {
         assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
     }
 }
+
+#[test]
+fn an_exact_memory_above_the_machine_is_refused_up_front() {
+    // Issue 27: a large --exact-memory ran until an allocation failed and
+    // the process aborted (about 100 s under a 2 GiB limit).
+    let chain = repo("chains/rotor-fc6.json");
+    for args in [
+        vec!["solve", &chain, "-m", "90MiB", "--exact-memory", "1000TiB"],
+        vec!["solve", &chain, "-m", "90MiB", "-a", "floating", "--exact-memory", "18446744073709551615"],
+        vec!["compare", &chain, "-m", "90MiB", "--exact-memory", "1000TiB"],
+    ] {
+        let start = Instant::now();
+        let out = remat().args(&args).assert().code(2).get_output().clone();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is more than this machine can give a solve") && stderr.contains("hint: pass --exact-memory"),
+            "{args:?}: {stderr}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(10), "{args:?}: {:?}", start.elapsed());
+    }
+    remat().args(["solve", &chain, "-m", "90MiB", "--exact-memory", "64MiB"]).assert().success();
+}

@@ -56,6 +56,9 @@ impl From<remat::SolveError> for Failure {
                     remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
                     remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
                     remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
+                    remat::solve::Remedy::ExactMemoryAtMost(m) => {
+                        format!("--exact-memory {} or less (0: always round)", remat::size::format_size(m).replace(' ', ""))
+                    }
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
@@ -214,6 +217,17 @@ pub struct ExactArgs {
     /// about 750MB and 25 s exact, 1 s rounded.
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub exact_memory: Option<u64>,
+}
+
+impl ExactArgs {
+    /// `--exact-memory`, refused (exit 2, with the most this machine allows)
+    /// when it is more than a solve may use ([`remat::guard::exact_memory`]):
+    /// checked once before any command runs a solver.
+    pub fn get(&self) -> Result<Option<u64>, Failure> {
+        let opts = remat::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
+        remat::guard::exact_memory(&opts)?;
+        Ok(self.exact_memory)
+    }
 }
 
 /// Parses a SIZE argument for clap.

@@ -96,7 +96,7 @@ pub fn run(args: Args) -> CliResult {
             slots: args.slots,
             progress: Some(&update),
             segments: args.segments,
-            exact_memory: args.exact.exact_memory,
+            exact_memory: args.exact.get()?,
         },
         milp: args.graph.milp_options(Some(&tick)),
     };

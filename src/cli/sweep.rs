@@ -52,7 +52,7 @@ pub fn run(args: Args) -> CliResult {
         }
     }
     let chain = load_chain(&args.chain, "`remat sweep`")?;
-    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.exact_memory, ..SolveOptions::default() };
+    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.get()?, ..SolveOptions::default() };
     if let (Some(from), Some(to)) = (args.from, args.to)
         && from > to
     {
