@@ -310,3 +310,90 @@ fn an_exact_memory_above_the_machine_is_refused_up_front() {
     }
     remat().args(["solve", &chain, "-m", "90MiB", "--exact-memory", "64MiB"]).assert().success();
 }
+
+#[cfg(unix)]
+#[test]
+fn sweep_refuses_one_path_for_both_outputs_directly_or_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = repo("chains/rotor-fc6.json");
+    let out = write(dir.path(), "out.csv", "old output\n");
+    let link = dir.path().join("link.svg");
+    std::os::unix::fs::symlink(&out, &link).unwrap();
+    let fresh = dir.path().join("new.csv");
+    let dangling = dir.path().join("dangling.svg");
+    std::os::unix::fs::symlink(&fresh, &dangling).unwrap();
+    for (output, plot) in [(&out, &out), (&out, &link), (&fresh, &fresh), (&fresh, &dangling)] {
+        remat()
+            .args(["sweep", &chain, "--steps", "3", "-o"])
+            .arg(output)
+            .arg("--plot")
+            .arg(plot)
+            .assert()
+            .code(2)
+            .stderr(contains("are the same file").and(contains("--output")).and(contains("--plot")));
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "old output\n");
+        assert!(!fresh.exists());
+    }
+    // Two different paths: both written.
+    let plot = dir.path().join("plot.svg");
+    remat().args(["sweep", &chain, "--steps", "3", "-o"]).arg(&out).arg("--plot").arg(&plot).assert().success();
+    assert!(std::fs::read_to_string(&out).unwrap().contains("algorithm"));
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+}
+
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(".remat-") && n.ends_with(".tmp"))
+        .collect()
+}
+
+/// A process id no process has now: one that ran and was reaped.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn temporaries_left_by_a_killed_writer_are_removed_by_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a SIGKILL between the temporary file and the rename leaves.
+    let dead = dead_pid();
+    let stale = write(dir.path(), &format!(".remat-{dead}-AbC123.tmp"), &"x".repeat(1 << 20));
+    // A writer still running (this test) keeps its file.
+    let live = write(dir.path(), &format!(".remat-{}-XyZ789.tmp", std::process::id()), "partial");
+    // Not ours: never touched.
+    let other = write(dir.path(), ".remat-notes.tmp", "mine");
+    let out = dir.path().join("z.json");
+    remat().args(["zoo", "resnet18", "-o"]).arg(&out).assert().success();
+    assert!(!stale.exists(), "{:?}", temporaries(dir.path()));
+    assert!(live.exists() && other.exists());
+    std::fs::remove_file(&live).unwrap();
+
+    // Real kills at spread-out moments of a write: the target is always the
+    // old file or the whole new one, and whatever a kill leaves is gone after
+    // the next write.
+    let old = std::fs::read_to_string(&out).unwrap();
+    let mut left = 0;
+    for i in 0..40u64 {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
+            .args(["zoo", "resnet1001", "--graph", "layers", "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(500 * i));
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text == old || serde_json::from_str::<serde_json::Value>(&text).is_ok(), "kill {i}: a torn file");
+        left += temporaries(dir.path()).len();
+    }
+    remat().args(["zoo", "resnet18", "-o"]).arg(&out).assert().success();
+    assert_eq!(temporaries(dir.path()), vec![".remat-notes.tmp".to_string()], "{left} left by kills");
+}

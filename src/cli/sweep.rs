@@ -46,6 +46,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let (Some(plot), Some(output)) = (&args.plot, &args.output) {
+        super::output::refuse_same_output(&[("--output", output), ("--plot", plot)])?;
+    }
     for (flag, path) in [("--plot", &args.plot), ("--output", &args.output)] {
         if let Some(path) = path {
             super::output::refuse_input(path, flag, &[&args.chain])?;
