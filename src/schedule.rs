@@ -329,6 +329,19 @@ fn too_many(token: &str, held: usize, more: usize) -> Result<(), ParseOpError> {
     })
 }
 
+/// The notation in `text`: all of it, or, for the report `remat solve`
+/// prints (its first word a label such as `chain:` or `graph:`), its last
+/// line, where the schedule is; so what `solve` prints can be saved and
+/// replayed as it is. O(length of `text`).
+pub fn schedule_line(text: &str) -> &str {
+    let first = text.split_whitespace().next().unwrap_or("");
+    if first.len() > 1 && first.ends_with(':') {
+        text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
+    } else {
+        text
+    }
+}
+
 /// Why a schedule file could not be read.
 #[derive(Debug, Error)]
 pub enum ScheduleParseError {
@@ -378,6 +391,7 @@ pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
         Ok(ops)
     } else {
         let mut ops = Vec::new();
+        let text = schedule_line(text);
         let tokens = text.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty());
         for (i, t) in tokens.enumerate() {
             parse_token(t, &mut ops).map_err(|source| ScheduleParseError::Notation { index: i + 1, source })?;

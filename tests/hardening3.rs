@@ -397,3 +397,125 @@ fn temporaries_left_by_a_killed_writer_are_removed_by_the_next_write() {
     remat().args(["zoo", "resnet18", "-o"]).arg(&out).assert().success();
     assert_eq!(temporaries(dir.path()), vec![".remat-notes.tmp".to_string()], "{left} left by kills");
 }
+
+#[test]
+fn a_graph_with_a_json_syntax_error_is_reported_as_a_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = r#"{"name": "a", "forward_time": 1, "backward_time": 1, "output_size": 1, "saved_size": 1, "inputs": []}"#;
+    let trailing = write(dir.path(), "trailing.json", &format!(r#"{{"name": "g", "nodes": [{node},]}}"#));
+    let hex = write(dir.path(), "hex.json", &format!(r#"{{"name": "g", "nodes": [{}]}}"#, node.replace("\"output_size\": 1", "\"output_size\": 0x10")));
+    remat()
+        .args(["solve", trailing.to_str().unwrap(), "-m", "1KiB"])
+        .assert()
+        .code(2)
+        .stderr(contains("graph file").and(contains("trailing comma")).and(contains("unknown field").not()));
+    remat()
+        .args(["solve", hex.to_str().unwrap(), "-m", "1KiB"])
+        .assert()
+        .code(2)
+        .stderr(contains("graph file").and(contains("output_size")).and(contains("`0x10` is not a JSON value")));
+}
+
+#[test]
+fn a_chain_without_a_name_is_read_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = write(
+        dir.path(),
+        "c.json",
+        r#"{"input_size": 10, "stages": [{"forward_time": 1, "backward_time": 1, "output_size": 10, "saved_size": 10}]}"#,
+    );
+    remat().args(["solve", chain.to_str().unwrap(), "-m", "1KiB"]).assert().success().stdout(contains("chain:       chain (1 stages"));
+}
+
+#[test]
+fn a_schedule_given_as_the_chain_says_it_is_a_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("s.json");
+    remat()
+        .args(["solve", &repo("chains/rotor-fc6.json"), "-m", "90MiB", "--json", "-o"])
+        .arg(&schedule)
+        .assert()
+        .success();
+    for command in [vec!["solve", "-m", "90MiB"], vec!["min-memory"], vec!["compare", "-m", "90MiB"]] {
+        let (cmd, rest) = command.split_first().unwrap();
+        remat()
+            .arg(cmd)
+            .arg(&schedule)
+            .args(rest)
+            .assert()
+            .code(2)
+            .stderr(contains("is a schedule").and(contains("remat simulate")).and(contains("unknown field").not()));
+    }
+}
+
+#[test]
+fn a_numeric_syntax_error_names_the_field_and_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = |size: &str| {
+        format!(r#"{{"forward_time": 1, "backward_time": 1, "output_size": {size}, "saved_size": 1}}"#)
+    };
+    for (bad, shown) in [("0x10", "0x10"), ("+5", "+5"), ("1_000", "1_000")] {
+        let text = format!(r#"{{"name": "c", "input_size": 1, "stages": [{}, {}, {}]}}"#, s("1"), s("1"), s(bad));
+        let chain = write(dir.path(), "c.json", &text);
+        remat()
+            .args(["solve", chain.to_str().unwrap(), "-m", "1KiB"])
+            .assert()
+            .code(2)
+            .stderr(
+                contains("stages[2].output_size (stage 3)")
+                    .and(contains(format!("`{shown}` is not a JSON value")))
+                    .and(contains(".?").not()),
+            );
+    }
+}
+
+#[test]
+fn the_text_solve_prints_is_read_back_by_simulate() {
+    let dir = tempfile::tempdir().unwrap();
+    for (input, budget) in [(repo("chains/graphs/unet-tiny.json"), "400MiB"), (repo("chains/rotor-fc6.json"), "90MiB")] {
+        let out = remat().args(["solve", &input, "-m", budget]).assert().success().get_output().stdout.clone();
+        let printed = write(dir.path(), "printed.txt", &String::from_utf8(out).unwrap());
+        let replay = remat()
+            .args(["simulate", &input])
+            .arg(&printed)
+            .args(["-m", budget, "--json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v = json(&replay);
+        // The same replay as the JSON schedule's.
+        let schedule = dir.path().join("s.json");
+        remat().args(["solve", &input, "-m", budget, "--json", "-o"]).arg(&schedule).assert().success();
+        let from_json =
+            remat().args(["simulate", &input]).arg(&schedule).args(["-m", budget, "--json"]).assert().success();
+        let w = json(&from_json.get_output().stdout);
+        assert_eq!(v["peak_memory"], w["peak_memory"], "{input}");
+        assert_eq!(v["makespan"], w["makespan"], "{input}");
+    }
+    let bad = write(dir.path(), "bad.txt", "enc1 no-such-node");
+    remat()
+        .args(["simulate", &repo("chains/graphs/unet-tiny.json")])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(contains("token 2: `no-such-node` is not a node of graph `unet-tiny`"));
+}
+
+#[test]
+fn no_schedule_within_the_time_limit_has_its_own_exit_code_and_json() {
+    let graph = repo("chains/graphs/unet-tiny.json");
+    let out = remat()
+        .args(["solve", &graph, "-a", "checkmate", "-m", "30MiB", "--time-limit", "0.01", "--json"])
+        .assert()
+        .code(3)
+        .stderr(contains("no schedule found within the time limit"))
+        .get_output()
+        .stdout
+        .clone();
+    let v = json(&out);
+    assert_eq!(v["status"], "time_limit", "{v}");
+    assert_eq!(v["budget"], 30 << 20, "{v}");
+    assert!(v["seconds"].as_f64().is_some(), "{v}");
+}

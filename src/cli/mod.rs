@@ -24,6 +24,9 @@ use remat::{Chain, Problem};
 const EXIT_INFEASIBLE: u8 = 1;
 /// Exit code for bad input or usage (also what clap uses).
 const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code when the time limit passed before any schedule was found: not a
+/// verdict on the budget (a larger --time-limit may find one).
+const EXIT_TIME_LIMIT: u8 = 3;
 
 /// A failure with the exit code it maps to.
 pub struct Failure {
@@ -40,6 +43,11 @@ impl Failure {
     /// The budget cannot be met: exit 1.
     pub fn infeasible(error: impl Into<anyhow::Error>) -> Failure {
         Failure { code: EXIT_INFEASIBLE, error: error.into() }
+    }
+
+    /// No schedule within the time limit, and no verdict: exit 3.
+    pub fn time_limit(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: EXIT_TIME_LIMIT, error: error.into() }
     }
 }
 
@@ -86,7 +94,8 @@ of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
 gradients and transient workspace; subtract parameters and optimizer state first.
 
 Exit codes: 0 success, 1 budget infeasible (the message gives the smallest
-budget that works), 2 bad input or usage.";
+budget that works), 2 bad input or usage, 3 the time limit passed before any
+schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
 
 /// Optimal activation rematerialization (gradient checkpointing) schedules.
 ///
