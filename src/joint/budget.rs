@@ -338,8 +338,8 @@ fn ilp(
         }
         let bytes: Expression = (0..n).filter_map(|i| s[i].map(|v| (budget_bytes(graph, i) as f64 / scale) * v)).sum();
         let cost: Expression = (0..n).filter_map(|i| r[i].map(|v| cost_ns[i] * v)).sum();
-        if budget.is_some() {
-            constraints.push(bytes.clone().leq(1.0));
+        if let Some(m) = budget {
+            constraints.push(bytes.clone().leq(m as f64 / scale));
         }
         if let Some(cap) = cost_cap {
             constraints.push(cost.clone().leq(cap));
