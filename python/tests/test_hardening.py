@@ -92,7 +92,7 @@ def test_an_exact_memory_above_the_machine_is_a_value_error() -> None:
         lambda: remat.min_memory(fc6, "persistent", exact_memory="1000TiB"),
         lambda: remat.compare(fc6, "90MiB", exact_memory=2**64 - 1),
     ]:
-        with pytest.raises(ValueError, match="exact_memory: exact memory .* is more than this machine can give"):
+        with pytest.raises(ValueError, match=r"exact_memory: exact memory .* is more than this machine can give"):
             call()
     assert remat.solve(fc6, "90MiB", exact_memory="64MiB").peak_memory <= 90 << 20
 
@@ -184,7 +184,9 @@ def test_train_mode_batchnorm_under_a_small_budget_trains_as_eager() -> None:
 
     def train(memory: int) -> Any:
         compiled = net()
-        aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=memory))(x).sum().backward()
+        aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=memory))(
+            x
+        ).sum().backward()
         return compiled
 
     # BatchNorm's functional op reads the running statistics that AOTAutograd
@@ -200,3 +202,53 @@ def test_train_mode_batchnorm_under_a_small_budget_trains_as_eager() -> None:
         torch.testing.assert_close(a.grad, b.grad)
     for a, b in zip(compiled.buffers(), eager.buffers()):
         torch.testing.assert_close(a, b)
+
+
+def test_hostile_arguments_to_the_python_api_are_value_or_type_errors() -> None:
+    """A fuzz of the core API's arguments: every call returns, or raises
+    ValueError, TypeError or InfeasibleError (never OverflowError, another
+    exception or an abort). Prints the count of each outcome."""
+    import random
+    from collections import Counter
+
+    rng = random.Random(27)
+    fc6 = remat.Chain.load(FC6)
+    hostile: list[object] = [
+        -1, 0, 1, 2, 7, 500, 2**31, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**64), 10**30,
+        1.5, float("nan"), float("inf"), True, None, "", "90MiB", "-1", "1e999", "0x10", "1 GiB", "nan",
+        [], {}, object(),
+    ]  # fmt: skip
+    calls: list[tuple[str, Any]] = [
+        ("solve.memory", lambda v: remat.solve(fc6, v, "chen-sqrt")),
+        ("solve.slots", lambda v: remat.solve(fc6, "90MiB", "persistent", slots=v)),
+        ("solve.segments", lambda v: remat.solve(fc6, "90MiB", "sequential", segments=v)),
+        ("solve.exact_memory", lambda v: remat.solve(fc6, "90MiB", "persistent", exact_memory=v)),
+        ("solve.algorithm", lambda v: remat.solve(fc6, "90MiB", v)),
+        ("min_memory.slots", lambda v: remat.min_memory(fc6, "persistent", slots=v)),
+        ("min_memory.algorithm", lambda v: remat.min_memory(fc6, v)),
+        ("compare.memory", lambda v: remat.compare(fc6, v, algorithms=["chen-sqrt"])),
+        ("compare.slots", lambda v: remat.compare(fc6, "90MiB", slots=v, algorithms=["persistent"])),
+        ("simulate.memory", lambda v: remat.simulate(fc6, "F_all^1..7 B^7..1", v)),
+        ("simulate.schedule", lambda v: remat.simulate(fc6, v)),
+        ("format_size", remat.format_size),
+        ("parse_size", remat.parse_size),
+    ]
+    counts: Counter[str] = Counter()
+    for _ in range(1500):
+        name, call = rng.choice(calls)
+        value = rng.choice(hostile)
+        try:
+            call(value)
+            counts["returned"] += 1
+        except remat.InfeasibleError:
+            counts["InfeasibleError"] += 1
+        except ValueError as e:
+            assert str(e), (name, value)
+            counts["ValueError"] += 1
+        except TypeError:
+            counts["TypeError"] += 1
+        except Exception as e:  # anything else is the failure being looked for
+            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    print("python fuzz outcomes:", dict(sorted(counts.items())))
+    assert sum(counts.values()) == 1500
+    assert counts["ValueError"] > 0 and counts["returned"] > 0
