@@ -180,6 +180,19 @@ pub fn min_peak_passes(chain: &Chain, slots: usize) -> f64 {
     2.0 + f64::from(u64::BITS - total.leading_zeros()) + 1.0
 }
 
+/// Steps the slot-based smallest budget (persistent, revolve, auto) takes
+/// with `opts`: [`min_peak_passes`] passes of L^3 / 6 cells at
+/// [`MIN_PEAK_CELL_STEPS`] steps. O(L).
+pub fn min_budget_steps(chain: &Chain, opts: &SolveOptions) -> f64 {
+    cube(chain.len()) / 6.0 * MIN_PEAK_CELL_STEPS * min_peak_passes(chain, opts.slots.get())
+}
+
+/// Seconds `steps` take on the 2-core machine the limits were measured on
+/// (about 1.25 ns a step): for a note before long work.
+pub fn seconds_for(steps: f64) -> f64 {
+    steps * 1.25e-9
+}
+
 /// Refuses, before any work, a [`crate::solve::min_budget`] of `chain` with
 /// `algorithm` that would not finish. The slot-based minimum bisects over
 /// budgets with the min-peak pass (L^3 / 6 cells at [`MIN_PEAK_CELL_STEPS`]
@@ -190,7 +203,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
     let rounds = f64::from(usize::BITS - opts.slots.get().leading_zeros()) + 1.0;
     match algorithm {
         Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto => {
-            let steps = cube(len) / 6.0 * MIN_PEAK_CELL_STEPS * min_peak_passes(chain, opts.slots.get());
+            let steps = min_budget_steps(chain, opts);
             dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), false)?;
             if algorithm == Algorithm::Auto && len <= crate::solve::AUTO_EXHAUSTIVE_STAGES {
                 exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget")?;

@@ -519,3 +519,26 @@ fn no_schedule_within_the_time_limit_has_its_own_exit_code_and_json() {
     assert_eq!(v["budget"], 30 << 20, "{v}");
     assert!(v["seconds"].as_f64().is_some(), "{v}");
 }
+
+#[test]
+fn min_memory_on_a_2000_stage_chain_says_it_takes_minutes_before_it_starts() {
+    // Allowed (within the ten-minute policy), but 318 s without a word
+    // before: the note comes first, with what answers sooner.
+    let dir = tempfile::tempdir().unwrap();
+    let chain = long_chain(dir.path(), 2000);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
+        .args(["min-memory", chain.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("note: the smallest auto budget of this 2000-stage chain takes about"), "{stderr}");
+    assert!(stderr.contains("--algorithm chen-sqrt answers at once"), "{stderr}");
+    // A short chain gets no note.
+    let short = long_chain(dir.path(), 50);
+    remat().args(["min-memory", short.to_str().unwrap()]).assert().success().stderr(contains("note:").not());
+}
