@@ -167,10 +167,7 @@ pub fn min_peak_passes(chain: &Chain, slots: usize) -> f64 {
         let stage = if l == 0 {
             0
         } else {
-            chain
-                .saved_size(l)
-                .saturating_add(chain.forward_overhead(l))
-                .saturating_add(chain.backward_overhead(l))
+            chain.saved_size(l).saturating_add(chain.forward_overhead(l)).saturating_add(chain.backward_overhead(l))
         };
         t.saturating_add(chain.output_size(l)).saturating_add(chain.gradient_size(l)).saturating_add(stage)
     });

@@ -510,7 +510,8 @@ fn joint_graphs_keep_the_promise() {
                     return Ok(());
                 }
             };
-            let free = remat::joint::partition_with(&graph, None, &options).map_err(|e| TestCaseError::fail(format!("min-cut failed: {e}\n{text}")))?;
+            let free = remat::joint::partition_with(&graph, None, &options)
+                .map_err(|e| TestCaseError::fail(format!("min-cut failed: {e}\n{text}")))?;
             let (smallest, all) = (free.smallest_budget, free.save_all.activation_bytes);
             let memory = match pick {
                 0 => 0,
@@ -521,7 +522,11 @@ fn joint_graphs_keep_the_promise() {
             };
             match remat::joint::partition_with(&graph, Some(memory), &options) {
                 Ok(answer) => {
-                    prop_assert!(answer.chosen.activation_bytes <= memory, "{} over {memory}\n{text}", answer.chosen.activation_bytes);
+                    prop_assert!(
+                        answer.chosen.activation_bytes <= memory,
+                        "{} over {memory}\n{text}",
+                        answer.chosen.activation_bytes
+                    );
                     count("joint: within budget (exit 0)");
                 }
                 Err(BudgetError::Infeasible { budget, smallest: named }) => {
@@ -547,7 +552,11 @@ fn joint_graphs_keep_the_promise() {
                     .output()
                     .unwrap();
                 let stderr = String::from_utf8_lossy(&out.stderr);
-                prop_assert!(matches!(out.status.code(), Some(0..=2)), "exit {:?}: {stderr}\n{text}", out.status.code());
+                prop_assert!(
+                    matches!(out.status.code(), Some(0..=2)),
+                    "exit {:?}: {stderr}\n{text}",
+                    out.status.code()
+                );
                 prop_assert!(!stderr.contains("panicked"), "{stderr}");
                 count(format!("joint binary: exit {}", out.status.code().unwrap()));
             }
@@ -600,9 +609,10 @@ fn kills_during_writes_lose_nothing_and_leave_nothing() {
             count("kill: new file complete");
             old = text;
         }
-        let left = std::fs::read_dir(dir.path()).unwrap().filter(|e| {
-            e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp")
-        }).count();
+        let left = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
         if left > 0 {
             count("kill: temporary file left, for the next write to remove");
         }

@@ -82,7 +82,8 @@ fn checkmate_approx_names_a_budget_at_which_it_then_succeeds() {
     // The MILP's smallest budget (225.50 MiB) is below what the rounding
     // meets; the verdict used to name it.
     let graph = repo("chains/graphs/unet-tiny.json");
-    let out = remat().args(["solve", &graph, "-a", "checkmate-approx", "-m", "1KiB"]).assert().code(1).get_output().clone();
+    let out =
+        remat().args(["solve", &graph, "-a", "checkmate-approx", "-m", "1KiB"]).assert().code(1).get_output().clone();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(stderr.contains("works") && stderr.contains("at least 225.50 MiB"), "{stderr}");
     let named = named_budget(&stderr);
@@ -141,7 +142,11 @@ fn joint_graph(n: usize, seed: u64, bytes: Option<u64>) -> String {
             inputs.push(format!("\"f{}\"", 1 + next(i as u64 - 2)));
         }
         let op = ["pointwise", "pointwise", "compute_intensive", "reduction", "view"][next(5) as usize];
-        let flops = if op == "compute_intensive" { format!(r#", "flops": {}"#, 1 + next(1_000_000_000)) } else { String::new() };
+        let flops = if op == "compute_intensive" {
+            format!(r#", "flops": {}"#, 1 + next(1_000_000_000))
+        } else {
+            String::new()
+        };
         nodes.push(format!(
             r#"{{"name": "f{i}", "role": "forward", "op": "{op}", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": {}{flops}}}"#,
             inputs.join(", "),
@@ -183,8 +188,7 @@ fn mincut_near_2_48_answers_instead_of_exit_70() {
         let points = front.as_array().unwrap();
         assert!(!points.is_empty());
         // Most bytes first, each point's bytes strictly below the last's.
-        let bytes: Vec<u64> =
-            points.iter().map(|p| p["partition"]["activation_bytes"].as_u64().unwrap()).collect();
+        let bytes: Vec<u64> = points.iter().map(|p| p["partition"]["activation_bytes"].as_u64().unwrap()).collect();
         assert!(bytes.windows(2).all(|w| w[1] < w[0]), "{bytes:?}");
     }
 }
@@ -255,12 +259,7 @@ fn no_cli_module_prints_with_println() {
         for (i, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap();
             let bare = code.replace("eprintln!", "").replace("eprint!", "");
-            assert!(
-                !bare.contains("println!(") && !bare.contains("print!("),
-                "{}:{}: {line}",
-                path.display(),
-                i + 1
-            );
+            assert!(!bare.contains("println!(") && !bare.contains("print!("), "{}:{}: {line}", path.display(), i + 1);
         }
     }
 }
@@ -303,7 +302,8 @@ fn an_exact_memory_above_the_machine_is_refused_up_front() {
         let out = remat().args(&args).assert().code(2).get_output().clone();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("is more than this machine can give a solve") && stderr.contains("hint: pass --exact-memory"),
+            stderr.contains("is more than this machine can give a solve")
+                && stderr.contains("hint: pass --exact-memory"),
             "{args:?}: {stderr}"
         );
         assert!(start.elapsed() < Duration::from_secs(10), "{args:?}: {:?}", start.elapsed());
@@ -401,9 +401,14 @@ fn temporaries_left_by_a_killed_writer_are_removed_by_the_next_write() {
 #[test]
 fn a_graph_with_a_json_syntax_error_is_reported_as_a_graph() {
     let dir = tempfile::tempdir().unwrap();
-    let node = r#"{"name": "a", "forward_time": 1, "backward_time": 1, "output_size": 1, "saved_size": 1, "inputs": []}"#;
+    let node =
+        r#"{"name": "a", "forward_time": 1, "backward_time": 1, "output_size": 1, "saved_size": 1, "inputs": []}"#;
     let trailing = write(dir.path(), "trailing.json", &format!(r#"{{"name": "g", "nodes": [{node},]}}"#));
-    let hex = write(dir.path(), "hex.json", &format!(r#"{{"name": "g", "nodes": [{}]}}"#, node.replace("\"output_size\": 1", "\"output_size\": 0x10")));
+    let hex = write(
+        dir.path(),
+        "hex.json",
+        &format!(r#"{{"name": "g", "nodes": [{}]}}"#, node.replace("\"output_size\": 1", "\"output_size\": 0x10")),
+    );
     remat()
         .args(["solve", trailing.to_str().unwrap(), "-m", "1KiB"])
         .assert()
@@ -424,7 +429,11 @@ fn a_chain_without_a_name_is_read_as_documented() {
         "c.json",
         r#"{"input_size": 10, "stages": [{"forward_time": 1, "backward_time": 1, "output_size": 10, "saved_size": 10}]}"#,
     );
-    remat().args(["solve", chain.to_str().unwrap(), "-m", "1KiB"]).assert().success().stdout(contains("chain:       chain (1 stages"));
+    remat()
+        .args(["solve", chain.to_str().unwrap(), "-m", "1KiB"])
+        .assert()
+        .success()
+        .stdout(contains("chain:       chain (1 stages"));
 }
 
 #[test]
@@ -451,28 +460,24 @@ fn a_schedule_given_as_the_chain_says_it_is_a_schedule() {
 #[test]
 fn a_numeric_syntax_error_names_the_field_and_the_value() {
     let dir = tempfile::tempdir().unwrap();
-    let s = |size: &str| {
-        format!(r#"{{"forward_time": 1, "backward_time": 1, "output_size": {size}, "saved_size": 1}}"#)
-    };
+    let s =
+        |size: &str| format!(r#"{{"forward_time": 1, "backward_time": 1, "output_size": {size}, "saved_size": 1}}"#);
     for (bad, shown) in [("0x10", "0x10"), ("+5", "+5"), ("1_000", "1_000")] {
         let text = format!(r#"{{"name": "c", "input_size": 1, "stages": [{}, {}, {}]}}"#, s("1"), s("1"), s(bad));
         let chain = write(dir.path(), "c.json", &text);
-        remat()
-            .args(["solve", chain.to_str().unwrap(), "-m", "1KiB"])
-            .assert()
-            .code(2)
-            .stderr(
-                contains("stages[2].output_size (stage 3)")
-                    .and(contains(format!("`{shown}` is not a JSON value")))
-                    .and(contains(".?").not()),
-            );
+        remat().args(["solve", chain.to_str().unwrap(), "-m", "1KiB"]).assert().code(2).stderr(
+            contains("stages[2].output_size (stage 3)")
+                .and(contains(format!("`{shown}` is not a JSON value")))
+                .and(contains(".?").not()),
+        );
     }
 }
 
 #[test]
 fn the_text_solve_prints_is_read_back_by_simulate() {
     let dir = tempfile::tempdir().unwrap();
-    for (input, budget) in [(repo("chains/graphs/unet-tiny.json"), "400MiB"), (repo("chains/rotor-fc6.json"), "90MiB")] {
+    for (input, budget) in [(repo("chains/graphs/unet-tiny.json"), "400MiB"), (repo("chains/rotor-fc6.json"), "90MiB")]
+    {
         let out = remat().args(["solve", &input, "-m", budget]).assert().success().get_output().stdout.clone();
         let printed = write(dir.path(), "printed.txt", &String::from_utf8(out).unwrap());
         let replay = remat()

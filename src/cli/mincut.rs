@@ -128,7 +128,12 @@ fn print_answer(a: &Answer) {
     outln!();
     outln!(
         "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
-        "", "saved", "activations", "traffic fw<->bw", "recompute", "nodes"
+        "",
+        "saved",
+        "activations",
+        "traffic fw<->bw",
+        "recompute",
+        "nodes"
     );
     let row = |label: &str, p: &Partition| {
         outln!(
@@ -158,8 +163,8 @@ fn print_answer(a: &Answer) {
 }
 
 fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
-    let (points, stopped) = joint::pareto_with(graph, MAX_PARETO_POINTS, options)
-        .map_err(|e| Failure { code: 70, error: e.into() })?;
+    let (points, stopped) =
+        joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure { code: 70, error: e.into() })?;
     if stopped == Some(Stopped::TimeLimit) {
         eprintln!(
             "warning: --pareto stopped at the time limit ({} s) after {} points; the front is incomplete (a larger \

@@ -65,7 +65,10 @@ impl From<remat::SolveError> for Failure {
                     remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
                     remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
                     remat::solve::Remedy::ExactMemoryAtMost(m) => {
-                        format!("--exact-memory {} or less (0: always round)", remat::size::format_size(m).replace(' ', ""))
+                        format!(
+                            "--exact-memory {} or less (0: always round)",
+                            remat::size::format_size(m).replace(' ', "")
+                        )
                     }
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))

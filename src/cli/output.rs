@@ -188,7 +188,8 @@ pub fn write_file(path: &Path, text: &str) -> CliResult {
     };
     remove_stale_temporaries(&dir);
     let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
-    let mut tmp = tempfile::Builder::new().prefix(&prefix).suffix(TEMP_SUFFIX).tempfile_in(&dir).map_err(|e| fail(&e))?;
+    let mut tmp =
+        tempfile::Builder::new().prefix(&prefix).suffix(TEMP_SUFFIX).tempfile_in(&dir).map_err(|e| fail(&e))?;
     tmp.write_all(text.as_bytes()).map_err(|e| fail(&e))?;
     tmp.as_file().sync_all().map_err(|e| fail(&e))?;
     // Keep the permissions of the file being replaced (the temporary file is

@@ -357,9 +357,7 @@ fn ilp(
         }
         match model.solve() {
             Ok(solution) => Ok(solution),
-            Err(ResolutionError::Infeasible) => {
-                Err(IlpError::Failed)
-            }
+            Err(ResolutionError::Infeasible) => Err(IlpError::Failed),
             Err(ResolutionError::Other(m)) if m.contains("Time limit") || m.contains("time limit") => {
                 Err(IlpError::TimedOut)
             }

@@ -207,7 +207,6 @@ pub fn pareto_with(
 ) -> Result<(Vec<(Partition, bool)>, Option<budget::Stopped>), BudgetError> {
     let analysis = Analysis::new(graph);
     let front = budget::pareto_with(graph, &analysis, max_points, options)?;
-    let points =
-        front.points.into_iter().map(|p| (mincut::evaluate(graph, &analysis, &p.saved), p.optimal)).collect();
+    let points = front.points.into_iter().map(|p| (mincut::evaluate(graph, &analysis, &p.saved), p.optimal)).collect();
     Ok((points, front.stopped))
 }
