@@ -176,6 +176,8 @@ struct LossJson {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChainJson {
+    /// Optional, as documented: a chain without one is called `chain`.
+    #[serde(default = "default_chain_name")]
     name: String,
     input_size: u64,
     stages: Vec<Object<StageJson>>,
@@ -184,6 +186,10 @@ struct ChainJson {
     /// Free-form provenance (how the file was made, units, device...).
     #[serde(default)]
     metadata: Option<serde_json::Value>,
+}
+
+fn default_chain_name() -> String {
+    "chain".to_string()
 }
 
 impl From<StageJson> for Stage {
@@ -250,9 +256,63 @@ pub(crate) fn from_json_strict<T: serde::de::DeserializeOwned>(
     whole: &str,
 ) -> Result<T, (String, String)> {
     let de = &mut serde_json::Deserializer::from_str(text);
-    let value: T = serde_path_to_error::deserialize(&mut *de).map_err(|e| describe_json_error(e, list, item, whole))?;
+    let value: T = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
+        let at = e.inner().is_syntax().then(|| syntax_context(text, e.inner().line(), e.inner().column())).flatten();
+        let (mut path, mut message) = describe_json_error(e, list, item, whole);
+        // serde names the field after a malformed value `?` (it had not read
+        // the next key yet): the key before the value is the field at fault.
+        if let Some(q) = path.find(".?") {
+            match &at {
+                Some((key, _)) => path.replace_range(q..q + 2, &format!(".{key}")),
+                None => path.replace_range(q..q + 2, ""),
+            }
+        } else if path == "?" {
+            path = at.as_ref().map_or_else(|| whole.to_string(), |(key, _)| key.clone());
+        }
+        if let Some((_, value)) = &at {
+            message = malformed_value_message(message, value);
+        }
+        (path, message)
+    })?;
     de.end().map_err(|e| (whole.to_string(), format!("{e} (a file holds one JSON value; remove what follows it)")))?;
     Ok(value)
+}
+
+/// serde_json's message for a malformed `value`, with what is wrong with it:
+/// the NaN/Infinity hint stays for those (and 1e999), anything else (`0x10`,
+/// `+5`, `1_000`) gets the rules of JSON numbers instead.
+pub(crate) fn malformed_value_message(message: String, value: &str) -> String {
+    const FINITE: &str = " (numbers must be finite: JSON has no NaN or Infinity)";
+    let lower = value.to_ascii_lowercase();
+    if lower.contains("nan") || lower.contains("inf") || message.contains("number out of range") {
+        return message;
+    }
+    format!(
+        "{} (`{value}` is not a JSON value: numbers are decimal, without hex, a leading + or quotes)",
+        message.replace(FINITE, "")
+    )
+}
+
+/// For a JSON syntax error at `line`/`column` (1-based, as serde_json counts
+/// them) inside a scalar value, the key the value belongs to and the value as
+/// written (`("output_size", "0x10")`); `None` when the error is not inside a
+/// `"key": value` pair (a trailing comma, a missing bracket). O(length of the
+/// line).
+pub(crate) fn syntax_context(text: &str, line: usize, column: usize) -> Option<(String, String)> {
+    let row = text.lines().nth(line.checked_sub(1)?)?;
+    let at = row.char_indices().nth(column.saturating_sub(1)).map_or(row.len(), |(i, _)| i);
+    let before = &row[..at];
+    let colon = before.rfind(':')?;
+    let written = &before[colon + 1..];
+    if written.contains(['{', '[', ',', '"', '}', ']']) {
+        return None;
+    }
+    let key_end = before[..colon].trim_end().strip_suffix('"')?;
+    let key = &key_end[key_end.rfind('"')? + 1..];
+    let rest = &row[at..];
+    let end = rest.find([',', '}', ']', ' ']).unwrap_or(rest.len());
+    let value = format!("{}{}", written.trim(), &rest[..end]);
+    (!value.is_empty() && !key.is_empty()).then(|| (key.to_string(), value))
 }
 
 /// Where and what a JSON error is, for people: serde's path with list items

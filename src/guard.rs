@@ -84,10 +84,34 @@ fn address_space_limit(limits: &str) -> Option<u64> {
     line.trim_start_matches("Max address space").split_whitespace().next()?.parse().ok()
 }
 
+/// Refuses an [`SolveOptions::exact_memory`] above [`memory_limit`] (half
+/// of this machine's memory, or of what the address-space limit leaves):
+/// the exact fronts would grow until an allocation failed and the process
+/// aborted, minutes later. Checked by [`solve`] and [`min_budget`], so every
+/// front end gets it before any work. O(1).
+pub fn exact_memory(opts: &SolveOptions) -> Result<(), SolveError> {
+    let Some(asked) = opts.exact_memory else { return Ok(()) };
+    let limit = memory_limit();
+    if asked <= limit {
+        return Ok(());
+    }
+    Err(SolveError::TooLarge {
+        reason: format!(
+            "exact memory {} ({asked} bytes) is more than this machine can give a solve: {} ({limit} bytes), half of \
+             its memory or of what the process's address-space limit leaves",
+            format_size(asked),
+            format_size(limit)
+        ),
+        remedy: Remedy::ExactMemoryAtMost(limit),
+    })
+}
+
 /// Refuses, before any work, a [`crate::solve::solve`] of `chain` at `budget`
-/// with `algorithm` that would not finish or fit (see the module's limits).
+/// with `algorithm` that would not finish or fit (see the module's limits),
+/// or whose [`exact_memory`] is more than the machine has.
 /// `auto` is judged by what it would run. O(L^2) at most.
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    exact_memory(opts)?;
     let len = chain.len();
     let m = Slots::new(budget, opts.slots.get()).capacity;
     match algorithm {
@@ -125,16 +149,58 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
     }
 }
 
+/// Steps one cell of the min-peak pass counts for, against the DP table's
+/// cells the limits are set in: it reads its table by columns. Measured on a
+/// 2-core machine: `remat min-memory -a persistent` on a 1,000-stage chain
+/// takes 35 s, about 41 passes of L^3 / 6 cells at 5 ns each.
+pub const MIN_PEAK_CELL_STEPS: f64 = 4.0;
+
+/// How many min-peak passes the slot-based smallest budget
+/// ([`crate::slots::smallest_feasible_budget`]) runs at most with `slots`
+/// slots: one exact probe, then, unless a slot is one byte throughout (the
+/// probe answers), a doubling search and a bisection over bytes, together
+/// about log2 of the largest budget it can reach (store-all's peak, at most
+/// the sum of every size). O(L).
+pub fn min_peak_passes(chain: &Chain, slots: usize) -> f64 {
+    let n = chain.len() + 1;
+    let total = (0..=n).fold(0u64, |t, l| {
+        let stage = if l == 0 {
+            0
+        } else {
+            chain.saved_size(l).saturating_add(chain.forward_overhead(l)).saturating_add(chain.backward_overhead(l))
+        };
+        t.saturating_add(chain.output_size(l)).saturating_add(chain.gradient_size(l)).saturating_add(stage)
+    });
+    if slots as u64 >= total {
+        return 2.0;
+    }
+    2.0 + f64::from(u64::BITS - total.leading_zeros()) + 1.0
+}
+
+/// Steps the slot-based smallest budget (persistent, revolve, auto) takes
+/// with `opts`: [`min_peak_passes`] passes of L^3 / 6 cells at
+/// [`MIN_PEAK_CELL_STEPS`] steps. O(L).
+pub fn min_budget_steps(chain: &Chain, opts: &SolveOptions) -> f64 {
+    cube(chain.len()) / 6.0 * MIN_PEAK_CELL_STEPS * min_peak_passes(chain, opts.slots.get())
+}
+
+/// Seconds `steps` take on the 2-core machine the limits were measured on
+/// (about 1.25 ns a step): for a note before long work.
+pub fn seconds_for(steps: f64) -> f64 {
+    steps * 1.25e-9
+}
+
 /// Refuses, before any work, a [`crate::solve::min_budget`] of `chain` with
 /// `algorithm` that would not finish. The slot-based minimum bisects over
-/// budgets with the min-peak pass (L^3 / 6 steps) about log2(S) + 1 times.
-/// O(L^2) at most.
+/// budgets with the min-peak pass (L^3 / 6 cells at [`MIN_PEAK_CELL_STEPS`]
+/// steps each) [`min_peak_passes`] times. O(L^2) at most.
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
+    exact_memory(opts)?;
     let len = chain.len();
     let rounds = f64::from(usize::BITS - opts.slots.get().leading_zeros()) + 1.0;
     match algorithm {
         Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto => {
-            let steps = cube(len) / 6.0 * rounds;
+            let steps = min_budget_steps(chain, opts);
             dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), false)?;
             if algorithm == Algorithm::Auto && len <= crate::solve::AUTO_EXHAUSTIVE_STAGES {
                 exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget")?;
@@ -157,11 +223,12 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
 
 /// Refuses, before any work, [`crate::solve::any_min_budget`] on `chain`
 /// when it would not finish: its exact pass is the floating DP's min-peak
-/// (L^4 / 24 steps) up to [`floating::MAX_STAGES`] stages, else the
-/// persistent one (L^3 / 6). O(1).
+/// (L^4 / 24 cells) up to [`floating::MAX_STAGES`] stages, else the
+/// persistent one (L^3 / 6), each cell [`MIN_PEAK_CELL_STEPS`] steps. O(1).
 pub fn any_min_budget(chain: &Chain) -> Result<(), SolveError> {
     let len = chain.len();
-    let steps = if len <= floating::MAX_STAGES { cube(len) * len as f64 / 24.0 } else { cube(len) / 6.0 };
+    let cells = if len <= floating::MAX_STAGES { cube(len) * len as f64 / 24.0 } else { cube(len) / 6.0 };
+    let steps = cells * MIN_PEAK_CELL_STEPS;
     if steps <= PERSISTENT_MAX_STEPS {
         return Ok(());
     }
@@ -339,6 +406,23 @@ mod tests {
         let err = min_budget(&chain(14), Algorithm::Exhaustive, &opts).unwrap_err().to_string();
         assert!(err.contains("at most 12 stages") && err.contains("this chain has 14"), "{err}");
         assert!(solve(&chain(14), 1 << 30, Algorithm::Exhaustive, &opts).is_ok());
+    }
+
+    #[test]
+    fn the_smallest_budget_of_a_10000_stage_chain_is_refused_and_of_2000_allowed() {
+        // Issue 27: `min-memory` ran 318 s at 2,000 stages and past 300 s at
+        // 10,000; the estimate counted a tenth of the min-peak passes.
+        let opts = SolveOptions::default();
+        for algorithm in [Algorithm::Auto, Algorithm::Persistent] {
+            assert!(min_budget(&chain(2000), algorithm, &opts).is_ok());
+            let err = min_budget(&chain(10_000), algorithm, &opts).unwrap_err().to_string();
+            assert!(err.contains("10000 stages"), "{err}");
+        }
+        assert!(any_min_budget(&chain(2000)).is_ok());
+        assert!(matches!(any_min_budget(&chain(10_000)), Err(SolveError::TooLarge { .. })));
+        // One byte a slot: the exact probe answers, two passes.
+        assert_eq!(min_peak_passes(&chain(10), usize::MAX), 2.0);
+        assert!(min_peak_passes(&chain(100), 500) > 10.0);
     }
 
     #[test]

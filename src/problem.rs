@@ -57,6 +57,15 @@ pub enum ProblemError {
         /// What is wrong.
         source: GraphError,
     },
+    /// A schedule given where a chain or graph is expected.
+    #[error(
+        "`{path}` is a schedule (it has `operations`), not a chain or graph file: give the chain or graph here, \
+         and the schedule as the second argument of `remat simulate` or `remat show`"
+    )]
+    Schedule {
+        /// The path as given.
+        path: String,
+    },
     /// A graph given where only chains are accepted.
     #[error("`{path}` is a {kind}, not a chain: {why}")]
     NotAChain {
@@ -88,6 +97,10 @@ impl Problem {
     /// in errors. A top-level `nodes` key makes it a graph, anything else is
     /// read as a chain (whose errors then name the missing fields).
     pub fn from_json(text: &str, path: &str) -> Result<Problem, ProblemError> {
+        let key = |k| crate::graph::has_key(text, k);
+        if key("operations") && !key("stages") && !key("nodes") {
+            return Err(ProblemError::Schedule { path: path.into() });
+        }
         if looks_like_graph(text) {
             let graph =
                 GraphFile::from_json(text).map_err(|source| ProblemError::Graph { path: path.into(), source })?;

@@ -51,15 +51,21 @@ impl fmt::Display for Op {
     }
 }
 
-/// A notation token that is not an operation.
+/// A notation token that is not an operation, or a run too long to hold.
 #[derive(Debug, Error, PartialEq)]
-#[error(
-    "`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1, or a run \
-     (F_none^2..35 forwards up, B^35..2 backwards down)"
-)]
+#[error("{}", match reason {
+    Some(r) => format!("`{token}` is refused: {r}"),
+    None => format!(
+        "`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1, or a run \
+         (F_none^2..35 forwards up, B^35..2 backwards down)"
+    ),
+})]
 pub struct ParseOpError {
     /// The token as written.
     pub token: String,
+    /// Why a well-formed token is refused (a run past [`MAX_OPERATIONS`]);
+    /// `None` when the token is not an operation at all.
+    pub reason: Option<String>,
 }
 
 impl FromStr for Op {
@@ -67,7 +73,7 @@ impl FromStr for Op {
 
     /// Parses `F_all^3`, `F_ck^1`, `F_none^2` (also `F_ø^2`, `F_∅^2`), `B^3`.
     fn from_str(token: &str) -> Result<Op, ParseOpError> {
-        let err = || ParseOpError { token: token.to_string() };
+        let err = || ParseOpError { token: token.to_string(), reason: None };
         let (kind, stage) = token.split_once('^').ok_or_else(err)?;
         let l: usize = stage.parse().map_err(|_| err())?;
         if l == 0 {
@@ -265,31 +271,75 @@ pub fn summary(ops: &[Op], stages: usize) -> String {
     format!("{}; {recomputed} forwards recomputed", parts.join(", "))
 }
 
-/// Parses one notation token: an operation (`F_ck^3`) or a run
-/// (`F_none^2..35`, `B^35..2`), in the directions [`compact_notation`] writes.
-fn parse_token(token: &str) -> Result<Vec<Op>, ParseOpError> {
+/// The most operations a schedule may hold (about 270 MB of operations):
+/// far above any schedule remat writes for a chain it can solve, and small
+/// enough that reading one can never exhaust memory. [`parse_operations`]
+/// counts a run's length before it expands it, so `F_none^1..18446744073709551615`
+/// is refused at once, not after allocating.
+pub const MAX_OPERATIONS: usize = 1 << 24;
+
+/// Parses one notation token, an operation (`F_ck^3`) or a run
+/// (`F_none^2..35`, `B^35..2`) in the directions [`compact_notation`] writes,
+/// and appends its operations to `ops`; a run that would take `ops` past
+/// [`MAX_OPERATIONS`] is refused before anything is allocated. O(run length).
+fn parse_token(token: &str, ops: &mut Vec<Op>) -> Result<(), ParseOpError> {
     let Some((head, end)) = token.split_once("..") else {
-        return Ok(vec![token.parse()?]);
+        ops.push(token.parse()?);
+        return too_many(token, ops.len(), 0);
     };
-    let err = || ParseOpError { token: token.to_string() };
+    let err = || ParseOpError { token: token.to_string(), reason: None };
     let first: Op = head.parse().map_err(|_| err())?;
     let end: usize = end.parse().map_err(|_| err())?;
     let start = first.stage();
-    let stages: Vec<usize> = match first {
-        Op::B(_) if end <= start && end >= 1 => (end..=start).rev().collect(),
+    let (low, high) = match first {
+        Op::B(_) if end <= start && end >= 1 => (end, start),
         Op::B(_) => return Err(err()),
-        _ if end >= start => (start..=end).collect(),
+        _ if end >= start => (start, end),
         _ => return Err(err()),
     };
-    Ok(stages
-        .into_iter()
-        .map(|l| match first {
-            Op::FAll(_) => Op::FAll(l),
-            Op::FCk(_) => Op::FCk(l),
-            Op::FNone(_) => Op::FNone(l),
-            Op::B(_) => Op::B(l),
-        })
-        .collect())
+    // high - low + 1 cannot overflow past the check: high - low < usize::MAX.
+    too_many(token, ops.len(), (high - low).saturating_add(1))?;
+    let make = |l| match first {
+        Op::FAll(_) => Op::FAll(l),
+        Op::FCk(_) => Op::FCk(l),
+        Op::FNone(_) => Op::FNone(l),
+        Op::B(_) => Op::B(l),
+    };
+    if matches!(first, Op::B(_)) {
+        ops.extend((low..=high).rev().map(make));
+    } else {
+        ops.extend((low..=high).map(make));
+    }
+    Ok(())
+}
+
+/// Refuses a token that takes a schedule of `held` operations `more` past
+/// [`MAX_OPERATIONS`].
+fn too_many(token: &str, held: usize, more: usize) -> Result<(), ParseOpError> {
+    if held.saturating_add(more) <= MAX_OPERATIONS {
+        return Ok(());
+    }
+    Err(ParseOpError {
+        token: token.to_string(),
+        reason: Some(format!(
+            "it would make the schedule {} operations long{}; a schedule holds at most {MAX_OPERATIONS}",
+            held.saturating_add(more),
+            if more > 1 { format!(" (a run of {more})") } else { String::new() }
+        )),
+    })
+}
+
+/// The notation in `text`: all of it, or, for the report `remat solve`
+/// prints (its first word a label such as `chain:` or `graph:`), its last
+/// line, where the schedule is; so what `solve` prints can be saved and
+/// replayed as it is. O(length of `text`).
+pub fn schedule_line(text: &str) -> &str {
+    let first = text.split_whitespace().next().unwrap_or("");
+    if first.len() > 1 && first.ends_with(':') {
+        text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
+    } else {
+        text
+    }
 }
 
 /// Why a schedule file could not be read.
@@ -341,9 +391,10 @@ pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
         Ok(ops)
     } else {
         let mut ops = Vec::new();
+        let text = schedule_line(text);
         let tokens = text.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty());
         for (i, t) in tokens.enumerate() {
-            ops.extend(parse_token(t).map_err(|source| ScheduleParseError::Notation { index: i + 1, source })?);
+            parse_token(t, &mut ops).map_err(|source| ScheduleParseError::Notation { index: i + 1, source })?;
         }
         Ok(ops)
     }

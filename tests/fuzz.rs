@@ -12,8 +12,16 @@
 //! the budget and whose infeasible verdict must name a budget that `remat
 //! solve` then meets. The run prints its counts by outcome.
 //!
+//! Issue 27 widened it: `mincut` on generated joint graphs (sizes up to near
+//! 2^62, random and banned ops; budgets, Pareto fronts under a time limit,
+//! every 25th through the binary), notation with runs too long to hold, and
+//! SIGKILLs during writes (the old file or the whole new one, never a torn
+//! one, and no temporary file after the next write). The Python API's
+//! hostile arguments are fuzzed in python/tests/test_hardening.py.
+//!
 //! `REMAT_FUZZ_CASES` sets the number of chain cases (default 10,000; graphs
-//! get a twentieth and schedules a tenth on top).
+//! get a twentieth, schedules and joint graphs a tenth, kills a hundredth on
+//! top).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -387,14 +395,18 @@ fn schedules_keep_the_promise() {
     )
     .unwrap();
     let token = prop_oneof![
-        (1usize..9).prop_map(|l| format!("F_all^{l}")),
-        (1usize..9).prop_map(|l| format!("F_ck^{l}")),
-        (1usize..9).prop_map(|l| format!("F_none^{l}")),
-        (0usize..9).prop_map(|l| format!("B^{l}")),
-        (0usize..9, 0usize..9).prop_map(|(a, b)| format!("B^{a}..{b}")),
-        Just("F_all^18446744073709551615".to_string()),
-        Just("B^1..18446744073709551615".to_string()),
-        Just("junk".to_string()),
+        40 => (1usize..9).prop_map(|l| format!("F_all^{l}")),
+        40 => (1usize..9).prop_map(|l| format!("F_ck^{l}")),
+        40 => (1usize..9).prop_map(|l| format!("F_none^{l}")),
+        40 => (0usize..9).prop_map(|l| format!("B^{l}")),
+        40 => (0usize..9, 0usize..9).prop_map(|(a, b)| format!("B^{a}..{b}")),
+        10 => Just("F_all^18446744073709551615".to_string()),
+        10 => Just("B^1..18446744073709551615".to_string()),
+        // Issue 27: runs too long to hold, refused before they are expanded.
+        1 => Just("F_none^1..18446744073709551615".to_string()),
+        1 => Just("F_ck^1..100000000".to_string()),
+        1 => Just("F_all^2..16777300".to_string()),
+        10 => Just("junk".to_string()),
     ];
     let strategy = (proptest::collection::vec(token, 0..30), 0u8..4);
     let mut runner = runner((cases() / 10).max(1), 17);
@@ -406,7 +418,10 @@ fn schedules_keep_the_promise() {
                 2 => format!("{} trailing", tokens.join(",")),
                 _ => format!("[\"{}\"] []", tokens.join("\", \"")),
             };
-            match remat::schedule::parse_operations(&text) {
+            let start = Instant::now();
+            let parsed = remat::schedule::parse_operations(&text);
+            prop_assert!(start.elapsed() < Duration::from_secs(10), "{:?} to parse\n{text}", start.elapsed());
+            match parsed {
                 Ok(ops) => match remat::simulate(&chain, &ops) {
                     Ok(r) => {
                         prop_assert!(r.makespan.is_finite());
@@ -419,6 +434,197 @@ fn schedules_keep_the_promise() {
             Ok(())
         })
         .unwrap();
+    print_counts();
+}
+
+/// A joint (forward + backward) graph as JSON text, for `remat mincut`: a
+/// forward chain with skips and random op classes (random ops, banned nodes,
+/// tuples), a backward chain reading it; sizes small, near 2^48 or huge.
+fn joint_text() -> impl Strategy<Value = String> {
+    let node = (0u8..8, any::<u8>(), 0u8..6, 0u64..(1 << 20), 0u8..12);
+    (proptest::collection::vec(node, 1..25), 0u8..4).prop_map(|(forward, scale)| {
+        let n = forward.len();
+        let bytes = |b: u64, i: usize| match scale {
+            0 => b,
+            1 => (1u64 << 48) - (b % 1000) - i as u64,
+            2 => (1u64 << 62) / 64 + b,
+            _ => b % 7,
+        };
+        let mut nodes = vec![r#"{"name": "x", "role": "primal", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string()];
+        for (i, &(op, skip, extra, b, flags)) in forward.iter().enumerate() {
+            let i = i + 1;
+            let mut inputs = vec![if i == 1 { "\"x\"".to_string() } else { format!("\"f{}\"", i - 1) }];
+            if i > 2 && skip % 3 == 0 {
+                inputs.push(format!("\"f{}\"", 1 + skip as usize % (i - 2)));
+            }
+            let op = ["pointwise", "pointwise", "compute_intensive", "reduction", "view", "random", "other", "pointwise"]
+                [op as usize];
+            let flops = if op == "compute_intensive" { format!(r#", "flops": {}"#, 1 + b * 1000) } else { String::new() };
+            let banned = if flags == 0 { r#", "banned": true"# } else { "" };
+            let _ = extra;
+            nodes.push(format!(
+                r#"{{"name": "f{i}", "role": "forward", "op": "{op}", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": {}{flops}{banned}}}"#,
+                inputs.join(", "),
+                bytes(b, i)
+            ));
+        }
+        nodes.push(r#"{"name": "g", "role": "tangent", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string());
+        let mut prev = "g".to_string();
+        for i in (1..=n).rev() {
+            let mut inputs = vec![format!("\"{prev}\""), format!("\"f{i}\"")];
+            if i > 1 {
+                inputs.push(format!("\"f{}\"", i - 1));
+            }
+            nodes.push(format!(
+                r#"{{"name": "d{i}", "role": "backward", "op": "pointwise", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": 4096}}"#,
+                inputs.join(", ")
+            ));
+            prev = format!("d{i}");
+        }
+        format!(r#"{{"name": "fuzz", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(", "))
+    })
+}
+
+/// Issue 27's surface: `mincut` on generated joint graphs, at budgets from 0
+/// to past the largest, and its Pareto front under a time limit. Every answer
+/// fits its budget, an infeasible verdict names a budget that then works,
+/// and the solver never fails (it used to exit 70 near 2^48). Every 25th
+/// case also runs the binary (exit 0, 1 or 2, no panic).
+#[test]
+fn joint_graphs_keep_the_promise() {
+    use remat::joint::budget::BudgetOptions;
+    use remat::joint::{BudgetError, JointGraph};
+    let dir = tempfile::tempdir().unwrap();
+    let n = (cases() / 10).max(1);
+    let strategy = (joint_text(), 0u8..6, 0.0f64..1.5, any::<u8>());
+    let mut runner = runner(n, 18);
+    let options = BudgetOptions { time_limit: Some(2.0) };
+    runner
+        .run(&strategy, |(text, pick, frac, sample)| {
+            let start = Instant::now();
+            let graph = match JointGraph::from_json(&text) {
+                Ok(g) => g,
+                Err(e) => {
+                    prop_assert!(!e.to_string().is_empty());
+                    count("joint: rejected at read (exit 2)");
+                    return Ok(());
+                }
+            };
+            let free = remat::joint::partition_with(&graph, None, &options)
+                .map_err(|e| TestCaseError::fail(format!("min-cut failed: {e}\n{text}")))?;
+            let (smallest, all) = (free.smallest_budget, free.save_all.activation_bytes);
+            let memory = match pick {
+                0 => 0,
+                1 => u64::MAX,
+                2 => smallest,
+                3 => smallest.saturating_sub(1),
+                _ => (all as f64 * frac) as u64,
+            };
+            match remat::joint::partition_with(&graph, Some(memory), &options) {
+                Ok(answer) => {
+                    prop_assert!(
+                        answer.chosen.activation_bytes <= memory,
+                        "{} over {memory}\n{text}",
+                        answer.chosen.activation_bytes
+                    );
+                    count("joint: within budget (exit 0)");
+                }
+                Err(BudgetError::Infeasible { budget, smallest: named }) => {
+                    prop_assert!(named > budget);
+                    let again = remat::joint::partition_with(&graph, Some(named), &options);
+                    prop_assert!(again.is_ok(), "named budget {named} fails: {again:?}\n{text}");
+                    count("joint: infeasible, named budget works (exit 1)");
+                }
+                Err(e) => prop_assert!(false, "solver failed at {memory}: {e}\n{text}"),
+            }
+            if sample % 8 == 0 {
+                let (front, _) = remat::joint::pareto_with(&graph, 50, &BudgetOptions { time_limit: Some(1.0) })
+                    .map_err(|e| TestCaseError::fail(format!("pareto failed: {e}\n{text}")))?;
+                prop_assert!(front.windows(2).all(|w| w[1].0.activation_bytes < w[0].0.activation_bytes));
+                count("joint: pareto front, bytes strictly falling");
+            }
+            if sample % 25 == 0 {
+                let path = dir.path().join("joint.json");
+                std::fs::write(&path, &text).unwrap();
+                let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
+                    .args(["mincut", path.to_str().unwrap(), "--json", "--time-limit", "2"])
+                    .arg(format!("--memory={memory}"))
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                prop_assert!(
+                    matches!(out.status.code(), Some(0..=2)),
+                    "exit {:?}: {stderr}\n{text}",
+                    out.status.code()
+                );
+                prop_assert!(!stderr.contains("panicked"), "{stderr}");
+                count(format!("joint binary: exit {}", out.status.code().unwrap()));
+            }
+            prop_assert!(start.elapsed() < HANG, "{:?}\n{text}", start.elapsed());
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+/// Kills during writes (issue 27): `remat zoo ... -o FILE` killed with
+/// SIGKILL at spread-out moments. The target is always the old file or the
+/// whole new one, and the next write leaves no temporary file behind.
+#[cfg(target_os = "linux")]
+#[test]
+fn kills_during_writes_lose_nothing_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("graph.json");
+    let remat = assert_cmd::cargo::cargo_bin("remat");
+    let write = |name: &str| {
+        let status = std::process::Command::new(&remat)
+            .args(["zoo", name, "--graph", "layers", "-o"])
+            .arg(&out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    write("resnet18");
+    let mut old = std::fs::read_to_string(&out).unwrap();
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[19; 32]);
+    let kills = (cases() / 100).max(10);
+    for _ in 0..kills {
+        let name = ["resnet1001", "densenet201", "resnet152"][rng.random_range(0..3usize)];
+        let mut child = std::process::Command::new(&remat)
+            .args(["zoo", name, "--graph", "layers", "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..30_000u64)));
+        let _ = child.kill();
+        let finished = child.wait().unwrap().success();
+        let text = std::fs::read_to_string(&out).unwrap();
+        if text == old {
+            count(if finished { "kill: too late, the same file written again" } else { "kill: old file intact" });
+        } else {
+            assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok(), "a torn file");
+            count("kill: new file complete");
+            old = text;
+        }
+        let left = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
+        if left > 0 {
+            count("kill: temporary file left, for the next write to remove");
+        }
+    }
+    write("resnet18");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    count("kill: next write left no temporary file");
     print_counts();
 }
 

@@ -234,7 +234,7 @@ fn a_100000_stage_chain_gets_an_answer_or_a_refusal_at_once() {
         .args(["min-memory", chain])
         .assert()
         .code(2)
-        .stderr(contains("100000-stage chain takes about 1.7e14 steps"));
+        .stderr(contains("100000-stage chain takes about 6.7e14 steps"));
     remat()
         .args(["compare", chain, "-m", "10MiB"])
         .assert()

@@ -108,12 +108,39 @@ fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
 }
 
 /// The ``exact_memory`` keyword: None, or bytes as ``size_arg`` reads them.
+/// More than this machine can give a solve is a ``ValueError`` at once
+/// ([`remat::guard::exact_memory`]), not an abort minutes later.
 fn exact_memory_arg(exact_memory: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
-    exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()
+    let bytes = exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()?;
+    let opts = SolveOptions { exact_memory: bytes, ..SolveOptions::default() };
+    remat::guard::exact_memory(&opts).map_err(|e| PyValueError::new_err(format!("exact_memory: {e}")))?;
+    Ok(bytes)
 }
 
-fn slots_arg(slots: usize) -> PyResult<std::num::NonZeroUsize> {
-    std::num::NonZeroUsize::new(slots).ok_or_else(|| PyValueError::new_err("slots must be at least 1, got 0"))
+/// A whole-number argument from `min` to `max`: a Python int (or anything
+/// with `__index__`), never a bool or a float. Out of range, negative or too
+/// large for 64 bits, it is a `ValueError` naming the argument and the value
+/// (not pyo3's `OverflowError`); of another type, a `TypeError`.
+fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
+    let range = || PyValueError::new_err(format!("{what} must be at least {min} and at most {max}, got {obj}"));
+    if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?) {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a whole number (an int) from {min} to {max}, got {}",
+            obj.get_type().name()?
+        )));
+    }
+    match obj.extract::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(range()),
+    }
+}
+
+/// ``slots``: a whole number from 1 to 2**64 - 1 (more slots than bytes is
+/// exact); None (not given) is the default, 500.
+fn slots_arg(slots: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
+    let Some(slots) = slots else { return Ok(remat::solve::DEFAULT_SLOTS) };
+    let n = whole_arg(slots, "slots", 1, usize::MAX as u64)?;
+    Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1"))
 }
 
 /// The fastest schedule of ``chain`` whose peak memory fits ``memory``.
@@ -146,20 +173,24 @@ fn slots_arg(slots: usize) -> PyResult<std::num::NonZeroUsize> {
 /// Raises ``InfeasibleError`` (with ``.min_budget``) when no schedule of the
 /// algorithm fits, ``ValueError`` for a bad size, algorithm or option.
 #[pyfunction]
-#[pyo3(signature = (chain, memory, algorithm = "auto", slots = 500, *, segments = None, exact_memory = None))]
+#[pyo3(
+    signature = (chain, memory, algorithm = "auto", slots = None, *, segments = None, exact_memory = None),
+    text_signature = "(chain, memory, algorithm='auto', slots=500, *, segments=None, exact_memory=None)"
+)]
 fn solve(
     py: Python<'_>,
     chain: &Bound<'_, PyChain>,
     memory: &Bound<'_, PyAny>,
     algorithm: &str,
-    slots: usize,
-    segments: Option<usize>,
+    slots: Option<&Bound<'_, PyAny>>,
+    segments: Option<&Bound<'_, PyAny>>,
     exact_memory: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PySchedule> {
     let budget = size_arg(memory, "memory")?;
     let exact_memory = exact_memory_arg(exact_memory)?;
     let algorithm = algorithm_arg(algorithm)?;
     let slots = slots_arg(slots)?;
+    let segments = segments.map(|s| whole_arg(s, "segments", 0, usize::MAX as u64).map(|n| n as usize)).transpose()?;
     if segments.is_some() && algorithm != Algorithm::Sequential {
         return Err(PyValueError::new_err(format!(
             "segments applies to algorithm=\"sequential\" only (got algorithm=\"{algorithm}\")"
@@ -229,12 +260,15 @@ fn simulate(
 /// budget succeeds), or None when no budget works with these options.
 /// ``exact_memory`` is ``solve``'s.
 #[pyfunction]
-#[pyo3(signature = (chain, algorithm = None, *, slots = 500, exact_memory = None))]
+#[pyo3(
+    signature = (chain, algorithm = None, *, slots = None, exact_memory = None),
+    text_signature = "(chain, algorithm=None, *, slots=500, exact_memory=None)"
+)]
 fn min_memory(
     py: Python<'_>,
     chain: &Bound<'_, PyChain>,
     algorithm: Option<&str>,
-    slots: usize,
+    slots: Option<&Bound<'_, PyAny>>,
     exact_memory: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<u64>> {
     let slots = slots_arg(slots)?;
@@ -242,7 +276,7 @@ fn min_memory(
     let algorithm = algorithm.map(algorithm_arg).transpose()?;
     let chain = &chain.get().inner;
     match algorithm {
-        None => Ok(Some(py.detach(|| any_min_budget(chain).upper))),
+        None => py.detach(|| any_min_budget(chain)).map(|a| Some(a.upper)).map_err(|e| solve_error(py, e)),
         Some(algorithm) => {
             let opts = SolveOptions { slots, exact_memory, ..SolveOptions::default() };
             py.detach(|| min_budget(chain, algorithm, &opts)).map_err(|e| solve_error(py, e))
@@ -262,12 +296,15 @@ fn min_memory(
 /// ``solve_seconds`` is the only figure that varies between runs. Runs
 /// without the GIL. ``slots`` and ``exact_memory`` are ``solve``'s.
 #[pyfunction]
-#[pyo3(signature = (chain, memory, *, slots = 500, algorithms = None, exact_memory = None))]
+#[pyo3(
+    signature = (chain, memory, *, slots = None, algorithms = None, exact_memory = None),
+    text_signature = "(chain, memory, *, slots=500, algorithms=None, exact_memory=None)"
+)]
 fn compare<'py>(
     py: Python<'py>,
     chain: &Bound<'py, PyChain>,
     memory: &Bound<'py, PyAny>,
-    slots: usize,
+    slots: Option<&Bound<'py, PyAny>>,
     algorithms: Option<Vec<String>>,
     exact_memory: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -324,9 +361,12 @@ fn partition_joint<'py>(
 
 /// Bytes for people, in binary units with two decimals: ``"86.75 MiB"``,
 /// ``"512 B"``.
+///
+/// Raises ``ValueError`` naming ``bytes`` for a negative number or one past
+/// 2**64 - 1.
 #[pyfunction]
-fn format_size(bytes: u64) -> String {
-    format_bytes(bytes)
+fn format_size(bytes: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(format_bytes(whole_arg(bytes, "bytes", 0, u64::MAX)?))
 }
 
 /// remat's core, in Rust: chains, solvers, the exact simulator. Use it

@@ -37,7 +37,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat compare`")?;
-    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.exact_memory, ..SolveOptions::default() };
+    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.get()?, ..SolveOptions::default() };
     let cmp = compare(&chain, args.memory, &reported(), &opts)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));

@@ -11,7 +11,7 @@ use remat::Problem;
 use remat::graph::GraphAlgorithm;
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::schedule::notation;
-use remat::graph::{Graph, GraphFile, GraphSchedule, GraphSolveError, Outcome};
+use remat::graph::{Graph, GraphFile, GraphSolveError, Outcome};
 use remat::problem::Method;
 use remat::size::format_size;
 use remat::solve::Algorithm;
@@ -82,9 +82,8 @@ impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
         match e {
             GraphSolveError::Chain(e) => e.into(),
-            GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) | GraphSolveError::NoSolution { .. } => {
-                Failure::infeasible(e)
-            }
+            GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) => Failure::infeasible(e),
+            GraphSolveError::NoSolution { .. } => Failure::time_limit(e),
             GraphSolveError::Rejected { .. } | GraphSolveError::Backend(_) => Failure { code: 70, error: e.into() },
             _ => Failure::input(e),
         }
@@ -228,23 +227,27 @@ pub fn simulate_graph(
             .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", graph_path.display())))?,
     };
     let schedule_text = remat::problem::read_input(schedule_path, "schedule file").map_err(Failure::input)?;
-    let schedule = match GraphSchedule::from_json(&schedule_text, &graph) {
-        Ok(schedule) => schedule,
+    let operations = match remat::graph::schedule::parse_graph_operations(&schedule_text, &graph) {
+        Ok(operations) => operations,
         Err(_) if is_path && remat::schedule::parse_operations(&schedule_text).is_ok() => return Ok(false),
         Err(e) => return Err(Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", schedule_path.display()))),
     };
-    let replay = remat::graph::simulate(&graph, &schedule.operations).map_err(|e| {
+    if operations.is_empty() {
+        return Err(Failure::input(anyhow::anyhow!("schedule file `{}` holds no operations", schedule_path.display())));
+    }
+
+    let replay = remat::graph::simulate(&graph, &operations).map_err(|e| {
         Failure::input(anyhow::anyhow!(
             "schedule `{}` is not valid on graph `{}`: {e}",
             schedule_path.display(),
             graph.name()
         ))
     })?;
-    let at = graph.node(schedule.operations[replay.peak_index].node()).name.clone();
+    let at = graph.node(operations[replay.peak_index].node()).name.clone();
     if json {
         let out = serde_json::json!({
             "valid": true,
-            "operations": schedule.operations.len(),
+            "operations": operations.len(),
             "makespan": replay.makespan,
             "peak_memory": replay.peak_memory,
             "peak_operation": replay.peak_index + 1,
@@ -254,7 +257,7 @@ pub fn simulate_graph(
         });
         outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        outln!("valid schedule of {} operations on graph {}", schedule.operations.len(), graph.name());
+        outln!("valid schedule of {} operations on graph {}", operations.len(), graph.name());
         outln!("makespan:    {:.2} (no recomputation: {:.2})", replay.makespan, graph.total_cost());
         outln!(
             "peak memory: {} ({} bytes) after computing `{at}` (operation {})",
@@ -264,7 +267,7 @@ pub fn simulate_graph(
         );
     }
     if let Some(budget) = budget {
-        if let Err(e) = remat::graph::simulate_within(&graph, &schedule.operations, budget) {
+        if let Err(e) = remat::graph::simulate_within(&graph, &operations, budget) {
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !json {

@@ -50,8 +50,21 @@ fn percent_arg(s: &str) -> Result<f64, String> {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat min-memory`")?;
-    remat::guard::any_min_budget(&chain)?;
-    let any = any_min_budget(&chain);
+    let any_opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
+    if matches!(args.algorithm, Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto) {
+        // Allowed, but long: say so before the wait (2,000 stages: minutes).
+        let seconds = remat::guard::seconds_for(remat::guard::min_budget_steps(&chain, &any_opts));
+        if seconds > 30.0 {
+            eprintln!(
+                "note: the smallest {} budget of this {}-stage chain takes about {:.0} s to find; --algorithm \
+                 chen-sqrt answers at once, and a chain with fewer, larger stages sooner",
+                args.algorithm,
+                chain.len(),
+                seconds
+            );
+        }
+    }
+    let any = any_min_budget(&chain)?;
     let any_exact = (any.lower == any.upper).then_some(any.upper);
     let with_slots =
         min_budget(&chain, args.algorithm, &SolveOptions { slots: args.slots, ..SolveOptions::default() })?;

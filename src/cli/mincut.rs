@@ -3,14 +3,18 @@
 
 use std::path::PathBuf;
 
-use remat::joint::budget::BudgetOptions;
+use remat::joint::budget::{BudgetOptions, Stopped};
 use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
 use remat::size::format_size;
 
+use super::output::outln;
 use super::{CliResult, Failure, size_arg};
 
 /// The most points `--pareto` prints.
 const MAX_PARETO_POINTS: usize = 200;
+/// The largest `--time-limit` (as `remat solve`'s): beyond it a duration
+/// overflows.
+const MAX_TIME_LIMIT: f64 = 1e9;
 
 /// Choose which forward values a joint (forward + backward) graph saves for
 /// the backward: the paper's fusion-aware min-cut (least memory traffic), or
@@ -34,8 +38,10 @@ pub struct Args {
     /// PyTorch's): its bytes, traffic, recomputed nodes and recompute cost.
     #[arg(long, value_delimiter = ',', value_name = "NAMES", conflicts_with_all = ["memory", "pareto"])]
     saved: Option<Vec<String>>,
-    /// Seconds each ILP solve of --memory may take (0: no limit); past it the
-    /// answer is the Lagrangian one, marked not proven optimal, with its bound.
+    /// Seconds each ILP solve of --memory may take, or the whole --pareto front
+    /// (0: no limit); past it the answer is the Lagrangian one, marked not
+    /// proven optimal, with its bound (--pareto prints the points found so far
+    /// and says it stopped).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     time_limit: f64,
     /// Print JSON instead of text.
@@ -49,16 +55,16 @@ pub fn run(args: Args) -> CliResult {
         .map_err(|e| Failure::input(anyhow::anyhow!("cannot read joint graph `{}`: {e}", args.joint.display())))?;
     let graph = JointGraph::from_json(&text)
         .map_err(|e| Failure::input(anyhow::anyhow!("joint graph `{}`: {e}", args.joint.display())))?;
-    if args.pareto {
-        return pareto(&graph, args.json);
-    }
-    if !(args.time_limit.is_finite() && args.time_limit >= 0.0) {
+    if !(args.time_limit.is_finite() && args.time_limit >= 0.0 && args.time_limit <= MAX_TIME_LIMIT) {
         return Err(Failure::input(anyhow::anyhow!(
-            "--time-limit must be a number of seconds >= 0, not {}",
+            "--time-limit must be a number of seconds from 0 to {MAX_TIME_LIMIT:e}, not {}",
             args.time_limit
         )));
     }
     let options = BudgetOptions { time_limit: (args.time_limit > 0.0).then_some(args.time_limit) };
+    if args.pareto {
+        return pareto(&graph, &options, args.json);
+    }
     let answer = match &args.saved {
         Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
         None => joint::partition_with(&graph, args.memory, &options).map_err(|e| match e {
@@ -66,7 +72,7 @@ pub fn run(args: Args) -> CliResult {
                 if args.json {
                     // Scripts sweeping budgets get the answer on stdout too, as from `remat solve`.
                     let out = serde_json::json!({"status": "infeasible", "budget": budget, "min_budget": smallest});
-                    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                    outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 }
                 Failure::infeasible(e)
             }
@@ -74,7 +80,7 @@ pub fn run(args: Args) -> CliResult {
         })?,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&answer).expect("serializable"));
+        outln!("{}", serde_json::to_string_pretty(&answer).expect("serializable"));
     } else {
         print_answer(&answer);
     }
@@ -99,9 +105,9 @@ fn names(list: &[String]) -> String {
 
 fn print_answer(a: &Answer) {
     match a.memory {
-        None if a.method == Method::Given => println!("joint graph `{}`: the given saved set", a.graph),
-        None => println!("joint graph `{}`: fusion-aware min-cut", a.graph),
-        Some(m) => println!(
+        None if a.method == Method::Given => outln!("joint graph `{}`: the given saved set", a.graph),
+        None => outln!("joint graph `{}`: fusion-aware min-cut", a.graph),
+        Some(m) => outln!(
             "joint graph `{}`: least recompute cost within {} ({})",
             a.graph,
             format_size(m),
@@ -112,20 +118,25 @@ fn print_answer(a: &Answer) {
             }
         ),
     }
-    println!(
+    outln!(
         "saved ({}, of which activations {}): {}",
         format_size(a.chosen.saved_bytes),
         format_size(a.chosen.activation_bytes),
         names(&a.chosen.saved)
     );
-    println!("recomputed in the backward: {}", names(&a.chosen.recomputed));
-    println!();
-    println!(
+    outln!("recomputed in the backward: {}", names(&a.chosen.recomputed));
+    outln!();
+    outln!(
         "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
-        "", "saved", "activations", "traffic fw<->bw", "recompute", "nodes"
+        "",
+        "saved",
+        "activations",
+        "traffic fw<->bw",
+        "recompute",
+        "nodes"
     );
     let row = |label: &str, p: &Partition| {
-        println!(
+        outln!(
             "{:<22} {:>12} {:>12} {:>16} {:>14} {:>7}",
             label,
             format_size(p.saved_bytes),
@@ -143,26 +154,35 @@ fn print_answer(a: &Answer) {
     row("min-cut", &a.min_cut);
     row("save everything", &a.save_all);
     row("recompute everything", &a.recompute_all);
-    println!();
-    println!("smallest budget (activations; random ops never recomputed): {}", format_size(a.smallest_budget));
+    outln!();
+    outln!("smallest budget (activations; random ops never recomputed): {}", format_size(a.smallest_budget));
     if !a.banned.is_empty() {
         let list: Vec<String> = a.banned.iter().map(|b| format!("{} ({:?})", b.node, b.reason)).collect();
-        println!("banned from recompute by the min-cut: {}", list.join(", "));
+        outln!("banned from recompute by the min-cut: {}", list.join(", "));
     }
 }
 
-fn pareto(graph: &JointGraph, json: bool) -> CliResult {
-    let points = joint::pareto(graph, MAX_PARETO_POINTS).map_err(|e| Failure { code: 70, error: e.into() })?;
+fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
+    let (points, stopped) =
+        joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure { code: 70, error: e.into() })?;
+    if stopped == Some(Stopped::TimeLimit) {
+        eprintln!(
+            "warning: --pareto stopped at the time limit ({} s) after {} points; the front is incomplete (a larger \
+             --time-limit, or 0 for none, finds more)",
+            options.time_limit.unwrap_or(0.0),
+            points.len()
+        );
+    }
     if json {
         let rows: Vec<serde_json::Value> =
             points.iter().map(|(p, optimal)| serde_json::json!({ "partition": p, "optimal": optimal })).collect();
-        println!("{}", serde_json::to_string_pretty(&rows).expect("serializable"));
+        outln!("{}", serde_json::to_string_pretty(&rows).expect("serializable"));
         return Ok(());
     }
-    println!("joint graph `{}`: saved bytes against least recompute cost", graph.name());
-    println!("{:>12} {:>14} {:>8}  saved", "activations", "recompute", "optimal");
+    outln!("joint graph `{}`: saved bytes against least recompute cost", graph.name());
+    outln!("{:>12} {:>14} {:>8}  saved", "activations", "recompute", "optimal");
     for (p, optimal) in &points {
-        println!(
+        outln!(
             "{:>12} {:>14} {:>8}  {}",
             format_size(p.activation_bytes),
             seconds(p.recompute_seconds),
@@ -170,8 +190,10 @@ fn pareto(graph: &JointGraph, json: bool) -> CliResult {
             names(&p.saved)
         );
     }
-    if points.len() == MAX_PARETO_POINTS {
-        println!("(stopped after {MAX_PARETO_POINTS} points)");
+    match stopped {
+        Some(Stopped::MaxPoints) => outln!("(stopped after {MAX_PARETO_POINTS} points)"),
+        Some(Stopped::TimeLimit) => outln!("(stopped at the time limit after {} points)", points.len()),
+        None => {}
     }
     Ok(())
 }

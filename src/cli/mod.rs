@@ -24,6 +24,9 @@ use remat::{Chain, Problem};
 const EXIT_INFEASIBLE: u8 = 1;
 /// Exit code for bad input or usage (also what clap uses).
 const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code when the time limit passed before any schedule was found: not a
+/// verdict on the budget (a larger --time-limit may find one).
+const EXIT_TIME_LIMIT: u8 = 3;
 
 /// A failure with the exit code it maps to.
 pub struct Failure {
@@ -41,6 +44,11 @@ impl Failure {
     pub fn infeasible(error: impl Into<anyhow::Error>) -> Failure {
         Failure { code: EXIT_INFEASIBLE, error: error.into() }
     }
+
+    /// No schedule within the time limit, and no verdict: exit 3.
+    pub fn time_limit(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: EXIT_TIME_LIMIT, error: error.into() }
+    }
 }
 
 impl From<remat::SolveError> for Failure {
@@ -56,6 +64,12 @@ impl From<remat::SolveError> for Failure {
                     remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
                     remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
                     remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
+                    remat::solve::Remedy::ExactMemoryAtMost(m) => {
+                        format!(
+                            "--exact-memory {} or less (0: always round)",
+                            remat::size::format_size(m).replace(' ', "")
+                        )
+                    }
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
@@ -83,7 +97,8 @@ of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
 gradients and transient workspace; subtract parameters and optimizer state first.
 
 Exit codes: 0 success, 1 budget infeasible (the message gives the smallest
-budget that works), 2 bad input or usage.";
+budget that works), 2 bad input or usage, 3 the time limit passed before any
+schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
 
 /// Optimal activation rematerialization (gradient checkpointing) schedules.
 ///
@@ -214,6 +229,17 @@ pub struct ExactArgs {
     /// about 750MB and 25 s exact, 1 s rounded.
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub exact_memory: Option<u64>,
+}
+
+impl ExactArgs {
+    /// `--exact-memory`, refused (exit 2, with the most this machine allows)
+    /// when it is more than a solve may use ([`remat::guard::exact_memory`]):
+    /// checked once before any command runs a solver.
+    pub fn get(&self) -> Result<Option<u64>, Failure> {
+        let opts = remat::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
+        remat::guard::exact_memory(&opts)?;
+        Ok(self.exact_memory)
+    }
 }
 
 /// Parses a SIZE argument for clap.

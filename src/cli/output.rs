@@ -83,10 +83,95 @@ pub fn refuse_input(output: &Path, flag: &str, inputs: &[&Path]) -> CliResult {
     Ok(())
 }
 
+/// Where `path` really writes: the file it names after resolving links and
+/// relative folders, also when it does not exist yet (its folder resolved,
+/// or a dangling link's target). Two paths with the same answer are the same
+/// file.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    // A link to a file not yet written: where it points.
+    let path = match std::fs::read_link(path) {
+        Ok(target) if target.is_absolute() => target,
+        Ok(target) => path.parent().unwrap_or(Path::new("")).join(target),
+        Err(_) => path.to_path_buf(),
+    };
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    match (std::fs::canonicalize(&parent), path.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path,
+    }
+}
+
+/// Fails (exit 2) when two of a command's outputs (`(flag, path)`) are the
+/// same file, directly or through a link: the second write would replace the
+/// first, and one output would be lost with exit 0.
+pub fn refuse_same_output(outputs: &[(&str, &Path)]) -> CliResult {
+    for (i, (flag_a, a)) in outputs.iter().enumerate() {
+        for (flag_b, b) in &outputs[i + 1..] {
+            if resolved(a) == resolved(b) {
+                return Err(Failure::input(anyhow::anyhow!(
+                    "{flag_a} `{}` and {flag_b} `{}` are the same file: one would overwrite the other; choose two \
+                     paths",
+                    a.display(),
+                    b.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The temporary files of [`write_file`] are named `.remat-PID-XXXXXX.tmp`
+/// after the process writing them, so that one left by a process that was
+/// killed mid-write (SIGKILL, a power cut) is recognised and removed by the
+/// next write into that folder.
+const TEMP_PREFIX: &str = ".remat-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// The process id in a temporary file's name, if it is one of ours.
+fn temp_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?.strip_suffix(TEMP_SUFFIX)?;
+    rest.split_once('-')?.0.parse().ok()
+}
+
+/// Whether process `pid` is running (Linux: `/proc/PID` exists). Elsewhere
+/// nothing is known, and a file is left alone unless it is a day old.
+fn alive(pid: u32, modified: Option<std::time::SystemTime>) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    if Path::new("/proc/self").exists() {
+        return Path::new("/proc").join(pid.to_string()).exists();
+    }
+    modified.and_then(|m| m.elapsed().ok()).is_none_or(|age| age < std::time::Duration::from_secs(86_400))
+}
+
+/// Removes the temporary files in `dir` left by writers that are no longer
+/// running. Best effort: a file that cannot be removed is left. O(entries of
+/// `dir`).
+pub fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temp_owner) else { continue };
+        let meta = entry.metadata().ok();
+        if meta.as_ref().is_some_and(|m| m.is_file()) && !alive(pid, meta.and_then(|m| m.modified().ok())) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Writes `text` to `path` without ever leaving a truncated file: the text
 /// goes to a temporary file in the target's folder, is synced, then renamed
 /// over the target (atomic on POSIX file systems), so the old content stays
-/// whole until the new one is complete. A target that exists and is not a
+/// whole until the new one is complete; the temporary files of writers that
+/// were killed mid-write are removed first ([`remove_stale_temporaries`]).
+/// A target that exists and is not a
 /// regular file (`/dev/stdout`, a named pipe) cannot be replaced by a rename
 /// and is written directly. Fails with exit 2 naming the file.
 pub fn write_file(path: &Path, text: &str) -> CliResult {
@@ -101,7 +186,10 @@ pub fn write_file(path: &Path, text: &str) -> CliResult {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
-    let mut tmp = tempfile::Builder::new().prefix(".remat-").suffix(".tmp").tempfile_in(&dir).map_err(|e| fail(&e))?;
+    remove_stale_temporaries(&dir);
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    let mut tmp =
+        tempfile::Builder::new().prefix(&prefix).suffix(TEMP_SUFFIX).tempfile_in(&dir).map_err(|e| fail(&e))?;
     tmp.write_all(text.as_bytes()).map_err(|e| fail(&e))?;
     tmp.as_file().sync_all().map_err(|e| fail(&e))?;
     // Keep the permissions of the file being replaced (the temporary file is

@@ -96,7 +96,7 @@ pub fn run(args: Args) -> CliResult {
             slots: args.slots,
             progress: Some(&update),
             segments: args.segments,
-            exact_memory: args.exact.exact_memory,
+            exact_memory: args.exact.get()?,
         },
         milp: args.graph.milp_options(Some(&tick)),
     };
@@ -117,7 +117,7 @@ pub fn run(args: Args) -> CliResult {
         Ok(outcome) => outcome,
         Err(e) => {
             if args.json
-                && let Some(out) = infeasible_json(&e)
+                && let Some(out) = infeasible_json(&e).or_else(|| time_limit_json(&e, args.memory))
             {
                 // Scripts sweeping budgets get the answer on stdout too.
                 outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
@@ -177,6 +177,14 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
         "status": "infeasible", "algorithm": algorithm, "budget": budget, "min_budget": min_budget,
         "min_budget_proven": proven, "min_budget_lower": lower,
     }))
+}
+
+/// The `{"status": "time_limit", ...}` object `--json` prints when the time
+/// limit passed before any schedule was found (exit 3): neither a schedule
+/// nor a verdict on the budget.
+fn time_limit_json(e: &GraphSolveError, budget: u64) -> Option<serde_json::Value> {
+    let GraphSolveError::NoSolution { seconds } = e else { return None };
+    Some(serde_json::json!({"status": "time_limit", "budget": budget, "seconds": seconds, "message": e.to_string()}))
 }
 
 /// Prints a chain schedule: what ran and why, its figures as replayed, what

@@ -46,13 +46,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let (Some(plot), Some(output)) = (&args.plot, &args.output) {
+        super::output::refuse_same_output(&[("--output", output), ("--plot", plot)])?;
+    }
     for (flag, path) in [("--plot", &args.plot), ("--output", &args.output)] {
         if let Some(path) = path {
             super::output::refuse_input(path, flag, &[&args.chain])?;
         }
     }
     let chain = load_chain(&args.chain, "`remat sweep`")?;
-    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.exact_memory, ..SolveOptions::default() };
+    let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.get()?, ..SolveOptions::default() };
     if let (Some(from), Some(to)) = (args.from, args.to)
         && from > to
     {

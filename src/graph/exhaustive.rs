@@ -26,21 +26,45 @@ struct State {
     computed: u32,
 }
 
-/// A heap key ordered by `f64::total_cmp`, then by state for determinism.
-#[derive(PartialEq)]
-struct Key(f64, State);
+/// What the search minimises: a cost (f64, ordered by `total_cmp`) or a
+/// peak in exact bytes (u64: as f64 a peak above 2^53 rounds, and the
+/// search would then pick a schedule whose exact peak is above the smallest).
+trait SearchKey: Copy {
+    fn order(&self, other: &Self) -> Ordering;
+}
 
-impl Eq for Key {}
+impl SearchKey for f64 {
+    fn order(&self, other: &Self) -> Ordering {
+        self.total_cmp(other)
+    }
+}
 
-impl PartialOrd for Key {
+impl SearchKey for u64 {
+    fn order(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+}
+
+/// A heap key ordered by its [`SearchKey`], then by state for determinism.
+struct Key<K>(K, State);
+
+impl<K: SearchKey> PartialEq for Key<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl<K: SearchKey> Eq for Key<K> {}
+
+impl<K: SearchKey> PartialOrd for Key<K> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Key {
+impl<K: SearchKey> Ord for Key<K> {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+        self.0.order(&other.0).then(self.1.cmp(&other.1))
     }
 }
 
@@ -81,17 +105,17 @@ fn path(prev: &HashMap<State, (State, GraphOp)>, mut state: State) -> Vec<GraphO
 
 /// Generic Dijkstra: `step(key, during, cost)` gives the key after a move, or
 /// None when the move is not allowed.
-fn search(graph: &Graph, step: impl Fn(f64, u64, f64) -> Option<f64>) -> Option<(f64, Vec<GraphOp>)> {
+fn search<K: SearchKey>(graph: &Graph, zero: K, step: impl Fn(K, u64, f64) -> Option<K>) -> Option<(K, Vec<GraphOp>)> {
     let n = graph.len();
     assert!(n <= MAX_NODES, "exhaustive graph search is limited to {MAX_NODES} nodes (this graph has {n})");
     let masks = input_masks(graph);
     let all = (1u32 << n) - 1;
     let start = State { resident: 0, computed: 0 };
-    let mut best: HashMap<State, f64> = HashMap::from([(start, 0.0)]);
+    let mut best: HashMap<State, K> = HashMap::from([(start, zero)]);
     let mut prev: HashMap<State, (State, GraphOp)> = HashMap::new();
-    let mut heap = BinaryHeap::from([Reverse(Key(0.0, start))]);
+    let mut heap = BinaryHeap::from([Reverse(Key(zero, start))]);
     while let Some(Reverse(Key(key, state))) = heap.pop() {
-        if best.get(&state).is_some_and(|&b| b < key) {
+        if best.get(&state).is_some_and(|b| b.order(&key) == Ordering::Less) {
             continue;
         }
         if state.computed == all {
@@ -100,7 +124,7 @@ fn search(graph: &Graph, step: impl Fn(f64, u64, f64) -> Option<f64>) -> Option<
         let mem = resident_bytes(graph, state.resident);
         for (op, next, during, cost) in moves(graph, &masks, state, mem) {
             let Some(next_key) = step(key, during, cost) else { continue };
-            if best.get(&next).is_none_or(|&b| next_key < b) {
+            if best.get(&next).is_none_or(|b| next_key.order(b) == Ordering::Less) {
                 best.insert(next, next_key);
                 prev.insert(next, (state, op));
                 heap.push(Reverse(Key(next_key, next)));
@@ -118,18 +142,15 @@ pub fn fastest(graph: &Graph, budget: u64) -> Option<(f64, Vec<GraphOp>)> {
     if graph.input_size() > budget {
         return None;
     }
-    search(graph, |key, during, cost| (during <= budget).then_some(key + cost))
+    search(graph, 0.0, |key, during, cost| (during <= budget).then_some(key + cost))
 }
 
 /// The smallest peak memory any schedule of `graph` reaches, with a schedule
 /// reaching it. Exact; same limits as [`fastest`].
 pub fn min_peak(graph: &Graph) -> (u64, Vec<GraphOp>) {
-    // Bottleneck search: the key is the largest memory so far. Sizes of tiny
-    // test graphs are far below 2^53, so f64 keys are exact.
-    let start = graph.input_size() as f64;
-    let (peak, ops) =
-        search(graph, |key, during, _| Some(key.max(during as f64).max(start))).expect("every graph can be computed");
-    (peak as u64, ops)
+    // Bottleneck search: the key is the largest memory so far, in exact bytes.
+    let start = graph.input_size();
+    search(graph, start, |key, during, _| Some(key.max(during))).expect("every graph can be computed")
 }
 
 #[cfg(test)]

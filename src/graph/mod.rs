@@ -131,7 +131,14 @@ pub enum GraphError {
 }
 
 fn parse_value(text: &str) -> Result<serde_json::Value, GraphError> {
-    serde_json::from_str(text).map_err(|e| GraphError::Format { path: "graph".into(), message: e.to_string() })
+    serde_json::from_str(text).map_err(|e| {
+        let mut message = e.to_string();
+        let at = e.is_syntax().then(|| crate::chain::syntax_context(text, e.line(), e.column())).flatten();
+        if let Some((_, value)) = &at {
+            message = crate::chain::malformed_value_message(message, value);
+        }
+        GraphError::Format { path: at.map_or_else(|| "graph".into(), |(key, _)| format!("graph: {key}")), message }
+    })
 }
 
 /// Deserializes one of the graph forms, naming the field at fault
@@ -154,8 +161,22 @@ fn deserialize<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> Res
 
 /// True when `text` is JSON whose top level has a `nodes` key: a graph file of
 /// either form (chain files have `stages`). Cheap enough to call on every file.
+///
+/// Text that is not valid JSON is judged by its keys as written: one with a
+/// `"nodes"` key and no `"stages"` is a graph with a syntax error (a trailing
+/// comma, a hex number), whose error then names the graph, not a chain.
 pub fn looks_like_graph(text: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.get("nodes").is_some())
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => v.get("nodes").is_some(),
+        Err(_) => has_key(text, "nodes") && !has_key(text, "stages"),
+    }
+}
+
+/// Whether `"key"` followed by `:` appears in `text` (a key as written, in
+/// text that may not parse). O(length of `text`).
+pub fn has_key(text: &str, key: &str) -> bool {
+    let quoted = format!("\"{key}\"");
+    text.match_indices(&quoted).any(|(i, _)| text[i + quoted.len()..].trim_start().starts_with(':'))
 }
 
 /// A graph file of either form.

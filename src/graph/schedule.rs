@@ -122,6 +122,19 @@ pub enum GraphScheduleError {
         /// What was written.
         op: String,
     },
+    /// A notation token that names no node of the graph.
+    #[error(
+        "token {index}: `{token}` is not a node of graph `{graph}` (the notation is NAME to compute a node, -NAME \
+         to free it; a node whose name has spaces needs the JSON form, `remat solve --json`)"
+    )]
+    UnknownToken {
+        /// 1-based position.
+        index: usize,
+        /// The token.
+        token: String,
+        /// The graph's name.
+        graph: String,
+    },
     /// A node name the graph does not have.
     #[error("operations[{index}].node `{node}` is not a node of graph `{graph}`")]
     UnknownNode {
@@ -183,6 +196,32 @@ impl GraphSchedule {
             operations,
         })
     }
+}
+
+/// The operations of a graph schedule in any form remat writes: the JSON of
+/// [`GraphSchedule::to_json`] (`remat solve --json`), the notation of
+/// [`notation`] (`enc1 pool1 ... -enc1`), or the whole report `remat solve`
+/// prints for a graph (its last line is the notation). O(length of `text`).
+pub fn parse_graph_operations(text: &str, graph: &Graph) -> Result<Vec<GraphOp>, GraphScheduleError> {
+    if text.trim_start().starts_with('{') {
+        return Ok(GraphSchedule::from_json(text, graph)?.operations);
+    }
+    crate::schedule::schedule_line(text)
+        .split_whitespace()
+        .enumerate()
+        .map(|(i, token)| {
+            let (name, free) = match token.strip_prefix('-') {
+                Some(name) if graph.index_of(token).is_none() => (name, true),
+                _ => (token, false),
+            };
+            let node = graph.index_of(name).ok_or_else(|| GraphScheduleError::UnknownToken {
+                index: i + 1,
+                token: token.to_string(),
+                graph: graph.name().to_string(),
+            })?;
+            Ok(if free { GraphOp::Free(node) } else { GraphOp::Compute(node) })
+        })
+        .collect()
 }
 
 fn parse_ops(ops: &[OpJson], graph: &Graph) -> Result<Vec<GraphOp>, GraphScheduleError> {

@@ -98,7 +98,7 @@ impl fmt::Display for MinBudget {
         } else {
             write!(
                 f,
-                "{} ({} bytes) works; the smallest budget is at least {} ({} bytes) (not proven within the time limit)",
+                "{} ({} bytes) works; the smallest budget is at least {} ({} bytes) (not proven the smallest)",
                 format_size(self.bytes),
                 self.bytes,
                 format_size(self.lower),
@@ -653,7 +653,7 @@ pub fn solve_joint(
                 Ok(out)
             }
             Err(ApproxError::Lp(MilpError::Infeasible)) => {
-                Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: min_budget(graph, opts) })
+                Err(GraphSolveError::Infeasible { algorithm, budget, min_budget: approx_min_budget(graph, opts) })
             }
             Err(ApproxError::Lp(e)) => Err(e.into()),
             Err(e) => Err(GraphSolveError::Rounding(e)),
@@ -687,6 +687,54 @@ pub fn solve_joint(
             }
         }
     }
+}
+
+/// The smallest budget known at which `checkmate-approx` itself finds a
+/// schedule: the MILP's smallest budget ([`min_budget`]) when the rounding
+/// meets it, else the first budget above it where it does (a doubling search,
+/// then a bisection that keeps "fails at `lo`, works at `hi`"). The rounding
+/// is not monotone in the budget, so a budget found above the MILP's is not
+/// proven the smallest; the MILP's proven lower bound stays the lower bound.
+/// An infeasible verdict must name a budget that then works. Within `opts`'
+/// time limit in all; `None` when none was found. O(log(peak)) LP solves.
+pub fn approx_min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget> {
+    let start = std::time::Instant::now();
+    let exact = min_budget(graph, opts)?;
+    let remaining = || opts.time_limit.map(|limit| limit.saturating_sub(start.elapsed()));
+    let works = |b: u64| -> Option<bool> {
+        let time_limit = remaining();
+        if time_limit.is_some_and(|t| t.is_zero()) {
+            return None;
+        }
+        Some(approx::solve(graph, b, &MilpOptions { time_limit, ..*opts }).is_ok())
+    };
+    if works(exact.bytes)? {
+        return Some(exact);
+    }
+    // Store-all's peak bounds the search: the rounding of an LP with room to
+    // spare for everything keeps everything.
+    let ceiling = baselines::candidates(graph).iter().map(|b| b.peak).max()?;
+    let (mut lo, mut step) = (exact.bytes, (exact.bytes / 16).max(1));
+    let mut hi = loop {
+        let cand = lo.saturating_add(step).min(ceiling.max(lo.saturating_add(1)));
+        if works(cand)? {
+            break cand;
+        }
+        if cand >= ceiling {
+            return None;
+        }
+        lo = cand;
+        step = step.saturating_mul(2);
+    };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match works(mid) {
+            Some(true) => hi = mid,
+            Some(false) => lo = mid,
+            None => break,
+        }
+    }
+    Some(MinBudget { bytes: hi, proven: false, lower: exact.lower })
 }
 
 /// The smallest budget the MILP can meet, by bisection between the

@@ -138,11 +138,15 @@ pub fn solve_with(
             }
             Ok(solution)
         }
-        Err(IlpError::TimedOut) => match hull {
-            Some(h) => Ok(BudgetSolution { saved: h.saved, optimal: false, bound_seconds: h.bound_seconds }),
-            None => Err(BudgetError::Solver("the ILP ran past its time limit".to_string())),
-        },
-        Err(IlpError::Failed(e)) => Err(e),
+        // Past the time limit, or the solver failed on the numbers (sizes
+        // near 2^48 defeat its tolerances): the Lagrangian answer is a valid
+        // saved set that fits, checked in integers; it is marked not proven
+        // optimal, with its bound. Without a budget, the least-cost cut is
+        // the Lagrangian answer of an unbounded budget.
+        Err(IlpError::TimedOut | IlpError::Failed) => {
+            let h = hull.unwrap_or_else(|| lagrangian(graph, analysis, u64::MAX));
+            Ok(BudgetSolution { saved: h.saved, optimal: false, bound_seconds: h.bound_seconds })
+        }
     }
 }
 
@@ -247,7 +251,8 @@ pub fn lagrangian(graph: &JointGraph, analysis: &Analysis, budget: u64) -> Hull 
 /// Why the ILP gave no answer.
 enum IlpError {
     TimedOut,
-    Failed(BudgetError),
+    /// The solver failed, or its answer failed the exact check (round-off).
+    Failed,
 }
 
 /// The ILP of the module doc: least cost, then fewest bytes at that cost.
@@ -275,8 +280,14 @@ fn ilp(
         }
     }
     // Costs in nanoseconds and bytes as a fraction of the budget keep the
-    // coefficients near 1 for the solver's tolerances.
-    let scale = budget.map_or(1.0, |m| (m as f64).max(1.0));
+    // coefficients near 1 for the solver's tolerances: a node whose bytes
+    // alone exceed the budget cannot be saved, so it gets no `s_i` (its
+    // coefficient would be huge: 2^38 for 2^48 bytes under 1 KiB, which
+    // microlp's feasibility check rejects), and without a budget the bytes
+    // are scaled by the largest.
+    let too_big = |i: usize| budget.is_some_and(|m| budget_bytes(graph, i) > m);
+    let largest = (0..n).filter(|&i| relevant[i]).map(|i| budget_bytes(graph, i)).max().unwrap_or(1);
+    let scale = budget.map_or(largest, |m| m.min(largest)).max(1) as f64;
     // A backward node computable from forward values costs nothing extra:
     // the backward runs it whatever is saved.
     let cost_ns: Vec<f64> =
@@ -286,7 +297,7 @@ fn ilp(
         let mut s: Vec<Option<Variable>> = vec![None; n];
         let mut r: Vec<Option<Variable>> = vec![None; n];
         for i in (0..n).filter(|&i| relevant[i]) {
-            if !nodes[i].tuple {
+            if !nodes[i].tuple && !too_big(i) {
                 s[i] = Some(vars.add(variable().binary()));
             }
             if relevant[i] && recomputable(graph, i) {
@@ -327,8 +338,8 @@ fn ilp(
         }
         let bytes: Expression = (0..n).filter_map(|i| s[i].map(|v| (budget_bytes(graph, i) as f64 / scale) * v)).sum();
         let cost: Expression = (0..n).filter_map(|i| r[i].map(|v| cost_ns[i] * v)).sum();
-        if budget.is_some() {
-            constraints.push(bytes.clone().leq(1.0));
+        if let Some(m) = budget {
+            constraints.push(bytes.clone().leq(m as f64 / scale));
         }
         if let Some(cap) = cost_cap {
             constraints.push(cost.clone().leq(cap));
@@ -346,13 +357,11 @@ fn ilp(
         }
         match model.solve() {
             Ok(solution) => Ok(solution),
-            Err(ResolutionError::Infeasible) => {
-                Err(IlpError::Failed(BudgetError::Solver("the ILP is infeasible".to_string())))
-            }
+            Err(ResolutionError::Infeasible) => Err(IlpError::Failed),
             Err(ResolutionError::Other(m)) if m.contains("Time limit") || m.contains("time limit") => {
                 Err(IlpError::TimedOut)
             }
-            Err(e) => Err(IlpError::Failed(BudgetError::Solver(e.to_string()))),
+            Err(_) => Err(IlpError::Failed),
         }
     };
     // First: least cost.
@@ -372,9 +381,7 @@ fn ilp(
     let fits = budget.is_none_or(|m| (0..n).filter(|&i| saved[i]).map(|i| budget_bytes(graph, i)).sum::<u64>() <= m);
     let valid = recompute_set(graph, analysis, &saved).is_ok_and(|rec| rec.iter().all(|&i| recomputable(graph, i)));
     if !fits || !valid {
-        return Err(IlpError::Failed(BudgetError::Solver(
-            "the ILP's answer fails the exact check (round-off)".to_string(),
-        )));
+        return Err(IlpError::Failed);
     }
     Ok(BudgetSolution { saved, optimal, bound_seconds: bound_ns.unwrap_or(best_cost) / 1e9 })
 }
@@ -384,17 +391,56 @@ fn ilp(
 /// every point is optimal and none dominates another. At most `max_points`
 /// points (the front can be long); the last is the smallest budget's.
 pub fn pareto(graph: &JointGraph, analysis: &Analysis, max_points: usize) -> Result<Vec<BudgetSolution>, BudgetError> {
+    Ok(pareto_with(graph, analysis, max_points, &BudgetOptions::default())?.points)
+}
+
+/// A Pareto front, possibly cut short.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Front {
+    /// The points found, most bytes first.
+    pub points: Vec<BudgetSolution>,
+    /// Why the front stops before the smallest budget's point, if it does.
+    pub stopped: Option<Stopped>,
+}
+
+/// Why [`pareto_with`] stopped before the smallest budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// `max_points` points were found.
+    MaxPoints,
+    /// The time limit ran out (the points found so far are kept).
+    TimeLimit,
+}
+
+/// [`pareto`] within `options.time_limit` seconds in all (`None`: no
+/// limit): each point's ILP gets what is left, and once the time is spent
+/// the front found so far is returned with [`Stopped::TimeLimit`]. A point
+/// whose ILP ran out of time is the Lagrangian one, marked not optimal.
+pub fn pareto_with(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    max_points: usize,
+    options: &BudgetOptions,
+) -> Result<Front, BudgetError> {
+    let start = std::time::Instant::now();
+    let left = || options.time_limit.map(|t| t - start.elapsed().as_secs_f64());
     let (smallest, _) = smallest_budget(graph, analysis);
     let mut points: Vec<BudgetSolution> = Vec::new();
     let mut budget: Option<u64> = None;
-    while points.len() < max_points {
-        let point = solve(graph, analysis, budget)?;
+    loop {
+        if points.len() >= max_points {
+            return Ok(Front { points, stopped: Some(Stopped::MaxPoints) });
+        }
+        let time_limit = left();
+        if time_limit.is_some_and(|t| t <= 0.0) {
+            return Ok(Front { points, stopped: Some(Stopped::TimeLimit) });
+        }
+        let point = solve_with(graph, analysis, budget, &BudgetOptions { time_limit })?;
         let bytes: u64 = (0..point.saved.len()).filter(|&i| point.saved[i]).map(|i| budget_bytes(graph, i)).sum();
         points.push(point);
         if bytes <= smallest {
-            break;
+            return Ok(Front { points, stopped: None });
         }
         budget = Some(bytes - 1);
     }
-    Ok(points)
 }

@@ -191,11 +191,22 @@ pub fn partition_json(text: &str, memory: Option<u64>) -> Result<Answer, Partiti
 }
 
 /// The Pareto front of saved bytes against recompute cost, most bytes first,
-/// at most `max_points` points (see [`budget::pareto`]).
+/// at most `max_points` points, within [`budget::BudgetOptions::default`]'s
+/// time limit in all (see [`budget::pareto_with`]).
 pub fn pareto(graph: &JointGraph, max_points: usize) -> Result<Vec<(Partition, bool)>, BudgetError> {
+    Ok(pareto_with(graph, max_points, &budget::BudgetOptions::default())?.0)
+}
+
+/// [`pareto`] within `options.time_limit` seconds in all; with the reason it
+/// stopped before the smallest budget, if it did (see [`budget::pareto_with`]).
+#[allow(clippy::type_complexity)]
+pub fn pareto_with(
+    graph: &JointGraph,
+    max_points: usize,
+    options: &budget::BudgetOptions,
+) -> Result<(Vec<(Partition, bool)>, Option<budget::Stopped>), BudgetError> {
     let analysis = Analysis::new(graph);
-    Ok(budget::pareto(graph, &analysis, max_points)?
-        .into_iter()
-        .map(|p| (mincut::evaluate(graph, &analysis, &p.saved), p.optimal))
-        .collect())
+    let front = budget::pareto_with(graph, &analysis, max_points, options)?;
+    let points = front.points.into_iter().map(|p| (mincut::evaluate(graph, &analysis, &p.saved), p.optimal)).collect();
+    Ok((points, front.stopped))
 }

@@ -72,7 +72,16 @@ pub struct AnyMinimum {
 /// lower bound and the nested (or, over [`floating::MAX_STAGES`], persistent)
 /// minimum. Not every optimum is nested (see `floating`), so the nested
 /// minimum alone is only an upper bound.
-pub fn any_min_budget(chain: &Chain) -> AnyMinimum {
+///
+/// Refuses first, with [`SolveError::TooLarge`], a chain on which this would
+/// not finish ([`crate::guard::any_min_budget`]): every front end (the CLI,
+/// Python) gets the same guard.
+pub fn any_min_budget(chain: &Chain) -> Result<AnyMinimum, SolveError> {
+    crate::guard::any_min_budget(chain)?;
+    Ok(any_min_budget_unguarded(chain))
+}
+
+fn any_min_budget_unguarded(chain: &Chain) -> AnyMinimum {
     let lower = floating::any_peak_lower_bound(chain);
     let (upper, method) = if chain.len() <= floating::MAX_STAGES {
         (dp::min_peak_exact::<dp::Floating>(chain), "floating DP, meeting a lower bound")

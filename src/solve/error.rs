@@ -66,6 +66,8 @@ pub enum Remedy {
     Use(Algorithm),
     /// A coarser chain: fewer, larger stages.
     FewerStages,
+    /// Less exact memory: at most this many bytes.
+    ExactMemoryAtMost(u64),
 }
 
 impl std::fmt::Display for Remedy {
@@ -77,6 +79,9 @@ impl std::fmt::Display for Remedy {
             }
             Remedy::Use(a) => write!(f, "use the {a} algorithm"),
             Remedy::FewerStages => f.write_str("group the stages into fewer, larger ones"),
+            Remedy::ExactMemoryAtMost(m) => {
+                write!(f, "allow the exact answer at most {} ({m} bytes), or less", format_size(*m))
+            }
         }
     }
 }

@@ -96,10 +96,11 @@ pub(crate) fn rounded_note(e: &FrontsTooLarge, opts: &SolveOptions) -> String {
     };
     format!(
         "not exact: the fronts of this {}-stage chain would take more than {} ({}); allow them more \
-         (`--exact-memory SIZE`, `exact_memory=`) for the exact optimum",
+         (`--exact-memory SIZE`, `exact_memory=`, at most {} on this machine) for the exact optimum",
         e.stages,
         format_size(e.limit),
-        allowed
+        allowed,
+        format_size(crate::guard::memory_limit())
     )
 }
 

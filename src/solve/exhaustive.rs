@@ -108,16 +108,19 @@ fn moves(chain: &Chain, state: State, nested: bool, out: &mut Vec<(Op, State, u6
     }
 }
 
-/// What the search minimises, lexicographically.
+/// What the search minimises, lexicographically: a peak in exact bytes (0
+/// throughout when only time matters), then time. Bytes stay integers: as
+/// f64 a peak above 2^53 rounds, and the search then picks a sequence whose
+/// exact peak is above the smallest.
 #[derive(Clone, Copy, PartialEq)]
 struct Label {
-    first: f64,
-    second: f64,
+    bytes: u64,
+    time: f64,
 }
 
 impl Label {
     fn cmp(&self, other: &Label) -> Ordering {
-        self.first.total_cmp(&other.first).then(self.second.total_cmp(&other.second))
+        self.bytes.cmp(&other.bytes).then(self.time.total_cmp(&other.time))
     }
 }
 
@@ -211,9 +214,8 @@ fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)
     if initial > budget {
         return None;
     }
-    let step =
-        |l: Label, peak: u64, time: f64| (peak <= budget).then_some(Label { first: l.first + time, second: 0.0 });
-    search(chain, nested, step, Label { first: 0.0, second: 0.0 }).map(|(l, ops)| (l.first, ops))
+    let step = |l: Label, peak: u64, time: f64| (peak <= budget).then_some(Label { bytes: 0, time: l.time + time });
+    search(chain, nested, step, Label { bytes: 0, time: 0.0 }).map(|(l, ops)| (l.time, ops))
 }
 
 /// The smallest peak memory of any valid sequence (the smallest feasible
@@ -229,14 +231,11 @@ pub fn min_peak_nested(chain: &Chain) -> (u64, Vec<Op>) {
 
 fn min_peak_in(chain: &Chain, nested: bool) -> (u64, Vec<Op>) {
     let initial = stored(chain, with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
-    let step =
-        |l: Label, peak: u64, time: f64| Some(Label { first: l.first.max(peak as f64), second: l.second + time });
-    let (label, ops) = search(chain, nested, step, Label { first: initial as f64, second: 0.0 })
+    let step = |l: Label, peak: u64, time: f64| Some(Label { bytes: l.bytes.max(peak), time: l.time + time });
+    let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 })
         .expect("recomputing from a^0 for every backward is always valid");
-    // Peaks are below 2^53 in practice; recompute exactly from the sequence.
-    let peak = crate::simulate::simulate(chain, &ops).expect("search moves are valid").peak_memory;
-    debug_assert!(peak >= 1 << 53 || peak as f64 == label.first);
-    (peak, ops)
+    debug_assert_eq!(crate::simulate::simulate(chain, &ops).map(|r| r.peak_memory).ok(), Some(label.bytes));
+    (label.bytes, ops)
 }
 
 #[cfg(test)]

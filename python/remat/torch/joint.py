@@ -91,12 +91,28 @@ def _input_nodes(node: fx.Node) -> list[fx.Node]:
     return [a for a in flat if isinstance(a, fx.Node)]
 
 
+def _mutated_inputs(joint_module: fx.GraphModule) -> set[str]:
+    """Names of the placeholders the graph writes in place (``copy_`` and the
+    other in-place ops of a functionalized graph's epilogue)."""
+    mutated: set[str] = set()
+    for node in joint_module.graph.nodes:
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        parts = str(node.target).split(".")
+        in_place = bool(getattr(schema, "is_mutable", False)) or (len(parts) >= 2 and parts[-2].endswith("_"))
+        if in_place and node.args[0].op == "placeholder":
+            mutated.add(node.args[0].name)
+    return mutated
+
+
 def _graph_to_dict(joint_module: fx.GraphModule, num_fwd_outputs: int, name: str) -> dict[str, Any]:
     node_info = _partitioners.classify_nodes(joint_module, [], num_fwd_outputs)
     op_types = _partitioners.get_default_op_list()
     nodes: list[dict[str, Any]] = []
     outputs: list[str] = []
     gradients: list[str] = []
+    mutated = _mutated_inputs(joint_module)
     for node in joint_module.graph.nodes:
         if node.op == "output":
             flat = list(node.args[0])
@@ -116,6 +132,17 @@ def _graph_to_dict(joint_module: fx.GraphModule, num_fwd_outputs: int, name: str
             entry["op"] = _op_class(node, op_types)
             entry["target"] = str(node.target)
             entry["inputs"] = [a.name for a in _input_nodes(node)]
+            # A node that reads an input the forward mutates in place (train-mode
+            # BatchNorm's running statistics, copied back at the end of the
+            # forward) would read the mutated value if recomputed in the
+            # backward, and autograd refuses it: it is saved, never recomputed.
+            # In-place ops on inputs (`copy_`) appear in the graph;
+            # Functionalized mutating ops (`_native_batch_norm_legit_functional`)
+            # read such inputs: AOTAutograd writes their new values back after
+            # the forward, outside this graph.
+            reads_mutated = any(name in mutated for name in entry["inputs"])
+            if entry["role"] == "forward" and (reads_mutated or "_functional" in entry["target"]):
+                entry["banned"] = True
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
             entry["shape"] = [int(d) for d in value.shape]

@@ -1,0 +1,254 @@
+"""Issue 27's hostile Python calls: each is a ValueError (or TypeError)
+naming the argument and the value, never an OverflowError, an abort of the
+interpreter or a hang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remat
+
+ROOT = Path(__file__).resolve().parents[2]
+FC6 = ROOT / "chains" / "rotor-fc6.json"
+STAGE = {"forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100}
+
+
+def chain_of(stages: int) -> remat.Chain:
+    return remat.Chain.from_json(json.dumps({"name": "t", "input_size": 1000, "stages": [STAGE] * stages}))
+
+
+def test_min_memory_on_a_100000_stage_chain_is_a_value_error_not_an_abort() -> None:
+    # Run in a child: an abort (a failed 80 GB allocation) would take pytest down.
+    code = (
+        "import json, remat\n"
+        f"stage = {STAGE!r}\n"
+        "chain = remat.Chain.from_json(json.dumps({'name': 't', 'input_size': 1000, 'stages': [stage] * 100000}))\n"
+        "try:\n"
+        "    remat.min_memory(chain)\n"
+        "except ValueError as e:\n"
+        "    print('ValueError:', e)\n"
+    )
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ValueError:" in out.stdout and "100000-stage chain" in out.stdout, out.stdout
+    assert time.monotonic() - start < 60
+
+
+def test_min_memory_of_a_modest_chain_still_answers() -> None:
+    chain = chain_of(20)
+    assert remat.min_memory(chain) == remat.min_memory(chain, "exhaustive" if len(chain) <= 12 else "floating")
+
+
+@pytest.mark.parametrize("slots", [-1, 0, 2**64, -(2**70)])
+def test_out_of_range_slots_are_value_errors_naming_slots(slots: int) -> None:
+    fc6 = remat.Chain.load(FC6)
+    calls = [
+        lambda: remat.solve(fc6, "90MiB", "persistent", slots=slots),
+        lambda: remat.min_memory(fc6, "persistent", slots=slots),
+        lambda: remat.compare(fc6, "90MiB", slots=slots),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"slots must be at least 1 and at most .*, got {slots}$"):
+            call()
+
+
+@pytest.mark.parametrize("slots", [1.5, "500", True, None])
+def test_slots_of_another_type_are_type_errors(slots: object) -> None:
+    fc6 = remat.Chain.load(FC6)
+    if slots is None:
+        # None is the default.
+        assert remat.solve(fc6, "90MiB", "persistent", slots=slots).slot_size is not None  # type: ignore[arg-type]
+        return
+    with pytest.raises(TypeError, match="slots must be a whole number"):
+        remat.solve(fc6, "90MiB", "persistent", slots=slots)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("segments", [-1, 2**64])
+def test_out_of_range_segments_are_value_errors_naming_segments(segments: int) -> None:
+    fc6 = remat.Chain.load(FC6)
+    with pytest.raises(ValueError, match=f"segments must be at least 0 and at most .*, got {segments}$"):
+        remat.solve(fc6, "90MiB", "sequential", segments=segments)
+
+
+@pytest.mark.parametrize("value", [-1, 2**64])
+def test_format_size_out_of_range_is_a_value_error_naming_bytes(value: int) -> None:
+    with pytest.raises(ValueError, match=f"bytes must be at least 0 and at most 18446744073709551615, got {value}$"):
+        remat.format_size(value)
+    assert remat.format_size(2**64 - 1).endswith("B")
+
+
+def test_an_exact_memory_above_the_machine_is_a_value_error() -> None:
+    fc6 = remat.Chain.load(FC6)
+    for call in [
+        lambda: remat.solve(fc6, "90MiB", exact_memory=2**60),
+        lambda: remat.min_memory(fc6, "persistent", exact_memory="1000TiB"),
+        lambda: remat.compare(fc6, "90MiB", exact_memory=2**64 - 1),
+    ]:
+        with pytest.raises(ValueError, match=r"exact_memory: exact memory .* is more than this machine can give"):
+            call()
+    assert remat.solve(fc6, "90MiB", exact_memory="64MiB").peak_memory <= 90 << 20
+
+
+@pytest.mark.parametrize(
+    "notation", ["F_none^1..18446744073709551615", "F_all^1..100000000 B^2..1", "F_ck^1..16777216 F_ck^1"]
+)
+def test_a_huge_notation_run_is_a_value_error(notation: str) -> None:
+    fc6 = remat.Chain.load(FC6)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="at most 16777216"):
+        remat.simulate(fc6, notation)
+    assert time.monotonic() - start < 20
+
+
+def _aot_grads(fn: Any, inputs: list[Any], partition_fn: Any) -> tuple[Any, list[Any]]:
+    """The output and input gradients of ``fn`` compiled by AOTAutograd with
+    ``partition_fn`` (no-op compilers)."""
+    torch = pytest.importorskip("torch")
+    from functorch.compile import aot_function, make_boxed_func
+
+    def nop(gm: Any, _inputs: Any) -> Any:
+        return make_boxed_func(gm)
+
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = aot_function(fn, fw_compiler=nop, bw_compiler=nop, partition_fn=partition_fn)(*leaves)
+    grads = torch.autograd.grad(out.sum(), leaves)
+    return out.detach(), [g.detach() for g in grads]
+
+
+def test_the_partitioner_budget_says_what_it_bounds_and_count_inputs_bounds_everything() -> None:
+    torch = pytest.importorskip("torch")
+    from remat.torch import RematSolverError, partitioner
+
+    def fn(x: Any, y: Any) -> Any:
+        return ((x * y).sigmoid() * x).sin()
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(256, 384), torch.randn(256, 384)]
+    one = 256 * 384 * 4  # 393,216 bytes: one tensor
+    x, y = (t.detach().clone().requires_grad_(True) for t in inputs)
+    eager = torch.autograd.grad(fn(x, y).sum(), [x, y])
+
+    # By default the budget bounds the activations; the inputs saved on top are
+    # reported so that a caller can count them (issue 27: 786,432 bytes saved
+    # under 393,216, and nothing said so).
+    part = partitioner(memory=one)
+    _, grads = _aot_grads(fn, inputs, part)
+    (record,) = part.partitions
+    assert record["activation_bytes"] <= one
+    assert record["saved_bytes"] == record["activation_bytes"] + record["input_bytes"]
+    assert record["input_bytes"] == 2 * one, record
+    for a, b in zip(grads, eager):
+        torch.testing.assert_close(a, b)
+
+    # count_inputs=True: the budget bounds everything saved.
+    with pytest.raises(RematSolverError, match="the inputs this region must save take 786432 bytes"):
+        _aot_grads(fn, inputs, partitioner(memory=one, count_inputs=True))
+    for budget in (3 * one, 4 * one, 10 * one):
+        part = partitioner(memory=budget, count_inputs=True)
+        _, grads = _aot_grads(fn, inputs, part)
+        (record,) = part.partitions
+        assert record["saved_bytes"] <= budget, record
+        for a, b in zip(grads, eager):
+            torch.testing.assert_close(a, b)
+
+
+def test_train_mode_batchnorm_under_a_small_budget_trains_as_eager() -> None:
+    torch = pytest.importorskip("torch")
+    from functorch.compile import aot_module, make_boxed_func
+
+    from remat.torch import partitioner
+
+    def nop(gm: Any, _inputs: Any) -> Any:
+        return make_boxed_func(gm)
+
+    def net() -> Any:
+        torch.manual_seed(0)
+        layers: list[Any] = []
+        for i in range(3):
+            layers += [torch.nn.Conv2d(3 if i == 0 else 8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()]
+        return torch.nn.Sequential(*layers).train()
+
+    from remat.torch import RematSolverError
+
+    x = torch.randn(4, 3, 16, 16)
+    eager = net()
+    eager(x).sum().backward()
+
+    def train(memory: int) -> Any:
+        compiled = net()
+        aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=memory))(
+            x
+        ).sum().backward()
+        return compiled
+
+    # BatchNorm's functional op reads the running statistics that AOTAutograd
+    # updates in place after the forward: it is never recomputed, so 0 bytes is
+    # infeasible with the smallest budget named...
+    with pytest.raises(RematSolverError, match="the smallest that fits needs") as refused:
+        train(0)
+    smallest = int(str(refused.value).split("needs ")[1].split(" ")[0])
+    # ...and at that budget, the least memory, training matches eager (it used
+    # to fail with "modified by an inplace operation").
+    compiled = train(smallest)
+    for a, b in zip(compiled.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    for a, b in zip(compiled.buffers(), eager.buffers()):
+        torch.testing.assert_close(a, b)
+
+
+def test_hostile_arguments_to_the_python_api_are_value_or_type_errors() -> None:
+    """A fuzz of the core API's arguments: every call returns, or raises
+    ValueError, TypeError or InfeasibleError (never OverflowError, another
+    exception or an abort). Prints the count of each outcome."""
+    import random
+    from collections import Counter
+
+    rng = random.Random(27)
+    fc6 = remat.Chain.load(FC6)
+    hostile: list[object] = [
+        -1, 0, 1, 2, 7, 500, 2**31, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**64), 10**30,
+        1.5, float("nan"), float("inf"), True, None, "", "90MiB", "-1", "1e999", "0x10", "1 GiB", "nan",
+        [], {}, object(),
+    ]  # fmt: skip
+    calls: list[tuple[str, Any]] = [
+        ("solve.memory", lambda v: remat.solve(fc6, v, "chen-sqrt")),
+        ("solve.slots", lambda v: remat.solve(fc6, "90MiB", "persistent", slots=v)),
+        ("solve.segments", lambda v: remat.solve(fc6, "90MiB", "sequential", segments=v)),
+        ("solve.exact_memory", lambda v: remat.solve(fc6, "90MiB", "persistent", exact_memory=v)),
+        ("solve.algorithm", lambda v: remat.solve(fc6, "90MiB", v)),
+        ("min_memory.slots", lambda v: remat.min_memory(fc6, "persistent", slots=v)),
+        ("min_memory.algorithm", lambda v: remat.min_memory(fc6, v)),
+        ("compare.memory", lambda v: remat.compare(fc6, v, algorithms=["chen-sqrt"])),
+        ("compare.slots", lambda v: remat.compare(fc6, "90MiB", slots=v, algorithms=["persistent"])),
+        ("simulate.memory", lambda v: remat.simulate(fc6, "F_all^1..7 B^7..1", v)),
+        ("simulate.schedule", lambda v: remat.simulate(fc6, v)),
+        ("format_size", remat.format_size),
+        ("parse_size", remat.parse_size),
+    ]
+    counts: Counter[str] = Counter()
+    for _ in range(1500):
+        name, call = rng.choice(calls)
+        value = rng.choice(hostile)
+        try:
+            call(value)
+            counts["returned"] += 1
+        except remat.InfeasibleError:
+            counts["InfeasibleError"] += 1
+        except ValueError as e:
+            assert str(e), (name, value)
+            counts["ValueError"] += 1
+        except TypeError:
+            counts["TypeError"] += 1
+        except Exception as e:  # anything else is the failure being looked for
+            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    print("python fuzz outcomes:", dict(sorted(counts.items())))
+    assert sum(counts.values()) == 1500
+    assert counts["ValueError"] > 0 and counts["returned"] > 0
