@@ -73,6 +73,7 @@ use thiserror::Error;
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
+use crate::solve::distinct::Distinct;
 
 const INF: f64 = f64::INFINITY;
 
@@ -144,8 +145,16 @@ pub struct Fronts {
     sc: SlotChain,
     /// The largest m the whole chain is asked at: the budget less w_a^0.
     cap: usize,
-    /// Front of (s, t), s <= t, at `index(s, t)` (by s, then t).
+    /// The sub-chains keyed by content: (s, t)'s front is `fronts[id(s, t)]`.
+    distinct: Distinct,
+    /// The front of each distinct sub-chain.
     fronts: Vec<Front>,
+    /// The largest m each distinct sub-chain is read at: the largest of its
+    /// occurrences' caps (see [`Fronts::cell_cap`]).
+    caps: Vec<usize>,
+    /// The largest value a point of each distinct sub-chain keeps: the
+    /// largest of its occurrences' limits (see [`Fronts::limit`]).
+    limits: Vec<f64>,
     /// A makespan some schedule of the whole chain reaches at the budget
     /// (infinite when none is known): points that cannot lead to a schedule
     /// as fast are dropped (see [`Fronts::build_bounded`]).
@@ -155,13 +164,8 @@ pub struct Fronts {
 }
 
 impl Fronts {
-    fn index(&self, s: usize, t: usize) -> usize {
-        let n = self.sc.n;
-        (s - 1) * n - (s - 1) * s.saturating_sub(2) / 2 + (t - s)
-    }
-
     fn front(&self, s: usize, t: usize) -> &Front {
-        &self.fronts[self.index(s, t)]
+        &self.fronts[self.distinct.id(s, t)]
     }
 
     /// The largest m at which (s, t) is ever read (see the module doc).
@@ -221,6 +225,52 @@ impl Fronts {
     /// optimal candidate reads only kept points, so the schedule is also the
     /// same.
     pub fn build_bounded(chain: &Chain, budget: u64, max_bytes: u64, ceiling: f64) -> Result<Fronts, FrontsTooLarge> {
+        Fronts::build_keyed(chain, budget, max_bytes, ceiling, true)
+    }
+
+    /// [`Fronts::build`] with every sub-chain solved on its own, even where
+    /// another holds the same stages: the plain DP, which the tests and
+    /// benchmarks compare the shared one with. Same fronts, same answers.
+    pub fn build_unshared(chain: &Chain, budget: u64) -> Fronts {
+        match Fronts::build_keyed(chain, budget, u64::MAX, INF, false) {
+            Ok(table) => table,
+            Err(e) => unreachable!("no limit: {e}"),
+        }
+    }
+
+    /// The build, with the sub-chains keyed by content when `share` (see
+    /// [`crate::solve::distinct`]): one front per distinct sub-chain, filled
+    /// at its representative occurrence with the largest cap and limit of
+    /// all its occurrences.
+    ///
+    /// Why sharing changes no answer: two occurrences of one distinct
+    /// sub-chain read the same figures and fronts of the same shorter
+    /// distinct sub-chains, so by induction on the length their uncut
+    /// fronts are the same function, with the same `f64` values. The cap
+    /// and the limit only cut that function (the fill stores the function
+    /// up to the cap and the points at most the limit, and every step of it
+    /// is a truncation), so the shared front, cut at the largest cap and
+    /// limit, equals each occurrence's own front wherever that one is
+    /// defined, and holds more points beyond. Those extra points are never
+    /// read at a smaller cap, and the extra points past a smaller limit are
+    /// exact values of the function, so a cell built from them is exact
+    /// wherever it was before ([`Fronts::build_bounded`]'s argument holds
+    /// for any cut at or above the limit). Sub-chains read by the
+    /// representative are asked at most at their own caps: reading from
+    /// (s, t) at m <= cap(s), the split's (j + 1, t) is read at m - w_a^j
+    /// <= cap - w_a^j = cap(j + 1), its (s, j) at m <= cap(s), and F_all's
+    /// (s + 1, t) at m - w_abar^s <= cap(s + 1) (w_abar^s >= w_a^s), and
+    /// the occurrence with the largest cap lies within the one of (s, t)
+    /// with the largest cap. So the makespans are the same bit for bit, and
+    /// the read-back, which looks only at values, picks the same candidate
+    /// at every cell: the schedules are the same operation for operation.
+    fn build_keyed(
+        chain: &Chain,
+        budget: u64,
+        max_bytes: u64,
+        ceiling: f64,
+        share: bool,
+    ) -> Result<Fronts, FrontsTooLarge> {
         let sc = SlotChain::new(chain, Slots::with_slot(u64::MAX, 1));
         let n = sc.n;
         let cap = usize::try_from(budget).unwrap_or(usize::MAX).saturating_sub(sc.output[0]);
@@ -231,22 +281,45 @@ impl Fronts {
         }
         let per_cell = std::mem::size_of::<Front>() as u64;
         let per_point = std::mem::size_of::<Point>() as u64;
-        let cells = n * (n + 1) / 2;
-        let mut bytes = cells as u64 * per_cell;
-        // Refused before the cells are allocated: on a long chain they alone
-        // can exceed the limit.
+        // Refused before the keys and cells are allocated: on a long chain
+        // they alone can exceed the limit.
+        let keys = Distinct::bytes(n);
+        if keys > max_bytes {
+            return Err(FrontsTooLarge { limit: max_bytes, bytes: keys, projected: true, stages: chain.len(), done: 0 });
+        }
+        let distinct = Distinct::new(&sc, share);
+        let cells = distinct.len();
+        let mut bytes = keys + cells as u64 * (per_cell + 16);
         if bytes > max_bytes {
             return Err(FrontsTooLarge { limit: max_bytes, bytes, projected: true, stages: chain.len(), done: 0 });
         }
-        let mut table = Fronts { sc, cap, fronts: Vec::new(), ceiling, done };
+        let mut table = Fronts {
+            sc,
+            cap,
+            distinct,
+            fronts: Vec::new(),
+            caps: vec![0; cells],
+            limits: vec![-INF; cells],
+            ceiling,
+            done,
+        };
         table.fronts.resize_with(cells, Front::default);
         if !feasible {
             return Ok(table);
         }
+        let mut caps = std::mem::take(&mut table.caps);
+        let mut limits = std::mem::take(&mut table.limits);
+        for (s, t, id) in table.distinct.cells() {
+            caps[id] = caps[id].max(table.cell_cap(s));
+            limits[id] = limits[id].max(table.limit(s, t));
+        }
+        (table.caps, table.limits) = (caps, limits);
         for d in 0..n {
-            let filled: Vec<Front> = (1..=n - d)
+            let ids = table.distinct.of_length(d);
+            let filled: Vec<Front> = ids
+                .clone()
                 .into_par_iter()
-                .map_init(Scratch::default, |scratch, s| table.fill(s, s + d, scratch))
+                .map_init(Scratch::default, |scratch, id| table.fill(id, scratch))
                 .collect();
             let points: u64 = filled.iter().map(|f| f.0.len() as u64).sum();
             bytes += points * per_point;
@@ -258,15 +331,14 @@ impl Fronts {
             if d > 0 {
                 // The diagonals left, if their fronts keep growing in
                 // proportion to their length from this one's average.
-                let per_length = points as f64 / (n - d) as f64 / d as f64;
-                let rest: f64 = (d + 1..n).map(|e| ((n - e) * e) as f64).sum();
+                let per_length = points as f64 / ids.len() as f64 / d as f64;
+                let rest: f64 = (d + 1..n).map(|e| (table.distinct.of_length(e).len() * e) as f64).sum();
                 if bytes as f64 + per_length * rest * per_point as f64 > max_bytes as f64 {
                     return Err(too_large(true));
                 }
             }
-            for (s, front) in (1..=n - d).zip(filled) {
-                let k = table.index(s, s + d);
-                table.fronts[k] = front;
+            for (id, front) in ids.zip(filled) {
+                table.fronts[id] = front;
             }
         }
         Ok(table)
@@ -279,10 +351,12 @@ impl Fronts {
         self.ceiling - outside + 1e-9 * self.ceiling.abs().max(1.0)
     }
 
-    /// The front of (s, t) from the fronts of shorter sub-chains.
-    fn fill(&self, s: usize, t: usize, scratch: &mut Scratch) -> Front {
+    /// The front of distinct sub-chain `id` from the fronts of shorter
+    /// sub-chains, at its representative (s, t), its cap and its limit.
+    fn fill(&self, id: usize, scratch: &mut Scratch) -> Front {
         let sc = &self.sc;
-        let cap = self.cell_cap(s);
+        let (s, t) = self.distinct.rep(id);
+        let cap = self.caps[id];
         if s == t {
             let need = sc.forward_all_need(s, s).max(sc.backward_need(s));
             if need > cap {
@@ -337,7 +411,7 @@ impl Fronts {
                 std::mem::swap(env, merged);
             }
         }
-        let limit = self.limit(s, t);
+        let limit = self.limits[id];
         Front(env[env.partition_point(|p| p.1 > limit)..].into())
     }
 
@@ -368,9 +442,16 @@ impl Fronts {
         self.fronts.iter().map(|f| f.0.len()).sum()
     }
 
-    /// Bytes the table takes.
+    /// Bytes the table takes: its fronts and the keys of its cells.
     pub fn bytes(&self) -> u64 {
-        (self.fronts.len() * std::mem::size_of::<Front>() + self.points() * std::mem::size_of::<Point>()) as u64
+        (self.fronts.len() * (std::mem::size_of::<Front>() + 16) + self.points() * std::mem::size_of::<Point>()) as u64
+            + Distinct::bytes(self.sc.n)
+    }
+
+    /// The distinct sub-chains the table solved (of L (L + 1) / 2 and the
+    /// loss's, see [`crate::solve::distinct`]).
+    pub fn distinct_cells(&self) -> usize {
+        self.distinct.len()
     }
 
     /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,

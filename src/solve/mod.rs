@@ -23,6 +23,7 @@ pub mod exact;
 pub mod exhaustive;
 pub mod fit;
 pub mod floating;
+pub(crate) mod distinct;
 pub mod fronts;
 pub mod options;
 pub mod persistent;
