@@ -10,7 +10,9 @@
 //! per persistent step, 1 ns per floating step, with two threads), so that
 //! anything allowed finishes within about ten minutes there. Every function
 //! here is O(L) or less (the floating estimate is O(L^2) and only runs at
-//! most [`floating::MAX_STAGES`] stages).
+//! most [`floating::MAX_STAGES`] stages; the persistent one keys sub-chains
+//! by content, O(L^2), up to [`crate::solve::distinct::ESTIMATE_MAX_STAGES`]
+//! stages).
 //!
 //! Memory is checked against [`memory_limit`]: half the machine's physical
 //! memory, and no more than half of what the process's address-space limit
@@ -101,7 +103,12 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                     remedy: Remedy::Use(Algorithm::ChenSqrt),
                 });
             }
-            dp_steps(algorithm, len, persistent_steps(len, m), PERSISTENT_MAX_STEPS, opts.slots.get(), true)
+            let steps = if algorithm == Algorithm::Persistent {
+                persistent_steps_shared(chain, budget, opts.slots.get())
+            } else {
+                persistent_steps(len, m)
+            };
+            dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), true)
         }
         Algorithm::Floating => {
             if len > floating::MAX_STAGES {
@@ -172,6 +179,23 @@ pub fn any_min_budget(chain: &Chain) -> Result<(), SolveError> {
         ),
         remedy: Remedy::FewerStages,
     })
+}
+
+/// [`persistent_steps`] counting distinct sub-chains only (issue 25: the
+/// persistent table and its min-peak pass fill each distinct one once, so
+/// a stack of repeated blocks is not refused for cells it no longer fills):
+/// the split candidates of the distinct cells at the solve's rounding, times
+/// M + 2. O(L^2) up to [`crate::solve::distinct::ESTIMATE_MAX_STAGES`]
+/// stages, above which every cell counts (O(1)).
+fn persistent_steps_shared(chain: &Chain, budget: u64, slots: usize) -> f64 {
+    let len = chain.len();
+    let disc = Slots::new(budget, slots);
+    if len + 1 > crate::solve::distinct::ESTIMATE_MAX_STAGES {
+        return persistent_steps(len, disc.capacity);
+    }
+    let sc = crate::slots::SlotChain::new(chain, disc);
+    let splits = crate::solve::distinct::Distinct::new(&sc, true).splits() as f64;
+    splits.min(cube(len) / 6.0) * (disc.capacity as f64 + 2.0)
 }
 
 /// L^3 as a float (no overflow for any length).

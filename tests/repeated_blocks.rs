@@ -76,6 +76,35 @@ fn shared_fronts_equal_plain_fronts_and_the_one_byte_slot_dp() {
     assert!(feasible > 10_000, "{feasible}");
 }
 
+/// The slot table keyed by content against the plain tiled one, at slot
+/// counts that round sizes together (more sub-chains share) and at one byte
+/// a slot: the same makespan bit for bit at every budget and the same
+/// schedule; and the shared smallest peak equals the plain table's
+/// threshold.
+#[test]
+fn shared_slot_table_equals_the_plain_one() {
+    let mut rng = Rng::new(2504);
+    let mut shared_path = 0;
+    for i in 0..1500 {
+        let chain = repeated_chain(&mut rng, 12, 40);
+        let top = store_all_peak(&chain) + 2;
+        let slots = [3, 10, 40, top as usize][i % 4];
+        let disc = Slots::new(top, slots);
+        let plain = Table::build_plain(SlotChain::new(&chain, disc));
+        let shared = Table::build(SlotChain::new(&chain, disc), None);
+        let n = chain.len() + 1;
+        shared_path += usize::from(shared.distinct_cells() * 4 <= n * (n + 1) / 2);
+        for m in 0..=disc.capacity {
+            assert_eq!(shared.makespan(m).to_bits(), plain.makespan(m).to_bits(), "{chain:?} at {m} of {disc:?}");
+            assert_eq!(shared.sequence(m), plain.sequence(m), "{chain:?} at {m} of {disc:?}");
+        }
+        let first = (0..=disc.capacity).find(|&m| plain.makespan(m).is_finite());
+        let min_peak = remat::solve::persistent::min_peak_slots(&SlotChain::new(&chain, disc));
+        assert_eq!(first, (min_peak <= disc.capacity).then_some(min_peak), "{chain:?} of {disc:?}");
+    }
+    assert!(shared_path > 300, "{shared_path}");
+}
+
 /// With a ceiling (the makespan of some schedule: here the optimum itself,
 /// or a little above), points are cut by each occurrence's limit; the shared
 /// fronts cut at the largest of them and still answer the same.

@@ -120,7 +120,7 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
             Algorithm::Floating => exact::fronts_limit_beside_floating(chain, budget, slots),
             _ => exact::fronts_limit(chain, budget, slots),
         });
-        exact::exact(chain, budget, limit, ceiling)
+        exact::exact(chain, budget, limit, exact::work_limit(opts), ceiling)
     } else {
         Ok(None)
     };

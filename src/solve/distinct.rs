@@ -43,6 +43,11 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::slots::SlotChain;
 
+/// The estimates and guards that run before any table exists key
+/// sub-chains (4 bytes a cell, O(L^2) time) only up to this many stages
+/// (34 MB of keys); above it they count every cell, as before sharing.
+pub const ESTIMATE_MAX_STAGES: usize = 4096;
+
 /// A fast hasher for the (u64) keys interned here: a multiply and a
 /// rotation (the keys are small integers, the map is private).
 #[derive(Default)]
@@ -156,6 +161,13 @@ impl Distinct {
     /// Every cell (s, t) with its id, by s then t.
     pub(crate) fn cells(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
         (1..=self.n).flat_map(move |s| (s..=self.n).map(move |t| (s, t, self.id(s, t))))
+    }
+
+    /// The split candidates the persistent recurrence evaluates over the
+    /// distinct cells: t - s for each (its work per memory value, besides
+    /// F_all), summed.
+    pub(crate) fn splits(&self) -> u64 {
+        (0..self.n).map(|d| (self.of_length(d).len() * d) as u64).sum()
     }
 
     /// Bytes the keys take: 4 per cell.
