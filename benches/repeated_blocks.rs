@@ -53,6 +53,8 @@ fn slots(chain: &Chain, budget: u64, share: bool) -> usize {
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("repeated");
     group.sample_size(10);
+    group.warm_up_time(std::time::Duration::from_secs(1));
+    group.measurement_time(std::time::Duration::from_secs(3));
     let gpt2 = chain_file("gpt2-xl-s1024-b4-bf16");
     // (name, chain, [exact-plain, exact-shared, slots-plain, slots-shared])
     let chains = [

@@ -121,7 +121,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                     remedy: Remedy::Use(Algorithm::Persistent),
                 });
             }
-            let steps = floating::upper_estimate(len, m).work as f64;
+            let steps = floating::upper_estimate_shared(chain, Slots::new(budget, opts.slots.get())).work as f64;
             dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), true)
         }
         Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_SOLVE_STAGES, "a solve"),

@@ -105,6 +105,39 @@ fn shared_slot_table_equals_the_plain_one() {
     assert!(shared_path > 300, "{shared_path}");
 }
 
+/// The floating DP keyed by content against the plain one (every group of
+/// stages filled on its own), at slot counts that round sizes together and
+/// at one byte a slot: the same makespan bit for bit at every budget, the
+/// same schedule; and at one byte a slot on short chains, the optimum over
+/// nested schedules (exhaustive search over that class).
+#[test]
+fn shared_floating_table_equals_the_plain_one() {
+    use remat::solve::floating::Plan;
+    let mut rng = Rng::new(2505);
+    let mut nested = 0;
+    for i in 0..800 {
+        let chain = repeated_chain(&mut rng, 8, 24);
+        let top = store_all_peak(&chain) + 2;
+        let slots = [3, 10, 40, top as usize][i % 4];
+        let disc = Slots::new(top, slots);
+        let plain = Plan::new_plain(SlotChain::new(&chain, disc)).fill(None);
+        let shared = Plan::new(SlotChain::new(&chain, disc)).fill(None);
+        for m in 0..=disc.capacity {
+            assert_eq!(shared.makespan(m).to_bits(), plain.makespan(m).to_bits(), "{chain:?} at {m} of {disc:?}");
+            assert_eq!(shared.sequence(m), plain.sequence(m), "{chain:?} at {m} of {disc:?}");
+        }
+        if disc.slot == 1 && chain.len() <= 7 {
+            for budget in (0..=top).step_by(3) {
+                let want = exhaustive::fastest_nested(&chain, budget).map_or(f64::INFINITY, |(t, _)| t);
+                let got = shared.makespan(budget as usize);
+                assert!((got - want).abs() <= 1e-9 * want.max(1.0) || got == want, "{chain:?} at {budget}");
+                nested += 1;
+            }
+        }
+    }
+    assert!(nested > 200, "{nested}");
+}
+
 /// With a ceiling (the makespan of some schedule: here the optimum itself,
 /// or a little above), points are cut by each occurrence's limit; the shared
 /// fronts cut at the largest of them and still answer the same.

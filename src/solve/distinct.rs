@@ -85,9 +85,20 @@ impl Distinct {
     /// Keys the cells of `sc` by content when `share`, else gives each cell
     /// its own id (the plain DP: the same code, nothing shared). O(L^2).
     pub(crate) fn new(sc: &SlotChain, share: bool) -> Distinct {
+        Distinct::build(sc, share, false)
+    }
+
+    /// [`Distinct::new`] (shared) with w_a^{i-1} in each class too: the
+    /// floating DP's cells starting at s also read w_a^{s-1}, the floating
+    /// activation's size.
+    pub(crate) fn with_input(sc: &SlotChain) -> Distinct {
+        Distinct::build(sc, true, true)
+    }
+
+    fn build(sc: &SlotChain, share: bool, input: bool) -> Distinct {
         let n = sc.n;
         let class: Vec<u32> = if share {
-            let mut classes: KeyMap<[u64; 8]> = KeyMap::default();
+            let mut classes: KeyMap<[u64; 9]> = KeyMap::default();
             (1..=n)
                 .map(|i| {
                     let key = [
@@ -99,6 +110,8 @@ impl Distinct {
                         sc.forward_time[i].to_bits(),
                         sc.backward_time[i].to_bits(),
                         sc.gradient[i - 1] as u64,
+                        // Position 1 apart: its input a^0 never floats.
+                        if input { (sc.output[i - 1] as u64) << 1 | u64::from(i == 1) } else { 0 },
                     ];
                     let next = classes.len() as u32;
                     *classes.entry(key).or_insert(next)

@@ -63,8 +63,8 @@ pub fn fronts_limit(chain: &Chain, budget: u64, slots: usize) -> u64 {
 /// are freed before the floating table is built, so the peak is no larger
 /// than the floating DP's alone). O(L^2).
 pub fn fronts_limit_beside_floating(chain: &Chain, budget: u64, slots: usize) -> u64 {
-    let m = Slots::new(budget, slots).capacity;
-    fronts_limit(chain, budget, slots).max(floating::upper_estimate(chain.len(), m).table_bytes)
+    fronts_limit(chain, budget, slots)
+        .max(floating::upper_estimate_shared(chain, Slots::new(budget, slots)).table_bytes)
 }
 
 /// The memory the exact fronts may take under `opts`: its `exact_memory`
