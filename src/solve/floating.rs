@@ -400,12 +400,13 @@ impl Plan {
     /// of stages s..l, w_d^{s-1} and w_a^{s-1} (the floating activation) and
     /// cells of groups inside s-1..l, and nothing that depends on position
     /// (every row runs up to the same budget). So groups whose stages,
-    /// w_d^{s-1} and w_a^{s-1} are the same ([`Distinct::with_input`]; the
-    /// first stage apart, its input never floats) have the same rows, bit
+    /// w_d^{s-1} and w_a^{s-1} are the same (`Distinct::with_input` in
+    /// [`crate::solve::distinct`]; the first stage apart, its input never
+    /// floats) have the same rows, bit
     /// for bit (induction on l - s, the same options in the same order with
     /// the same float operations). [`Plan::fill`] fills only the first
     /// occurrence of each distinct group and every read goes through
-    /// [`Plan::canon`]; the read-back compares values only, so schedules are
+    /// `Plan::canon`; the read-back compares values only, so schedules are
     /// the same too. Thresholds are still computed for every cell (integer
     /// work, no slot factor).
     pub fn new(sc: SlotChain) -> Plan {
