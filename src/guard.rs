@@ -10,7 +10,9 @@
 //! per persistent step, 1 ns per floating step, with two threads), so that
 //! anything allowed finishes within about ten minutes there. Every function
 //! here is O(L) or less (the floating estimate is O(L^2) and only runs at
-//! most [`floating::MAX_STAGES`] stages).
+//! most [`floating::MAX_STAGES`] stages; the persistent one keys sub-chains
+//! by content, O(L^2), up to [`crate::solve::distinct::ESTIMATE_MAX_STAGES`]
+//! stages).
 //!
 //! Memory is checked against [`memory_limit`]: half the machine's physical
 //! memory, and no more than half of what the process's address-space limit
@@ -125,7 +127,12 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                     remedy: Remedy::Use(Algorithm::ChenSqrt),
                 });
             }
-            dp_steps(algorithm, len, persistent_steps(len, m), PERSISTENT_MAX_STEPS, opts.slots.get(), true)
+            let steps = if algorithm == Algorithm::Persistent {
+                persistent_steps_shared(chain, budget, opts.slots.get())
+            } else {
+                persistent_steps(len, m)
+            };
+            dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), true)
         }
         Algorithm::Floating => {
             if len > floating::MAX_STAGES {
@@ -138,7 +145,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
                     remedy: Remedy::Use(Algorithm::Persistent),
                 });
             }
-            let steps = floating::upper_estimate(len, m).work as f64;
+            let steps = floating::upper_estimate_shared(chain, Slots::new(budget, opts.slots.get())).work as f64;
             dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), true)
         }
         Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_SOLVE_STAGES, "a solve"),
@@ -239,6 +246,23 @@ pub fn any_min_budget(chain: &Chain) -> Result<(), SolveError> {
         ),
         remedy: Remedy::FewerStages,
     })
+}
+
+/// [`persistent_steps`] counting distinct sub-chains only (issue 25: the
+/// persistent table and its min-peak pass fill each distinct one once, so
+/// a stack of repeated blocks is not refused for cells it no longer fills):
+/// the split candidates of the distinct cells at the solve's rounding, times
+/// M + 2. O(L^2) up to [`crate::solve::distinct::ESTIMATE_MAX_STAGES`]
+/// stages, above which every cell counts (O(1)).
+fn persistent_steps_shared(chain: &Chain, budget: u64, slots: usize) -> f64 {
+    let len = chain.len();
+    let disc = Slots::new(budget, slots);
+    if len + 1 > crate::solve::distinct::ESTIMATE_MAX_STAGES {
+        return persistent_steps(len, disc.capacity);
+    }
+    let sc = crate::slots::SlotChain::new(chain, disc);
+    let splits = crate::solve::distinct::Distinct::new(&sc, true).splits() as f64;
+    splits.min(cube(len) / 6.0) * (disc.capacity as f64 + 2.0)
 }
 
 /// L^3 as a float (no overflow for any length).
@@ -389,14 +413,19 @@ mod tests {
 
     #[test]
     fn persistent_is_refused_on_3000_stages_at_500_slots_but_not_at_100() {
-        let c = chain(3000);
-        let at = |slots: usize| {
+        // Every stage different: no sub-chain is shared.
+        let stages = (0..3000).map(|l| Stage::simple(1.0 + l as f64, 2.0, 10, 20)).collect();
+        let c = Chain::new("c", 10, stages, Stage::zero_loss()).unwrap();
+        let at = |c: &Chain, slots: usize| {
             let slots = std::num::NonZeroUsize::new(slots).unwrap();
-            solve(&c, 1 << 30, Algorithm::Persistent, &SolveOptions { slots, ..SolveOptions::default() })
+            solve(c, 1 << 30, Algorithm::Persistent, &SolveOptions { slots, ..SolveOptions::default() })
         };
-        let err = at(500).unwrap_err().to_string();
+        let err = at(&c, 500).unwrap_err().to_string();
         assert!(err.contains("3000 stages at 500 slots") && err.contains("fewer memory slots"), "{err}");
-        assert!(at(100).is_ok());
+        assert!(at(&c, 100).is_ok());
+        // 3,000 identical stages: about 3 L distinct sub-chains (issue 25),
+        // so the table it would fill is small enough.
+        assert!(at(&chain(3000), 500).is_ok());
     }
 
     #[test]

@@ -85,6 +85,38 @@ pub fn network_like(seed: u64, len: usize) -> Chain {
     Chain::new(format!("network-like-{len}"), 8 * mib, stages, Stage::zero_loss()).expect("valid")
 }
 
+/// A stack of repeated blocks built from `chain`: its first `head` stages,
+/// then `copies` copies of the `block` stages that follow them, then its
+/// last `tail` stages and its loss (the stages between are dropped). The
+/// chains of issue 25: `stack(&gpt2_xl, 1, 1, 2, n)` is an embedding, n
+/// transformer blocks, `ln_f` and the head. Stage names get the copy's
+/// number. O(head + block x copies + tail).
+///
+/// # Example
+/// ```
+/// use remat::chain::{Chain, Stage};
+/// let stages = (1..=5).map(|l| Stage::simple(l as f64, 1.0, 4, 8)).collect();
+/// let chain = Chain::new("c", 4, stages, Stage::zero_loss()).unwrap();
+/// let stacked = remat::synthetic::stack(&chain, 1, 2, 1, 10);
+/// assert_eq!(stacked.len(), 1 + 2 * 10 + 1);
+/// assert_eq!(stacked.forward_time(4), 2.0);
+/// ```
+pub fn stack(chain: &Chain, head: usize, block: usize, tail: usize, copies: usize) -> Chain {
+    let all = chain.stages();
+    assert!(head + block + tail <= all.len(), "stack: {head} + {block} + {tail} stages of {}", all.len());
+    let mut stages = all[..head].to_vec();
+    for copy in 0..copies {
+        stages.extend(all[head..head + block].iter().map(|s| {
+            let mut s = s.clone();
+            s.name = Some(format!("{}#{copy}", s.name.as_deref().unwrap_or("block")));
+            s
+        }));
+    }
+    stages.extend_from_slice(&all[all.len() - tail..]);
+    let name = format!("{}-stack{copies}", chain.name());
+    Chain::new(name, chain.input_size(), stages, chain.loss().clone()).expect("the stages of a valid chain")
+}
+
 /// The figures of [`small_forward_graph`]'s nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Figures {

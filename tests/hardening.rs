@@ -424,7 +424,11 @@ fn a_failed_write_leaves_the_old_file_whole() {
 #[test]
 fn persistent_on_3000_stages_is_refused_before_its_cubic_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let chain = long_chain(dir.path(), 3000);
+    // Every stage different (its forward time): no sub-chain is shared.
+    let stages: Vec<String> = (0..3000)
+        .map(|l| format!(r#"{{"forward_time": {}, "backward_time": 2, "output_size": 100, "saved_size": 100}}"#, l + 1))
+        .collect();
+    let chain = write(dir.path(), "distinct3000.json", &chain_text(&stages));
     remat()
         .args(["solve", chain.to_str().unwrap(), "-m", "1MiB", "-a", "persistent"])
         .timeout(Duration::from_secs(20))
@@ -432,6 +436,14 @@ fn persistent_on_3000_stages_is_refused_before_its_cubic_pass() {
         .code(2)
         .stderr(contains("the persistent DP would take about 2.3e12 steps for 3000 stages at 500 slots"))
         .stderr(contains("hint: pass --slots N with a smaller N"));
+    // 3,000 identical stages: the DP fills each distinct sub-chain once
+    // (issue 25), about 3 L of them, so it is not refused and answers.
+    let same = long_chain(dir.path(), 3000);
+    remat()
+        .args(["solve", same.to_str().unwrap(), "-m", "1MiB", "-a", "persistent"])
+        .timeout(Duration::from_secs(20))
+        .assert()
+        .success();
 }
 
 #[test]

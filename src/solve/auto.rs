@@ -48,6 +48,12 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
             reason: format!("{len} stages: over the floating DP's {}", floating::MAX_STAGES),
         };
     }
+    // Every cell counted, as before the floating DP shared groups of equal
+    // stages (issue 25): auto makes the same choice as before, and the
+    // floating DP it runs is faster on repeated blocks. Counting only the
+    // groups it fills would send stacks of 200 blocks to the floating DP
+    // (several seconds at 500 slots) for the persistent answer they get in
+    // 0.3 s.
     let m = Slots::new(budget, opts.slots.get()).capacity;
     let est = floating::upper_estimate(len, m);
     let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
@@ -120,7 +126,7 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
             Algorithm::Floating => exact::fronts_limit_beside_floating(chain, budget, slots),
             _ => exact::fronts_limit(chain, budget, slots),
         });
-        exact::exact(chain, budget, limit, ceiling)
+        exact::exact(chain, budget, limit, exact::work_limit(opts), ceiling)
     } else {
         Ok(None)
     };

@@ -12,6 +12,11 @@
 //! large costs a fraction of their time before the slot DP runs. The guard
 //! depends on the chain, the budget, the slot count and `exact_memory` only,
 //! so the same input always gets the same answer.
+//!
+//! Since sub-chains holding the same stages share their fronts (issue 25),
+//! long stacks of repeated blocks fit in memory but can take minutes, so by
+//! default the fronts also give up when their projected work exceeds
+//! [`FRONTS_MAX_WORK`] (about 10 s); setting `exact_memory` lifts that limit.
 
 use crate::chain::Chain;
 use crate::schedule::Op;
@@ -29,6 +34,22 @@ use crate::solve::{Algorithm, SolveError, SolveOptions, floating, persistent};
 /// rounded by default: [`SolveOptions::exact_memory`] raises the limit.
 pub const FRONTS_MIN_BYTES: u64 = 256 << 20;
 
+/// The most work, in point-steps ([`Fronts::build_guarded`]), the fronts may
+/// take when [`SolveOptions::exact_memory`] is not set: about 10 s on a
+/// loaded 2-core machine (measured about 7 ns a point-step). Before
+/// sub-chains were shared (issue 25) memory was the binding limit on every
+/// shipped chain; shared fronts of long stacks fit in memory but take
+/// minutes (GPT-2 XL, 1,000 blocks: 1.7e10 point-steps, 2 minutes), and
+/// this keeps the default answer as fast as the rounded one there. Setting
+/// `exact_memory` lifts it: asking for exactness means waiting for it.
+pub const FRONTS_MAX_WORK: f64 = 1.5e9;
+
+/// The work the exact fronts may take under `opts`: [`FRONTS_MAX_WORK`], or
+/// no limit when `exact_memory` is set.
+pub(crate) fn work_limit(opts: &SolveOptions) -> f64 {
+    if opts.exact_memory.is_some() { f64::INFINITY } else { FRONTS_MAX_WORK }
+}
+
 /// The memory the exact fronts may take at `budget` with `slots` slots: the
 /// slot table's ([`persistent::table_bytes_estimate`]) or
 /// [`FRONTS_MIN_BYTES`], whichever is larger. O(L^2).
@@ -42,8 +63,8 @@ pub fn fronts_limit(chain: &Chain, budget: u64, slots: usize) -> u64 {
 /// are freed before the floating table is built, so the peak is no larger
 /// than the floating DP's alone). O(L^2).
 pub fn fronts_limit_beside_floating(chain: &Chain, budget: u64, slots: usize) -> u64 {
-    let m = Slots::new(budget, slots).capacity;
-    fronts_limit(chain, budget, slots).max(floating::upper_estimate(chain.len(), m).table_bytes)
+    fronts_limit(chain, budget, slots)
+        .max(floating::upper_estimate_shared(chain, Slots::new(budget, slots)).table_bytes)
 }
 
 /// The memory the exact fronts may take under `opts`: its `exact_memory`
@@ -72,9 +93,10 @@ pub(crate) fn exact(
     chain: &Chain,
     budget: u64,
     limit: u64,
+    max_work: f64,
     ceiling: f64,
 ) -> Result<Option<(f64, Vec<Op>, usize)>, FrontsTooLarge> {
-    let fronts = Fronts::build_bounded(chain, budget, limit, ceiling)?;
+    let fronts = Fronts::build_guarded(chain, budget, limit, max_work, ceiling)?;
     Ok(fronts.sequence(budget).map(|ops| (fronts.makespan(budget), ops, fronts.points())))
 }
 
@@ -85,6 +107,14 @@ pub(crate) fn exact_note(points: usize) -> String {
 
 /// Why an answer is rounded, for the user, and what to do about it.
 pub(crate) fn rounded_note(e: &FrontsTooLarge, opts: &SolveOptions) -> String {
+    if let Some(work) = e.work {
+        return format!(
+            "not exact: the fronts of this {}-stage chain would take about {work:.1e} point-steps (more than the \
+             {:.1e} allowed by default, about 10 s); set `--exact-memory SIZE` (`exact_memory=`) to wait for the \
+             exact optimum",
+            e.stages, e.max_work
+        );
+    }
     let allowed = match opts.exact_memory {
         Some(0) => return "not exact: exact answers are turned off (exact memory 0)".to_string(),
         Some(_) => "the exact memory allowed".to_string(),
@@ -119,7 +149,7 @@ pub(crate) fn persistent(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
         || SolveError::Infeasible { algorithm: Algorithm::Persistent, budget, min_budget: min_budget(chain, opts) };
     // An infeasible budget needs no separate check (O(L^3)): its fronts are
     // empty there, and the slot DP checks its own.
-    match exact(chain, budget, limit(opts, || fronts_limit(chain, budget, slots)), f64::INFINITY) {
+    match exact(chain, budget, limit(opts, || fronts_limit(chain, budget, slots)), work_limit(opts), f64::INFINITY) {
         Ok(Some((makespan, ops, points))) => Ok(Answer { ops, slot_size: 1, makespan, note: exact_note(points) }),
         Ok(None) => Err(infeasible()),
         Err(e) => {
@@ -140,7 +170,7 @@ pub(crate) fn persistent(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
 pub fn min_budget(chain: &Chain, opts: &SolveOptions) -> Option<u64> {
     let slots = opts.slots.get();
     let min = dp::min_peak_exact::<dp::Persistent>(chain);
-    match exact(chain, min, limit(opts, || fronts_limit(chain, min, slots)), f64::INFINITY) {
+    match exact(chain, min, limit(opts, || fronts_limit(chain, min, slots)), work_limit(opts), f64::INFINITY) {
         Ok(Some(_)) => Some(min),
         _ => dp::min_budget::<dp::Persistent>(chain, slots),
     }

@@ -109,6 +109,7 @@ use rayon::prelude::*;
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
+use crate::solve::distinct::Distinct;
 
 const INF: f64 = f64::INFINITY;
 /// Threshold of a cell that no budget makes feasible.
@@ -298,6 +299,33 @@ pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     }
 }
 
+/// [`upper_estimate`] counting only the rows [`Plan::fill`] fills: one group
+/// (s, l) per distinct content (issue 25, see [`Plan::new`]), at the
+/// budget in slots of `chain` under `slots`; every cell still takes its
+/// bookkeeping. The caller keeps L within [`MAX_STAGES`]. O(L^2).
+pub fn upper_estimate_shared(chain: &Chain, slots: Slots) -> Estimate {
+    let sc = SlotChain::new(chain, slots);
+    let groups = Distinct::with_input(&sc);
+    let row = (slots.capacity as u64).saturating_add(1);
+    let (mut options, mut rows) = (0u64, 0u64);
+    for id in 0..groups.len() {
+        let (s, l) = groups.rep(id);
+        options += 1 + (l - s) as u64;
+        rows += 1;
+        if s >= 2 {
+            // F(s, t, l), t in s+1..=l: 1 + l - t options each.
+            let k = (l - s) as u64;
+            options += k * (k + 1) / 2;
+            rows += k;
+        }
+    }
+    let cells = Layout::new(sc.n).cells() as u64;
+    Estimate {
+        table_bytes: cells.saturating_mul(CELL_BYTES).saturating_add(rows.saturating_mul(row).saturating_mul(8)),
+        work: options.saturating_mul(row),
+    }
+}
+
 /// The memory a floating solve may use: [`crate::guard::memory_limit`], half
 /// the machine's physical memory (`MemTotal` of `/proc/meminfo`, 4 GiB where
 /// that cannot be read) and of what the address-space limit leaves. Without
@@ -355,6 +383,8 @@ fn group_thresholds(sc: &SlotChain, lay: &Layout, threshold: &[usize], s: usize,
 pub struct Plan {
     sc: SlotChain,
     lay: Layout,
+    /// The groups (s, l) keyed by content (issue 25): see [`Plan::canon`].
+    groups: Distinct,
     /// Smallest m at which each cell is feasible (`NEVER` if none).
     threshold: Vec<usize>,
     /// The budget the table is filled for, without a^0 (`None`: below a^0).
@@ -364,7 +394,33 @@ pub struct Plan {
 impl Plan {
     /// Computes every cell's threshold: O(L^4) time, O(L^3) memory. The
     /// caller keeps L within [`MAX_STAGES`].
+    ///
+    /// # Repeated stages (issue 25)
+    /// The cells of group (s, l), D(s, l) and F(s, t, l), read the figures
+    /// of stages s..l, w_d^{s-1} and w_a^{s-1} (the floating activation) and
+    /// cells of groups inside s-1..l, and nothing that depends on position
+    /// (every row runs up to the same budget). So groups whose stages,
+    /// w_d^{s-1} and w_a^{s-1} are the same (`Distinct::with_input` in
+    /// [`crate::solve::distinct`]; the first stage apart, its input never
+    /// floats) have the same rows, bit
+    /// for bit (induction on l - s, the same options in the same order with
+    /// the same float operations). [`Plan::fill`] fills only the first
+    /// occurrence of each distinct group and every read goes through
+    /// `Plan::canon`; the read-back compares values only, so schedules are
+    /// the same too. Thresholds are still computed for every cell (integer
+    /// work, no slot factor).
     pub fn new(sc: SlotChain) -> Plan {
+        Plan::new_keyed(sc, true)
+    }
+
+    /// [`Plan::new`] with every group filled on its own: the plain DP, which
+    /// tests and benchmarks compare the shared one with.
+    pub fn new_plain(sc: SlotChain) -> Plan {
+        Plan::new_keyed(sc, false)
+    }
+
+    fn new_keyed(sc: SlotChain, share: bool) -> Plan {
+        let groups = if share { Distinct::with_input(&sc) } else { Distinct::new(&sc, false) };
         let lay = Layout::new(sc.n);
         let mut threshold = vec![NEVER; lay.cells()];
         for d in 0..lay.n {
@@ -375,7 +431,30 @@ impl Plan {
             }
         }
         let top = sc.slots.capacity.checked_sub(sc.output[0]);
-        Plan { sc, lay, threshold, top }
+        Plan { sc, lay, groups, threshold, top }
+    }
+
+    /// The cell whose row `cell` reads: the same cell of the first
+    /// occurrence of its group (itself when that is its group).
+    fn canon(&self, cell: Cell) -> Cell {
+        let (s, l) = match cell {
+            Cell::D(s, l) | Cell::F(s, _, l) => (s, l),
+        };
+        let (s2, l2) = self.groups.rep(self.groups.id(s, l));
+        match cell {
+            Cell::D(..) => Cell::D(s2, l2),
+            Cell::F(_, t, _) => Cell::F(s2, t - s + s2, l2),
+        }
+    }
+
+    /// Where `cell`'s row is stored.
+    fn slot(&self, cell: Cell) -> usize {
+        self.lay.index(self.canon(cell))
+    }
+
+    /// True when group (s, l) is the first occurrence of its content.
+    fn filled(&self, s: usize, l: usize) -> bool {
+        self.groups.rep(self.groups.id(s, l)) == (s, l)
     }
 
     /// The smallest budget in slots (a^0 included) of any nested sequence
@@ -401,6 +480,9 @@ impl Plan {
         let (mut entries, mut work) = (0u64, 0u64);
         for d in 0..self.lay.n {
             for cell in self.lay.diagonal(d) {
+                if self.canon(cell) != cell {
+                    continue;
+                }
                 let len = self.row_len(cell) as u64;
                 entries += len;
                 work += len * self.lay.option_count(cell) as u64;
@@ -420,8 +502,11 @@ impl Plan {
         for d in 0..self.lay.n {
             // One task per (s, l): D(s, l) and every F(s, t, l), which share the
             // rows F(s+1, t', l) they read (see `group`).
-            let groups: Vec<Vec<(Cell, Row)>> =
-                (1..=self.lay.n - d).into_par_iter().map(|s| self.group(s, s + d, &rows)).collect();
+            let groups: Vec<Vec<(Cell, Row)>> = (1..=self.lay.n - d)
+                .into_par_iter()
+                .filter(|&s| self.filled(s, s + d))
+                .map(|s| self.group(s, s + d, &rows))
+                .collect();
             for (cell, row) in groups.into_iter().flatten() {
                 done += row.cost.len() as u64 * self.lay.option_count(cell) as u64;
                 rows[self.lay.index(cell)] = row;
@@ -476,8 +561,8 @@ impl Plan {
         }
         let top = row.lo + row.cost.len() - 1;
         let mut start = row.lo.max(o.from);
-        let first = o.first.map(|(c, shift)| (&rows[self.lay.index(c)], shift));
-        let second = o.second.map(|c| &rows[self.lay.index(c)]);
+        let first = o.first.map(|(c, shift)| (&rows[self.slot(c)], shift));
+        let second = o.second.map(|c| &rows[self.slot(c)]);
         if let Some((r, shift)) = first {
             start = start.max(r.lo.saturating_add(shift));
         }
@@ -537,7 +622,7 @@ impl Table {
     }
 
     fn cost(&self, cell: Cell, m: usize) -> f64 {
-        self.rows[self.plan.lay.index(cell)].at(m)
+        self.rows[self.plan.slot(cell)].at(m)
     }
 
     /// The value of option `o` at `m`, computed exactly as the fill does.

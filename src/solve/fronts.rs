@@ -61,6 +61,17 @@
 //!   500 slots), so [`Fronts::build_within`] gives up and the caller falls
 //!   back to the slot DP ([`crate::solve::exact`] decides, for `solve`).
 //!
+//! Repeated stages (issue 25): sub-chains that hold the same stages have the
+//! same front, so each distinct one is built once
+//! ([`crate::solve::distinct`]; the proof that answers are unchanged is at
+//! `Fronts::build_keyed`). On a stack of N identical blocks about 5 L of the
+//! L^2 / 2 sub-chains are distinct, so time falls to O(K L^2) and memory to
+//! O(K L) plus 4 bytes a cell: GPT-2 XL stacks at a third of store-all take
+//! 0.06 s at N = 100 (0.37 s plain) and 0.5 s at N = 200 (5 s plain), but
+//! their fronts keep growing with length (8,000 points on average at N =
+//! 1,000: 40 million points, 0.64 GB, about 2 to 3 minutes), which the
+//! default work limit ([`Fronts::build_guarded`]) refuses.
+//!
 //! Given the makespan of some schedule at the budget (a baseline's, or the
 //! floating table's), [`Fronts::build_bounded`] drops the points that cannot
 //! lead to a faster one. A modest saving: with the 500-slot DP's makespan as
@@ -73,6 +84,7 @@ use thiserror::Error;
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
+use crate::solve::distinct::Distinct;
 
 const INF: f64 = f64::INFINITY;
 
@@ -111,11 +123,14 @@ impl Front {
 
 /// Why [`Fronts::build_within`] gave up: the fronts outgrew the memory
 /// allowed.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[derive(Clone, Debug, Error, PartialEq)]
 #[error(
-    "the exact fronts of this {stages}-stage chain {} the {limit} bytes allowed ({bytes} bytes after sub-chains of \
-     {done} stages)",
-    if *projected { "are projected to exceed" } else { "exceed" }
+    "the exact fronts of this {stages}-stage chain {} ({bytes} bytes after sub-chains of {done} stages)",
+    match work {
+        Some(w) => format!("are projected to take {w:.1e} point-steps, over the {max_work:.1e} allowed"),
+        None if *projected => format!("are projected to exceed the {limit} bytes allowed"),
+        None => format!("exceed the {limit} bytes allowed"),
+    }
 )]
 pub struct FrontsTooLarge {
     /// The limit given.
@@ -128,6 +143,11 @@ pub struct FrontsTooLarge {
     pub stages: usize,
     /// Sub-chains of up to this many stages (plus one) were done.
     pub done: usize,
+    /// When it gave up on time rather than memory: the work projected
+    /// (see [`Fronts::build_guarded`]).
+    pub work: Option<f64>,
+    /// The work allowed.
+    pub max_work: f64,
 }
 
 /// Per-thread buffers of [`Fronts::fill`].
@@ -144,24 +164,29 @@ pub struct Fronts {
     sc: SlotChain,
     /// The largest m the whole chain is asked at: the budget less w_a^0.
     cap: usize,
-    /// Front of (s, t), s <= t, at `index(s, t)` (by s, then t).
+    /// The sub-chains keyed by content: (s, t)'s front is `fronts[id(s, t)]`.
+    distinct: Distinct,
+    /// The front of each distinct sub-chain.
     fronts: Vec<Front>,
+    /// The largest m each distinct sub-chain is read at: the largest of its
+    /// occurrences' caps (see [`Fronts::cell_cap`]).
+    caps: Vec<usize>,
+    /// The largest value a point of each distinct sub-chain keeps: the
+    /// largest of its occurrences' limits (see [`Fronts::limit`]).
+    limits: Vec<f64>,
     /// A makespan some schedule of the whole chain reaches at the budget
     /// (infinite when none is known): points that cannot lead to a schedule
     /// as fast are dropped (see [`Fronts::build_bounded`]).
     ceiling: f64,
     /// `done[l]` = the sum of u_f^i + u_b^i for i <= l.
     done: Vec<f64>,
+    /// Point-steps spent (see [`Fronts::build_guarded`]).
+    work: f64,
 }
 
 impl Fronts {
-    fn index(&self, s: usize, t: usize) -> usize {
-        let n = self.sc.n;
-        (s - 1) * n - (s - 1) * s.saturating_sub(2) / 2 + (t - s)
-    }
-
     fn front(&self, s: usize, t: usize) -> &Front {
-        &self.fronts[self.index(s, t)]
+        &self.fronts[self.distinct.id(s, t)]
     }
 
     /// The largest m at which (s, t) is ever read (see the module doc).
@@ -221,6 +246,74 @@ impl Fronts {
     /// optimal candidate reads only kept points, so the schedule is also the
     /// same.
     pub fn build_bounded(chain: &Chain, budget: u64, max_bytes: u64, ceiling: f64) -> Result<Fronts, FrontsTooLarge> {
+        Fronts::build_keyed(chain, budget, max_bytes, INF, ceiling, true)
+    }
+
+    /// [`Fronts::build_bounded`] that also gives up when its *work* is
+    /// projected to exceed `max_work` point-steps. Filling a front of K
+    /// points for a sub-chain of d + 1 stages walks d candidates over up to
+    /// K points, so the work of a diagonal is counted as d times its points,
+    /// and the diagonals left are projected as in the memory guard (fronts
+    /// growing in proportion to their length: the diagonal e costs that
+    /// average times e^2 per distinct sub-chain). Sharing sub-chains (issue
+    /// 25) makes long stacks fit in memory whose fronts still take minutes
+    /// (GPT-2 XL, 1,000 blocks: 28 million points, 1.7e10 point-steps, 2
+    /// minutes), which only this guard catches. It depends on the chain, the
+    /// budget and the ceiling only, so the same input gets the same answer.
+    pub fn build_guarded(
+        chain: &Chain,
+        budget: u64,
+        max_bytes: u64,
+        max_work: f64,
+        ceiling: f64,
+    ) -> Result<Fronts, FrontsTooLarge> {
+        Fronts::build_keyed(chain, budget, max_bytes, max_work, ceiling, true)
+    }
+
+    /// [`Fronts::build`] with every sub-chain solved on its own, even where
+    /// another holds the same stages: the plain DP, which the tests and
+    /// benchmarks compare the shared one with. Same fronts, same answers.
+    pub fn build_unshared(chain: &Chain, budget: u64) -> Fronts {
+        match Fronts::build_keyed(chain, budget, u64::MAX, INF, INF, false) {
+            Ok(table) => table,
+            Err(e) => unreachable!("no limit: {e}"),
+        }
+    }
+
+    /// The build, with the sub-chains keyed by content when `share` (see
+    /// [`crate::solve::distinct`]): one front per distinct sub-chain, filled
+    /// at its representative occurrence with the largest cap and limit of
+    /// all its occurrences.
+    ///
+    /// Why sharing changes no answer: two occurrences of one distinct
+    /// sub-chain read the same figures and fronts of the same shorter
+    /// distinct sub-chains, so by induction on the length their uncut
+    /// fronts are the same function, with the same `f64` values. The cap
+    /// and the limit only cut that function (the fill stores the function
+    /// up to the cap and the points at most the limit, and every step of it
+    /// is a truncation), so the shared front, cut at the largest cap and
+    /// limit, equals each occurrence's own front wherever that one is
+    /// defined, and holds more points beyond. Those extra points are never
+    /// read at a smaller cap, and the extra points past a smaller limit are
+    /// exact values of the function, so a cell built from them is exact
+    /// wherever it was before ([`Fronts::build_bounded`]'s argument holds
+    /// for any cut at or above the limit). Sub-chains read by the
+    /// representative are asked at most at their own caps: reading from
+    /// (s, t) at m <= cap(s), the split's (j + 1, t) is read at m - w_a^j
+    /// <= cap - w_a^j = cap(j + 1), its (s, j) at m <= cap(s), and F_all's
+    /// (s + 1, t) at m - w_abar^s <= cap(s + 1) (w_abar^s >= w_a^s), and
+    /// the occurrence with the largest cap lies within the one of (s, t)
+    /// with the largest cap. So the makespans are the same bit for bit, and
+    /// the read-back, which looks only at values, picks the same candidate
+    /// at every cell: the schedules are the same operation for operation.
+    fn build_keyed(
+        chain: &Chain,
+        budget: u64,
+        max_bytes: u64,
+        max_work: f64,
+        ceiling: f64,
+        share: bool,
+    ) -> Result<Fronts, FrontsTooLarge> {
         let sc = SlotChain::new(chain, Slots::with_slot(u64::MAX, 1));
         let n = sc.n;
         let cap = usize::try_from(budget).unwrap_or(usize::MAX).saturating_sub(sc.output[0]);
@@ -231,42 +324,82 @@ impl Fronts {
         }
         let per_cell = std::mem::size_of::<Front>() as u64;
         let per_point = std::mem::size_of::<Point>() as u64;
-        let cells = n * (n + 1) / 2;
-        let mut bytes = cells as u64 * per_cell;
-        // Refused before the cells are allocated: on a long chain they alone
-        // can exceed the limit.
-        if bytes > max_bytes {
-            return Err(FrontsTooLarge { limit: max_bytes, bytes, projected: true, stages: chain.len(), done: 0 });
+        // Refused before the keys and cells are allocated: on a long chain
+        // they alone can exceed the limit.
+        let stages = chain.len();
+        let early =
+            |bytes| FrontsTooLarge { limit: max_bytes, bytes, projected: true, stages, done: 0, work: None, max_work };
+        let keys = Distinct::bytes(n);
+        if keys > max_bytes {
+            return Err(early(keys));
         }
-        let mut table = Fronts { sc, cap, fronts: Vec::new(), ceiling, done };
+        let distinct = Distinct::new(&sc, share);
+        let cells = distinct.len();
+        let mut bytes = keys + cells as u64 * (per_cell + 16);
+        if bytes > max_bytes {
+            return Err(early(bytes));
+        }
+        let mut table = Fronts {
+            sc,
+            cap,
+            distinct,
+            fronts: Vec::new(),
+            caps: vec![0; cells],
+            limits: vec![-INF; cells],
+            ceiling,
+            done,
+            work: 0.0,
+        };
         table.fronts.resize_with(cells, Front::default);
         if !feasible {
             return Ok(table);
         }
+        let mut caps = std::mem::take(&mut table.caps);
+        let mut limits = std::mem::take(&mut table.limits);
+        for (s, t, id) in table.distinct.cells() {
+            caps[id] = caps[id].max(table.cell_cap(s));
+            limits[id] = limits[id].max(table.limit(s, t));
+        }
+        (table.caps, table.limits) = (caps, limits);
         for d in 0..n {
-            let filled: Vec<Front> = (1..=n - d)
-                .into_par_iter()
-                .map_init(Scratch::default, |scratch, s| table.fill(s, s + d, scratch))
-                .collect();
+            let ids = table.distinct.of_length(d);
+            let filled: Vec<Front> =
+                ids.clone().into_par_iter().map_init(Scratch::default, |scratch, id| table.fill(id, scratch)).collect();
             let points: u64 = filled.iter().map(|f| f.0.len() as u64).sum();
             bytes += points * per_point;
-            let too_large =
-                |projected| FrontsTooLarge { limit: max_bytes, bytes, projected, stages: chain.len(), done: d };
+            table.work += (d * points as usize) as f64;
+            let too_large = |projected, work| FrontsTooLarge {
+                limit: max_bytes,
+                bytes,
+                projected,
+                stages,
+                done: d,
+                work,
+                max_work,
+            };
             if bytes > max_bytes {
-                return Err(too_large(false));
+                return Err(too_large(false, None));
             }
             if d > 0 {
                 // The diagonals left, if their fronts keep growing in
                 // proportion to their length from this one's average.
-                let per_length = points as f64 / (n - d) as f64 / d as f64;
-                let rest: f64 = (d + 1..n).map(|e| ((n - e) * e) as f64).sum();
+                let per_length = points as f64 / ids.len() as f64 / d as f64;
+                let (mut rest, mut rest_work) = (0.0, 0.0);
+                for e in d + 1..n {
+                    let k = (table.distinct.of_length(e).len() * e) as f64;
+                    rest += k;
+                    rest_work += k * e as f64;
+                }
                 if bytes as f64 + per_length * rest * per_point as f64 > max_bytes as f64 {
-                    return Err(too_large(true));
+                    return Err(too_large(true, None));
+                }
+                let work = table.work + per_length * rest_work;
+                if work > max_work {
+                    return Err(too_large(true, Some(work)));
                 }
             }
-            for (s, front) in (1..=n - d).zip(filled) {
-                let k = table.index(s, s + d);
-                table.fronts[k] = front;
+            for (id, front) in ids.zip(filled) {
+                table.fronts[id] = front;
             }
         }
         Ok(table)
@@ -279,10 +412,12 @@ impl Fronts {
         self.ceiling - outside + 1e-9 * self.ceiling.abs().max(1.0)
     }
 
-    /// The front of (s, t) from the fronts of shorter sub-chains.
-    fn fill(&self, s: usize, t: usize, scratch: &mut Scratch) -> Front {
+    /// The front of distinct sub-chain `id` from the fronts of shorter
+    /// sub-chains, at its representative (s, t), its cap and its limit.
+    fn fill(&self, id: usize, scratch: &mut Scratch) -> Front {
         let sc = &self.sc;
-        let cap = self.cell_cap(s);
+        let (s, t) = self.distinct.rep(id);
+        let cap = self.caps[id];
         if s == t {
             let need = sc.forward_all_need(s, s).max(sc.backward_need(s));
             if need > cap {
@@ -337,7 +472,7 @@ impl Fronts {
                 std::mem::swap(env, merged);
             }
         }
-        let limit = self.limit(s, t);
+        let limit = self.limits[id];
         Front(env[env.partition_point(|p| p.1 > limit)..].into())
     }
 
@@ -368,9 +503,22 @@ impl Fronts {
         self.fronts.iter().map(|f| f.0.len()).sum()
     }
 
-    /// Bytes the table takes.
+    /// Bytes the table takes: its fronts and the keys of its cells.
     pub fn bytes(&self) -> u64 {
-        (self.fronts.len() * std::mem::size_of::<Front>() + self.points() * std::mem::size_of::<Point>()) as u64
+        (self.fronts.len() * (std::mem::size_of::<Front>() + 16) + self.points() * std::mem::size_of::<Point>()) as u64
+            + Distinct::bytes(self.sc.n)
+    }
+
+    /// The work the build took, in point-steps (see
+    /// [`Fronts::build_guarded`]).
+    pub fn work(&self) -> f64 {
+        self.work
+    }
+
+    /// The distinct sub-chains the table solved (of L (L + 1) / 2 and the
+    /// loss's, see [`crate::solve::distinct`]).
+    pub fn distinct_cells(&self) -> usize {
+        self.distinct.len()
     }
 
     /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,

@@ -17,6 +17,7 @@ pub mod algorithm;
 pub mod auto;
 pub mod baselines;
 pub mod budget;
+pub mod distinct;
 pub mod dp;
 pub mod error;
 pub mod exact;
@@ -132,7 +133,7 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
     let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
     let persistent = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
         let limit = exact::limit(opts, || exact::fronts_limit_beside_floating(chain, budget, slots));
-        exact::exact(chain, budget, limit, ceiling).ok().flatten()
+        exact::exact(chain, budget, limit, exact::work_limit(opts), ceiling).ok().flatten()
     } else {
         None
     };

@@ -65,6 +65,7 @@ use rayon::prelude::*;
 
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
+use crate::solve::distinct::Distinct;
 
 /// Longest chain the persistent DP accepts (its table has L^2 / 2 rows).
 pub const MAX_STAGES: usize = u16::MAX as usize - 2;
@@ -193,7 +194,10 @@ const STRIDE: usize = 32;
 /// budget up to the one it was built for, with the same slot size.
 pub struct Table {
     sc: SlotChain,
-    /// Row (s, t), s <= t, at `index(s, t)` (by s, then t).
+    /// The sub-chains keyed by content (in slots): (s, t)'s row is
+    /// `rows[id(s, t)]` (see [`Table::build`]).
+    distinct: Distinct,
+    /// The row of each distinct sub-chain.
     rows: Vec<Row>,
     /// `fwd[index(s, j)]` = u_f^s + u_f^{s+1} + ... + u_f^j, summed in that
     /// order (as the triple loop does): the forwards before split s' = j + 1.
@@ -229,7 +233,7 @@ impl Table {
     }
 
     fn row(&self, s: usize, t: usize) -> &Row {
-        &self.rows[self.index(s, t)]
+        &self.rows[self.distinct.id(s, t)]
     }
 
     /// Fills the table for budgets up to `sc.slots.capacity` slots.
@@ -239,11 +243,37 @@ impl Table {
     /// of tiles in parallel (rayon), each tile reading only finished tiles and
     /// itself. Time O(S L^3) at worst (see the module documentation for what
     /// it skips); memory at most [`table_bytes_estimate`] up to rounding ties.
+    ///
+    /// # Repeated stages (issue 25)
+    /// Sub-chains holding the same stages (the same figures in slots, and
+    /// the same w_d^{s-1}, see [`crate::solve::distinct`]) have the same row:
+    /// the recurrence reads nothing else, and no cap or position enters a
+    /// slot row. Each distinct row is stored once. When at most a quarter of
+    /// the cells are distinct (a stack of repeated blocks), the distinct
+    /// rows are filled by length, each at its first occurrence, one cell at
+    /// a time (in parallel within a length) instead of by tiles: the same
+    /// candidates with the same float operations, so the same rows bit for
+    /// bit, and the read-back, which only compares values, returns the same
+    /// schedules. Time O(S D L) for D distinct sub-chains, memory O(S D +
+    /// L^2).
     pub fn build(sc: SlotChain, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Table {
+        Table::build_keyed(sc, progress, true)
+    }
+
+    /// [`Table::build`] with every sub-chain filled on its own, by tiles:
+    /// the plain DP, which tests and benchmarks compare the shared one with.
+    pub fn build_plain(sc: SlotChain) -> Table {
+        Table::build_keyed(sc, None, false)
+    }
+
+    fn build_keyed(sc: SlotChain, progress: Option<&(dyn Fn(u64, u64) + Sync)>, share: bool) -> Table {
         let n = sc.n;
         let cells = n * (n + 1) / 2;
-        let mut table = Table { rows: Vec::new(), fwd: vec![0.0; cells], need: vec![0; cells], sc };
-        table.rows.resize_with(cells, Row::infeasible);
+        let distinct = Distinct::new(&sc, share);
+        let shared = distinct.len() * 4 <= cells;
+        let rows = distinct.len();
+        let mut table = Table { rows: Vec::new(), fwd: vec![0.0; cells], need: vec![0; cells], sc, distinct };
+        table.rows.resize_with(rows, Row::infeasible);
         for s in 1..=n {
             let sc = &table.sc;
             let mut fwd = sc.forward_time[s];
@@ -258,6 +288,10 @@ impl Table {
                 table.fwd[k] = fwd;
                 table.need[k] = need;
             }
+        }
+        if shared {
+            table.fill_distinct(progress);
+            return table;
         }
         let blocks = n.div_ceil(TILE);
         let block = |b: usize| (b * TILE + 1, ((b + 1) * TILE).min(n));
@@ -280,8 +314,57 @@ impl Table {
         table
     }
 
+    /// Fills the distinct rows by length, each at its representative (s, t),
+    /// the rows of one length in parallel; `progress` counts splits as
+    /// [`Table::build`] does.
+    fn fill_distinct(&mut self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) {
+        let n = self.sc.n;
+        let budget = self.sc.slots.capacity;
+        let total: u64 = (0..n).map(|d| (self.distinct.of_length(d).len() * (d + 1)) as u64).sum();
+        let mut done = 0;
+        for d in 0..n {
+            let ids = self.distinct.of_length(d);
+            let filled: Vec<Row> = ids
+                .clone()
+                .into_par_iter()
+                .map_init(Vec::new, |acc, id| {
+                    let (s, t) = self.distinct.rep(id);
+                    self.fill_cell(s, t, budget, acc)
+                })
+                .collect();
+            for (id, row) in ids.clone().zip(filled) {
+                self.rows[id] = row;
+            }
+            done += (ids.len() * (d + 1)) as u64;
+            if let Some(p) = progress {
+                p(done, total);
+            }
+        }
+    }
+
+    /// The row of (s, t) from the rows of shorter sub-chains: the candidates
+    /// of the tiled fill, in the same order (F_all, then the splits by
+    /// increasing s').
+    fn fill_cell(&self, s: usize, t: usize, budget: usize, acc: &mut Vec<f64>) -> Row {
+        if s == t {
+            let need = self.sc.forward_all_need(s, s).max(self.sc.backward_need(s));
+            if need > budget {
+                return Row::infeasible();
+            }
+            let c = self.sc.forward_time[s] + self.sc.backward_time[s];
+            return Row { lo: need, tail: c, vals: Box::new([c]) };
+        }
+        acc.clear();
+        acc.resize(budget + 1, INF);
+        self.relax_all(s, t, self.row(s + 1, t), acc);
+        for j in s..t {
+            self.relax_split(s, t, j, self.row(j + 1, t), self.row(s, j), acc);
+        }
+        Row::from_acc(acc)
+    }
+
     /// Fills the cells of `tile`, whose rows of shorter sub-chains outside the
-    /// tile are final. Returns each cell's row index, t - s and row.
+    /// tile are final. Returns each cell's row id, t - s and row.
     fn fill_tile(&self, tile: Tile, accs: &mut [Vec<f64>]) -> Vec<(usize, usize, Row)> {
         let budget = self.sc.slots.capacity;
         let cells = || {
@@ -337,7 +420,9 @@ impl Table {
             local[tile.slot(s, t)] = row;
         }
         cells()
-            .map(|(s, t)| (self.index(s, t), t - s, std::mem::replace(&mut local[tile.slot(s, t)], Row::infeasible())))
+            .map(|(s, t)| {
+                (self.distinct.id(s, t), t - s, std::mem::replace(&mut local[tile.slot(s, t)], Row::infeasible()))
+            })
             .collect()
     }
 
@@ -385,10 +470,16 @@ impl Table {
 
     /// Bytes the table takes (rows and per-cell sums).
     pub fn bytes(&self) -> u64 {
-        let cells =
-            self.rows.len() * (std::mem::size_of::<Row>() + std::mem::size_of::<f64>() + std::mem::size_of::<usize>());
+        let cells = self.fwd.len() * (std::mem::size_of::<f64>() + std::mem::size_of::<usize>());
+        let rows = self.rows.len() * std::mem::size_of::<Row>();
         let vals: usize = self.rows.iter().map(|r| r.vals.len() * std::mem::size_of::<f64>()).sum();
-        (cells + vals) as u64
+        (cells + rows + vals) as u64 + Distinct::bytes(self.sc.n)
+    }
+
+    /// The distinct sub-chains (rows) the table holds, of the L (L + 1) / 2
+    /// cells and the loss's.
+    pub fn distinct_cells(&self) -> usize {
+        self.rows.len()
     }
 
     /// The smallest budget, in slots, at which the table finds a schedule
@@ -522,21 +613,29 @@ pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, u
 }
 
 /// The memory [`Table::build`] for `sc` is expected to take, in bytes, before
-/// building it: its rows, its per-cell sums and the accumulators of each rayon
-/// thread. O(L^2).
+/// building it: its distinct rows, its per-cell sums and keys, and the
+/// accumulators of each rayon thread. O(L^2).
 ///
 /// A row C(s, t, .) is stored up to the point where the sub-chain fits with
 /// every activation saved (past it the row is constant), and at most to the
 /// budget. The estimate counts each row from m = 0 (so it is high by the rows'
 /// thresholds) and assumes no row keeps falling past that point, which only a
 /// rounding tie between equal real costs (zero forward times) can break.
+/// Sub-chains holding the same stages share one row ([`Table::build`]), so
+/// only distinct rows are counted: a stack of 1,000 identical blocks takes
+/// about 5,000 rows, not 500,000.
 pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
     let n = sc.n;
     let budget = sc.slots.capacity as u64;
-    let per_cell = (std::mem::size_of::<Row>() + 2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>()) as u64;
+    let distinct = Distinct::new(sc, n <= crate::solve::distinct::ESTIMATE_MAX_STAGES);
+    let cells = (n * (n + 1) / 2) as u64;
+    let shared = distinct.len() * 4 <= n * (n + 1) / 2;
+    let per_cell = (2 * std::mem::size_of::<f64>() + std::mem::size_of::<usize>() + 4) as u64;
+    let per_row = (std::mem::size_of::<Row>() + std::mem::size_of::<f64>()) as u64;
     let threads = rayon::current_num_threads() as u64;
-    let tile = TILE.min(n) as u64;
+    let tile = if shared { 1 } else { TILE.min(n) as u64 };
     let mut total = (tile * tile * threads).saturating_mul(budget.saturating_add(1).saturating_mul(8));
+    total = total.saturating_add(cells * per_cell);
     // store_all[s] = the smallest m at which F_all^s .. F_all^t B^t .. B^s fits
     // in (s, t), for the current t.
     let mut store_all = vec![0usize; n + 2];
@@ -545,8 +644,11 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
             let need = sc.forward_all_need(s, t).max(sc.backward_need(s));
             store_all[s] =
                 if s == t { need } else { need.max(sc.saved[s]).max(sc.saved[s].saturating_add(store_all[s + 1])) };
+            if distinct.rep(distinct.id(s, t)) != (s, t) {
+                continue;
+            }
             let len = (store_all[s] as u64).min(budget);
-            total = total.saturating_add(per_cell.saturating_add(len.saturating_mul(8)));
+            total = total.saturating_add(per_row.saturating_add(len.saturating_mul(8)));
         }
     }
     total
@@ -562,13 +664,19 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
 /// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s then the
 /// rest is a choice at every s < t) or for revolve's, which is the same
 /// recurrence without that choice (it only ever checkpoints). O(L^3).
+///
+/// Sub-chains holding the same stages have the same smallest peak (the
+/// recurrence reads what [`crate::solve::distinct`] keys by, and integer
+/// max and min are exact), so each distinct one is computed once: O(D L)
+/// for D distinct sub-chains.
 pub(crate) fn min_peak_of_family(sc: &SlotChain, keep_all: bool) -> usize {
     let n = sc.n;
-    let mut p = vec![usize::MAX; (n + 1) * (n + 1)];
-    let at = |s: usize, t: usize| s * (n + 1) + t;
+    let distinct = Distinct::new(sc, true);
+    let mut p = vec![usize::MAX; distinct.len()];
+    let at = |s: usize, t: usize| distinct.id(s, t);
     for d in 0..n {
-        for s in 1..=n - d {
-            let t = s + d;
+        for id in distinct.of_length(d) {
+            let (s, t) = distinct.rep(id);
             let back = sc.backward_need(s);
             let mut best = if s == t {
                 sc.forward_all_need(s, s).max(back)
