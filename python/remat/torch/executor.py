@@ -476,6 +476,12 @@ class _Task:
             kind, l = ops[self.pos]
             if kind is Op.B:
                 if l == k:
+                    # B^k reads its saved tensors from the holders: an activation
+                    # kept to recompute stage k or above is not needed any more
+                    # (the model drops a plain a^{k-1} only after B^k; autograd
+                    # frees what B^k itself saved node by node).
+                    for j in [j for j in self.held if j >= k - 1]:
+                        del self.held[j]
                     return
                 if l < k:
                     break
