@@ -252,3 +252,30 @@ def test_hostile_arguments_to_the_python_api_are_value_or_type_errors() -> None:
     print("python fuzz outcomes:", dict(sorted(counts.items())))
     assert sum(counts.values()) == 1500
     assert counts["ValueError"] > 0 and counts["returned"] > 0
+
+
+def test_partitioner_on_a_torchvision_resnet50_in_train_mode() -> None:
+    # Issue 27's reproducer: at 38 and 50 MiB this failed with "modified by an
+    # inplace operation" (BatchNorm's running statistics updated by a rerun).
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from functorch.compile import aot_module, make_boxed_func
+
+    from remat.torch import partitioner
+
+    def nop(gm: Any, _inputs: Any) -> Any:
+        return make_boxed_func(gm)
+
+    def net() -> Any:
+        torch.manual_seed(0)
+        return torchvision.models.resnet50(num_classes=10).train()
+
+    x = torch.randn(2, 3, 64, 64)
+    eager = net()
+    eager(x).sum().backward()
+    compiled = net()
+    aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=38 << 20))(x).sum().backward()
+    for a, b in zip(compiled.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    for a, b in zip(compiled.buffers(), eager.buffers()):
+        torch.testing.assert_close(a, b)
