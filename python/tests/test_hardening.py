@@ -274,7 +274,8 @@ def test_partitioner_on_a_torchvision_resnet50_in_train_mode() -> None:
     eager = net()
     eager(x).sum().backward()
     compiled = net()
-    aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=38 << 20))(x).sum().backward()
+    run = aot_module(compiled, fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner(memory=38 << 20))
+    run(x).sum().backward()
     for a, b in zip(compiled.parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     for a, b in zip(compiled.buffers(), eager.buffers()):
