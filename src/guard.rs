@@ -169,26 +169,45 @@ pub const MIN_PEAK_CELL_STEPS: f64 = 4.0;
 /// about log2 of the largest budget it can reach (store-all's peak, at most
 /// the sum of every size). O(L).
 pub fn min_peak_passes(chain: &Chain, slots: usize) -> f64 {
-    let n = chain.len() + 1;
-    let total = (0..=n).fold(0u64, |t, l| {
-        let stage = if l == 0 {
-            0
-        } else {
-            chain.saved_size(l).saturating_add(chain.forward_overhead(l)).saturating_add(chain.backward_overhead(l))
-        };
-        t.saturating_add(chain.output_size(l)).saturating_add(chain.gradient_size(l)).saturating_add(stage)
-    });
+    let total = size_sum(chain);
     if slots as u64 >= total {
         return 2.0;
     }
     2.0 + f64::from(u64::BITS - total.leading_zeros()) + 1.0
 }
 
+/// The sum of every size of `chain`, its loss included (at least store-all's
+/// peak). O(L).
+fn size_sum(chain: &Chain) -> u64 {
+    let n = chain.len() + 1;
+    (0..=n).fold(0u64, |t, l| {
+        let stage = if l == 0 {
+            0
+        } else {
+            chain.saved_size(l).saturating_add(chain.forward_overhead(l)).saturating_add(chain.backward_overhead(l))
+        };
+        t.saturating_add(chain.output_size(l)).saturating_add(chain.gradient_size(l)).saturating_add(stage)
+    })
+}
+
 /// Steps the slot-based smallest budget (persistent, revolve, auto) takes
-/// with `opts`: [`min_peak_passes`] passes of L^3 / 6 cells at
-/// [`MIN_PEAK_CELL_STEPS`] steps. O(L).
+/// with `opts`: [`min_peak_passes`] passes at [`MIN_PEAK_CELL_STEPS`] steps
+/// a cell, each pass over the split candidates of the distinct sub-chains
+/// (issue 25: the min-peak pass fills each distinct one once; at most L^3 / 6,
+/// every cell above [`crate::solve::distinct::ESTIMATE_MAX_STAGES`] stages).
+/// O(L^2) up to that many stages, else O(L).
 pub fn min_budget_steps(chain: &Chain, opts: &SolveOptions) -> f64 {
-    cube(chain.len()) / 6.0 * MIN_PEAK_CELL_STEPS * min_peak_passes(chain, opts.slots.get())
+    let len = chain.len();
+    let cells = if len + 1 > crate::solve::distinct::ESTIMATE_MAX_STAGES {
+        cube(len) / 6.0
+    } else {
+        // Stages equal in bytes, at one byte a slot: the passes near the
+        // smallest budget use small slots, where rounding merges nothing.
+        let total = size_sum(chain).max(1);
+        let sc = crate::slots::SlotChain::new(chain, Slots::new(total, usize::try_from(total).unwrap_or(usize::MAX)));
+        (crate::solve::distinct::Distinct::new(&sc, true).splits() as f64).min(cube(len) / 6.0)
+    };
+    cells * MIN_PEAK_CELL_STEPS * min_peak_passes(chain, opts.slots.get())
 }
 
 /// Seconds `steps` take on the 2-core machine the limits were measured on

@@ -530,7 +530,7 @@ fn min_memory_on_a_2000_stage_chain_says_it_takes_minutes_before_it_starts() {
     // Allowed (within the ten-minute policy), but 318 s without a word
     // before: the note comes first, with what answers sooner.
     let dir = tempfile::tempdir().unwrap();
-    let chain = long_chain(dir.path(), 2000);
+    let chain = distinct_chain(dir.path(), 2000);
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
         .args(["min-memory", chain.to_str().unwrap()])
         .stdout(std::process::Stdio::null())
@@ -543,7 +543,30 @@ fn min_memory_on_a_2000_stage_chain_says_it_takes_minutes_before_it_starts() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("note: the smallest auto budget of this 2000-stage chain takes about"), "{stderr}");
     assert!(stderr.contains("--algorithm chen-sqrt answers at once"), "{stderr}");
-    // A short chain gets no note.
+    // A short chain gets no note, nor 2,000 identical stages: the min-peak
+    // pass fills each distinct sub-chain once (issue 25), about a second.
     let short = long_chain(dir.path(), 50);
     remat().args(["min-memory", short.to_str().unwrap()]).assert().success().stderr(contains("note:").not());
+    let repeated = long_chain(dir.path(), 2000);
+    remat().args(["min-memory", repeated.to_str().unwrap()]).assert().success().stderr(contains("note:").not());
+}
+
+/// A chain of `len` stages whose figures differ from one stage to the next.
+fn distinct_chain(dir: &Path, len: usize) -> PathBuf {
+    let stages: Vec<String> = (0..len)
+        .map(|i| {
+            format!(
+                r#"{{"forward_time": {}, "backward_time": {}, "output_size": {}, "saved_size": {}}}"#,
+                1 + i % 7,
+                2 + i % 5,
+                100 + i % 97,
+                200 + i % 89
+            )
+        })
+        .collect();
+    write(
+        dir,
+        &format!("distinct{len}.json"),
+        &format!(r#"{{"name": "d", "input_size": 1000, "stages": [{}]}}"#, stages.join(", ")),
+    )
 }
