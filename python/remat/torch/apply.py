@@ -825,13 +825,3 @@ def _check_memory(memory: object) -> int | str:
             raise ValueError(f"memory={memory!r}: a share must be above 0% and at most 100%")
         return memory
     return int(remat.parse_size(memory))
-
-
-@contextlib.contextmanager
-def applied(model: nn.Module, memory: int | str, **kwargs: Any) -> Iterator[AppliedPlan]:
-    """:func:`apply` for the duration of a ``with`` block."""
-    plan = apply(model, memory, **kwargs)
-    try:
-        yield plan
-    finally:
-        plan.remove()

@@ -30,7 +30,7 @@ from torch import nn
 import remat
 
 from .memory import LiveBytes
-from .stages import Call, carried_output
+from .stages import Call, carried_output, stage_label
 
 __all__ = ["Profiled", "profile", "profile_calls", "stages_of"]
 
@@ -59,11 +59,6 @@ def stages_of(module: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
         if not isinstance(s, nn.Module):
             raise TypeError(f"stage {i + 1} is a {type(s).__name__}, not an nn.Module")
     return stages
-
-
-def stage_name(stages: Sequence[nn.Module], index: int) -> str:
-    """``"3 (Linear)"``: the 1-based stage number and the module's class, for messages."""
-    return f"{index + 1} ({type(stages[index]).__name__})"
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -375,8 +370,7 @@ class _StageRunner:
         self.stage = stages[index]
         self.fn = fns[index]
         auto = f"{index + 1}:{type(self.stage).__name__}"
-        named = labels[index] not in ("", auto)
-        self.label = f"stage {index + 1} ({labels[index]})" if named else f"stage {stage_name(stages, index)}"
+        self.label = stage_label(index, self.stage, None if labels[index] in ("", auto) else labels[index])
         self.call = call
         self.single_tensor = single_tensor
 
