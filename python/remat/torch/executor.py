@@ -253,6 +253,9 @@ class Executor:
         # Stages whose reruns replay an RNG state: those that draw and run again.
         self.replay_rng = [False] + [preserve_rng and d and program.rerun[l] for l, d in enumerate(draws, 1)]
         self.has_buffers = [False] + [any(True for _ in s.buffers()) for s in self.stages]
+        # Storages of each stage's parameters and buffers, found at its first
+        # unrecorded run (FSDP2 gathers parameters only then).
+        self.own: list[frozenset[int] | None] = [None] * len(self.stages)
         self.on_op = on_op
         self.current: Step | None = None
 
@@ -290,14 +293,17 @@ def _storage(t: torch.Tensor) -> int:
         return -1
 
 
-def _kept_as_is(stage: nn.Module, call: Call) -> set[int]:
+def _own_storages(stage: nn.Module) -> frozenset[int]:
+    """Storages of a stage's parameters and buffers (buffers change in place,
+    so their storages stay; a parameter is also known by its type)."""
+    return frozenset(_storage(t) for t in [*stage.parameters(), *stage.buffers()]) - {-1, 0}
+
+
+def _kept_as_is(own: frozenset[int], call: Call) -> frozenset[int]:
     """Storages a stage's autograd may save that remat keeps rather than drops:
-    its parameters and buffers and its side inputs, alive anyway."""
-    own = {_storage(t) for t in [*stage.parameters(), *stage.buffers()]}
+    its parameters and buffers (``own``) and its side inputs, alive anyway."""
     if len(call.args) > 1 or call.kwargs:
-        own.update(_storage(t) for t in call.side_tensors())
-    own.discard(-1)
-    own.discard(0)
+        return own | ({_storage(t) for t in call.side_tensors()} - {-1, 0})
     return own
 
 
@@ -356,7 +362,9 @@ class Step:
         if kind is Op.F_ALL:
             y = fn(*call.args, **call.kwargs)
         else:
-            own = _kept_as_is(ex.stages[l - 1], call)
+            if ex.own[l - 1] is None:
+                ex.own[l - 1] = _own_storages(ex.stages[l - 1])
+            own = _kept_as_is(ex.own[l - 1], call)
             holders = self.holders[l]
             metas = self.metas[l]
             anchor = self._last
@@ -507,7 +515,8 @@ class _Task:
         call = step.calls[l]
         assert call is not None, f"stage {l} is run again but its call was not kept"
         fn = ex.forwards[l - 1]
-        with step.rerun_context(l):
+        plain = not (ex.has_buffers[l] or step.rng[l] is not None or step.autocast[l])
+        with contextlib.nullcontext() if plain else step.rerun_context(l):
             if kind is Op.F_ALL:
                 if self.create_graph:
                     inp = x
