@@ -219,3 +219,29 @@ def test_torch_compile_after_apply() -> None:
     for p, q in zip(plain.parameters(), ours.parameters()):
         assert p.grad is not None and q.grad is not None
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_budget_below_the_embeddings_backward_names_it() -> None:
+    # Tied embeddings of a large vocabulary and little else: after the stack's
+    # backward, the embedding gradient, the head's pending one and their sum
+    # are the step's peak, which no schedule of the blocks can lower.
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=8192, n_positions=16)
+    ids = IDS[:1, :8]
+
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(config).train()
+
+    roomy = make()
+    plan = rt.apply(roomy, memory=1 << 40)
+    assert plan.pending_gradients == 8192 * 32 * 4  # the tied word embeddings
+    for _ in range(2):
+        _, peak = lm_step(roomy, ids)
+    floor = plan.peak_memory
+    assert floor is not None and floor >= 2 * plan.pending_gradients  # the embeddings' backward
+    assert abs(peak - floor) <= 0.02 * floor
+    tight = make()
+    rt.apply(tight, memory=floor - 4096)
+    with pytest.raises(remat.InfeasibleError, match=r"the backward of the part before transformer\.h") as info:
+        lm_step(tight, ids)
+    assert info.value.min_budget is not None and info.value.min_budget > floor - 4096
