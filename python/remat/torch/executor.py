@@ -257,16 +257,13 @@ class Executor:
         # unrecorded run (FSDP2 gathers parameters only then).
         self.own: list[frozenset[int] | None] = [None] * len(self.stages)
         self.on_op = on_op
-        self.current: Step | None = None
 
     def label(self, l: int) -> str:
         return stage_label(l - 1, self.stages[l - 1], self.names[l - 1])
 
     def begin(self) -> Step:
         """Starts a forward phase (a new step)."""
-        step = Step(self)
-        self.current = step
-        return step
+        return Step(self)
 
     def call(self, step: Step, l: int, call: Call) -> Any:
         """Runs stage l for the first time in ``step`` (stages run in order)."""
@@ -279,8 +276,6 @@ class Executor:
         y = step.first_run(l, call)
         if l == len(self.stages):
             step.finish()
-            if self.current is step:
-                self.current = None
         return y
 
 

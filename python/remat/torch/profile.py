@@ -156,9 +156,9 @@ class _Meter:
 
 
 def _saved_storages(
-    runner: _StageRunner | _Cloning, x: torch.Tensor, own: set[int]
+    run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, own: set[int]
 ) -> tuple[torch.Tensor, dict[int, int]]:
-    """Runs a recording forward of the stage on ``x`` and returns its output and
+    """Runs a recording forward (``run``) of the stage on ``x`` and returns its output and
     the storages autograd keeps for the backward (data pointer -> bytes), the
     storages in ``own`` (parameters, buffers, side inputs, the input) excluded."""
     saved: dict[int, int] = {}
@@ -176,7 +176,7 @@ def _saved_storages(
         return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = runner(x)
+        y = run(x)
     return y, saved
 
 
@@ -481,7 +481,7 @@ def _profile_stage(
         fresh_grads()
         xl = x.detach().requires_grad_(needs_input_grad)
         with torch.enable_grad(), meter.window():
-            y, saved = _saved_storages(_Cloning(runner) if changes_input else runner, xl, own | {storage_key(xl)})
+            y, saved = _saved_storages(run, xl, own | {storage_key(xl)})
             f_peak = meter.mark()
             saved[storage_key(y)] = output_bytes(y, x)
             saved_bytes = sum(saved.values())
@@ -509,12 +509,3 @@ def _profile_stage(
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
     }
 
-
-class _Cloning:
-    """A runner that hands the stage a copy of its input."""
-
-    def __init__(self, runner: _StageRunner) -> None:
-        self.runner = runner
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.runner(x.clone())
