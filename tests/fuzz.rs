@@ -23,6 +23,8 @@
 //! get a twentieth, schedules and joint graphs a tenth, kills a hundredth on
 //! top).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -450,7 +452,7 @@ fn joint_text() -> impl Strategy<Value = String> {
             2 => (1u64 << 62) / 64 + b,
             _ => b % 7,
         };
-        let mut nodes = vec![r#"{"name": "x", "role": "primal", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string()];
+        let mut nodes = Vec::with_capacity(n);
         for (i, &(op, skip, extra, b, flags)) in forward.iter().enumerate() {
             let i = i + 1;
             let mut inputs = vec![if i == 1 { "\"x\"".to_string() } else { format!("\"f{}\"", i - 1) }];
@@ -468,20 +470,7 @@ fn joint_text() -> impl Strategy<Value = String> {
                 bytes(b, i)
             ));
         }
-        nodes.push(r#"{"name": "g", "role": "tangent", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string());
-        let mut prev = "g".to_string();
-        for i in (1..=n).rev() {
-            let mut inputs = vec![format!("\"{prev}\""), format!("\"f{i}\"")];
-            if i > 1 {
-                inputs.push(format!("\"f{}\"", i - 1));
-            }
-            nodes.push(format!(
-                r#"{{"name": "d{i}", "role": "backward", "op": "pointwise", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": 4096}}"#,
-                inputs.join(", ")
-            ));
-            prev = format!("d{i}");
-        }
-        format!(r#"{{"name": "fuzz", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(", "))
+        common::joint_graph_json("fuzz", 4096, nodes)
     })
 }
 

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
@@ -132,10 +134,7 @@ fn joint_graph(n: usize, seed: u64, bytes: Option<u64>) -> String {
         (state >> 33) % m.max(1)
     };
     let size = |r: u64| bytes.map_or(1 + r % (1 << 20), |b| b - r % 1000);
-    let mut nodes = vec![format!(
-        r#"{{"name": "x", "role": "primal", "shape": [4], "dtype": "float32", "bytes": {}}}"#,
-        bytes.unwrap_or(4096)
-    )];
+    let mut forward = Vec::with_capacity(n);
     for i in 1..=n {
         let mut inputs = vec![if i == 1 { "\"x\"".to_string() } else { format!("\"f{}\"", i - 1) }];
         if i > 2 && next(10) < 3 {
@@ -147,26 +146,13 @@ fn joint_graph(n: usize, seed: u64, bytes: Option<u64>) -> String {
         } else {
             String::new()
         };
-        nodes.push(format!(
+        forward.push(format!(
             r#"{{"name": "f{i}", "role": "forward", "op": "{op}", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": {}{flops}}}"#,
             inputs.join(", "),
             size(next(u64::MAX >> 1))
         ));
     }
-    nodes.push(r#"{"name": "g", "role": "tangent", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string());
-    let mut prev = "g".to_string();
-    for i in (1..=n).rev() {
-        let mut inputs = vec![format!("\"{prev}\""), format!("\"f{i}\"")];
-        if i > 1 {
-            inputs.push(format!("\"f{}\"", i - 1));
-        }
-        nodes.push(format!(
-            r#"{{"name": "d{i}", "role": "backward", "op": "pointwise", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": 4096}}"#,
-            inputs.join(", ")
-        ));
-        prev = format!("d{i}");
-    }
-    format!(r#"{{"name": "gen{n}", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(",\n"))
+    common::joint_graph_json(&format!("gen{n}"), bytes.unwrap_or(4096), forward)
 }
 
 #[test]

@@ -34,3 +34,29 @@ pub fn profile(chain: &Chain, lo: u64, hi: u64, search: Search) -> Vec<Option<f6
     }
     best
 }
+
+/// A joint (forward + backward) graph as JSON text: the primal `x` of
+/// `primal_bytes` bytes, the forward nodes `forward` (named f1..fn by the
+/// caller), the tangent `g` and a backward chain dn..d1, each
+/// reading the gradient after it, its forward node and the one before that.
+pub fn joint_graph_json(name: &str, primal_bytes: u64, forward: Vec<String>) -> String {
+    let n = forward.len();
+    let mut nodes = vec![format!(
+        r#"{{"name": "x", "role": "primal", "shape": [4], "dtype": "float32", "bytes": {primal_bytes}}}"#
+    )];
+    nodes.extend(forward);
+    nodes.push(r#"{"name": "g", "role": "tangent", "shape": [4], "dtype": "float32", "bytes": 4096}"#.to_string());
+    let mut prev = "g".to_string();
+    for i in (1..=n).rev() {
+        let mut inputs = vec![format!("\"{prev}\""), format!("\"f{i}\"")];
+        if i > 1 {
+            inputs.push(format!("\"f{}\"", i - 1));
+        }
+        nodes.push(format!(
+            r#"{{"name": "d{i}", "role": "backward", "op": "pointwise", "inputs": [{}], "shape": [4], "dtype": "float32", "bytes": 4096}}"#,
+            inputs.join(", ")
+        ));
+        prev = format!("d{i}");
+    }
+    format!(r#"{{"name": "{name}", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(",\n"))
+}
