@@ -508,4 +508,3 @@ def _profile_stage(
         "forward_overhead": max(0, nograd_peak - out_bytes, fwd_peak - saved_bytes),
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
     }
-
