@@ -18,7 +18,7 @@ fn bench(c: &mut Criterion) {
     for len in [30, 60, 100] {
         let chain = network_like(42, len);
         let n = len + 1;
-        let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+        let store_all: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
         let peak = remat::simulate(&chain, &store_all).expect("valid").peak_memory;
         let min = dp::min_peak_exact::<dp::Floating>(&chain);
         let budget = min + (peak - min) / 2;

@@ -27,7 +27,7 @@ const SLOTS: usize = 500;
 
 fn store_all_peak(chain: &Chain) -> u64 {
     let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
     remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
 }
 

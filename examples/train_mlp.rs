@@ -130,7 +130,7 @@ fn run(args: &Args) -> Result<(), ExecError> {
          makespan {:.2} ms vs {:.2} ms for store-all (+{:.0}%)",
         args.algorithm,
         ops.len(),
-        ops.iter().filter(|op| matches!(op, Op::FAll(_))).count(),
+        ops.iter().filter(|op| matches!(op, Op::FAll(..))).count(),
         ops.iter().filter(|op| matches!(op, Op::FCk(_))).count(),
         ops.iter().filter(|op| matches!(op, Op::FNone(_))).count(),
         solution.schedule.makespan,

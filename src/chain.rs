@@ -32,7 +32,49 @@ pub struct Stage {
     pub forward_overhead: u64,
     /// o_b: transient bytes while the backward runs.
     pub backward_overhead: u64,
+    /// Further ways to record this stage (options 1, 2, ...; option 0 is the
+    /// stage's own `saved_size`, `backward_time` and overheads): each saves
+    /// less and recomputes the rest inside `B^l`. Empty for a plain stage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<StageOption>,
 }
+
+/// One more way to record a stage (a selective-saving policy): what `F_all^l[o]`
+/// keeps, and what its `B^l` then costs. See [the model](crate::model).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageOption {
+    /// Optional human-readable name (`matmuls`, `input only`); not used by solvers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// w_abar^l[o]: bytes `F_all^l[o]` keeps for the backward, a^l included.
+    pub saved_size: u64,
+    /// r^l[o]: time `B^l` spends recomputing what this option did not keep
+    /// (added to `backward_time`).
+    pub recompute_time: f64,
+    /// o_f^l[o]: transient bytes while `F_all^l[o]` runs.
+    pub forward_overhead: u64,
+    /// o_b^l[o]: transient bytes while `B^l` runs after `F_all^l[o]` (its
+    /// recomputation included).
+    pub backward_overhead: u64,
+}
+
+/// What recording stage `l` with option `o` costs: the figures `F_all^l[o]`
+/// and the `B^l` after it use (option 0 is the stage's own fields).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recording {
+    /// Bytes kept from `F_all^l[o]` to `B^l` (w_abar^l[o]).
+    pub saved_size: u64,
+    /// Time of `B^l` (u_b^l + r^l[o]).
+    pub backward_time: f64,
+    /// Transient bytes while `F_all^l[o]` runs.
+    pub forward_overhead: u64,
+    /// Transient bytes while `B^l` runs.
+    pub backward_overhead: u64,
+}
+
+/// Most options a stage may have, option 0 included (the solvers' work grows
+/// linearly with the count, exhaustive search's exponentially).
+pub const MAX_OPTIONS: usize = 16;
 
 impl Stage {
     /// A stage whose gradient has the size of its output and which has no
@@ -47,7 +89,36 @@ impl Stage {
             gradient_size: output_size,
             forward_overhead: 0,
             backward_overhead: 0,
+            options: Vec::new(),
         }
+    }
+
+    /// Option `o` of recording this stage (0: the stage's own fields).
+    ///
+    /// # Panics
+    /// If `o` is above the number of options.
+    pub fn recording(&self, o: usize) -> Recording {
+        if o == 0 {
+            Recording {
+                saved_size: self.saved_size,
+                backward_time: self.backward_time,
+                forward_overhead: self.forward_overhead,
+                backward_overhead: self.backward_overhead,
+            }
+        } else {
+            let x = &self.options[o - 1];
+            Recording {
+                saved_size: x.saved_size,
+                backward_time: self.backward_time + x.recompute_time,
+                forward_overhead: x.forward_overhead,
+                backward_overhead: x.backward_overhead,
+            }
+        }
+    }
+
+    /// The number of ways to record this stage, option 0 included (at least 1).
+    pub fn option_count(&self) -> usize {
+        1 + self.options.len()
     }
 
     /// The loss stage with every field zero (the default when a file has no `loss`).
@@ -119,6 +190,14 @@ pub enum ChainError {
     /// The chain has no stage.
     #[error("`stages` is empty: a chain needs at least one stage")]
     Empty,
+    /// A stage has more options than [`MAX_OPTIONS`] allows.
+    #[error("{stage}: {count} options (option 0 included); a stage has at most {max}", max = MAX_OPTIONS)]
+    TooManyOptions {
+        /// The stage.
+        stage: String,
+        /// Its number of options, option 0 included.
+        count: usize,
+    },
     /// The sizes add up to more than `u64::MAX` bytes.
     #[error("the sizes of the chain add up to more than {} bytes (u64); at {stage}", u64::MAX)]
     Overflow {
@@ -149,6 +228,23 @@ struct StageJson {
     forward_overhead: u64,
     #[serde(default)]
     backward_overhead: u64,
+    #[serde(default)]
+    options: Vec<Object<OptionJson>>,
+}
+
+/// The JSON shape of one option of a stage; the overheads default to the stage's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptionJson {
+    #[serde(default)]
+    name: Option<String>,
+    saved_size: u64,
+    #[serde(default)]
+    recompute_time: f64,
+    #[serde(default)]
+    forward_overhead: Option<u64>,
+    #[serde(default)]
+    backward_overhead: Option<u64>,
 }
 
 /// The JSON shape of the loss: every field optional, defaulting to 0.
@@ -194,6 +290,17 @@ fn default_chain_name() -> String {
 
 impl From<StageJson> for Stage {
     fn from(s: StageJson) -> Stage {
+        let options = s
+            .options
+            .into_iter()
+            .map(|Object(o)| StageOption {
+                name: o.name,
+                saved_size: o.saved_size,
+                recompute_time: o.recompute_time,
+                forward_overhead: o.forward_overhead.unwrap_or(s.forward_overhead),
+                backward_overhead: o.backward_overhead.unwrap_or(s.backward_overhead),
+            })
+            .collect();
         Stage {
             name: s.name,
             forward_time: s.forward_time,
@@ -203,6 +310,7 @@ impl From<StageJson> for Stage {
             gradient_size: s.gradient_size.unwrap_or(s.output_size),
             forward_overhead: s.forward_overhead,
             backward_overhead: s.backward_overhead,
+            options,
         }
     }
 }
@@ -218,6 +326,7 @@ impl From<LossJson> for Stage {
             gradient_size: s.gradient_size.unwrap_or(s.output_size),
             forward_overhead: s.forward_overhead,
             backward_overhead: s.backward_overhead,
+            options: Vec::new(),
         }
     }
 }
@@ -397,6 +506,13 @@ impl Chain {
             for size in [s.output_size, s.saved_size, s.gradient_size, s.forward_overhead, s.backward_overhead] {
                 eat(size);
             }
+            // Only chains with options hash them: older schedules keep their ids.
+            for o in &s.options {
+                eat(o.saved_size);
+                eat(o.recompute_time.to_bits());
+                eat(o.forward_overhead);
+                eat(o.backward_overhead);
+            }
         }
         crate::schedule::ChainId { name: self.name.clone(), hash: format!("{hash:016x}") }
     }
@@ -423,7 +539,19 @@ impl Chain {
                     None => format!("stage {}", i + 1),
                 }
             };
-            for (field, value) in [("forward_time", stage.forward_time), ("backward_time", stage.backward_time)] {
+            if stage.option_count() > MAX_OPTIONS {
+                return Err(ChainError::TooManyOptions { stage: label, count: stage.option_count() });
+            }
+            if let Some(bad) = stage.options.iter().map(|o| o.recompute_time).find(|t| !t.is_finite() || *t < 0.0) {
+                return Err(ChainError::BadTime { stage: label, field: "options[].recompute_time", value: bad });
+            }
+            // A stage is recorded with one option at a time: its dearest one bounds the makespan.
+            let recompute = stage.options.iter().map(|o| o.recompute_time).fold(0.0, f64::max);
+            for (field, value) in [
+                ("forward_time", stage.forward_time),
+                ("backward_time", stage.backward_time),
+                ("options[].recompute_time", recompute),
+            ] {
                 if !value.is_finite() || value < 0.0 {
                     return Err(ChainError::BadTime { stage: label, field, value });
                 }
@@ -440,14 +568,24 @@ impl Chain {
                 ));
                 stage.saved_size = stage.output_size;
             }
+            for (k, o) in stage.options.iter_mut().enumerate() {
+                if o.saved_size < stage.output_size {
+                    self.warnings.push(format!(
+                        "{label}: options[{k}].saved_size {} is below output_size {}; using output_size",
+                        o.saved_size, stage.output_size
+                    ));
+                    o.saved_size = stage.output_size;
+                }
+            }
+            let most_saved = stage.options.iter().map(|o| o.saved_size).fold(stage.saved_size, u64::max);
+            let most_transient = stage
+                .options
+                .iter()
+                .map(|o| o.forward_overhead.max(o.backward_overhead))
+                .fold(stage.forward_overhead.max(stage.backward_overhead), u64::max);
             // Every figure the simulator adds up is at most this total, so
             // checking it once here rules out overflow everywhere else.
-            for size in [
-                stage.output_size,
-                stage.saved_size,
-                stage.gradient_size,
-                stage.forward_overhead.max(stage.backward_overhead),
-            ] {
+            for size in [stage.output_size, most_saved, stage.gradient_size, most_transient] {
                 total = total.checked_add(size).ok_or_else(|| ChainError::Overflow { stage: label.clone() })?;
             }
         }
@@ -545,6 +683,26 @@ impl Chain {
         self.stage(l).backward_overhead
     }
 
+    /// The ways to record stage `l` (`1..=L+1`), option 0 included: 1 for a
+    /// stage without options (and for the loss).
+    pub fn option_count(&self, l: usize) -> usize {
+        self.stage(l).option_count()
+    }
+
+    /// What recording stage `l` with option `o` costs (option 0: the stage's
+    /// own `saved_size`, `backward_time` and overheads). O(1).
+    ///
+    /// # Panics
+    /// If `l` is outside `1..=L+1` or `o` is not below [`Chain::option_count`].
+    pub fn recording(&self, l: usize, o: usize) -> Recording {
+        self.stage(l).recording(o)
+    }
+
+    /// True when some stage has more than one way to be recorded.
+    pub fn has_options(&self) -> bool {
+        self.stages.iter().any(|s| !s.options.is_empty())
+    }
+
     /// Sum of every forward and backward time: the makespan without recomputation.
     pub fn store_all_time(&self) -> f64 {
         (1..=self.len() + 1).map(|l| self.forward_time(l) + self.backward_time(l)).sum()
@@ -612,6 +770,63 @@ mod tests {
         let e = Chain::new("x", 1, vec![s], Stage::zero_loss()).unwrap_err();
         assert!(matches!(e, ChainError::Overflow { .. }), "{e}");
         assert_eq!(Chain::new("x", 1, vec![], Stage::zero_loss()).unwrap_err(), ChainError::Empty);
+    }
+
+    #[test]
+    fn options_parse_default_and_round_trip() {
+        let c = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1, "backward_time": 2, "output_size": 6, "saved_size": 30, "forward_overhead": 5,
+                "options": [{"name": "matmuls", "saved_size": 12, "recompute_time": 0.5, "backward_overhead": 9},
+                            {"saved_size": 2}]}"#,
+        ))
+        .unwrap();
+        assert_eq!((c.option_count(1), c.option_count(2), c.option_count(3)), (1, 3, 1));
+        assert!(c.has_options());
+        assert_eq!(
+            c.recording(2, 0),
+            Recording { saved_size: 30, backward_time: 2.0, forward_overhead: 5, backward_overhead: 0 }
+        );
+        // The overheads default to the stage's.
+        assert_eq!(
+            c.recording(2, 1),
+            Recording { saved_size: 12, backward_time: 2.5, forward_overhead: 5, backward_overhead: 9 }
+        );
+        // Below the output: raised to it, with a warning.
+        assert_eq!(c.recording(2, 2).saved_size, 6);
+        assert!(c.warnings()[0].contains("options[1].saved_size 2 is below output_size 6"), "{:?}", c.warnings());
+        let again = Chain::from_json(&c.to_json()).unwrap();
+        assert_eq!((c.stages(), c.id()), (again.stages(), again.id()));
+        // A chain without options hashes as before; options change the hash.
+        let plain = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1, "backward_time": 2, "output_size": 6, "saved_size": 30, "forward_overhead": 5}"#,
+        ))
+        .unwrap();
+        assert_ne!(plain.id(), c.id());
+        assert!(!plain.has_options() && !plain.to_json().contains("options"));
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let e = Chain::from_json(&two_stage_json(
+            r#"{"forward_time": 1, "backward_time": 2, "output_size": 6, "saved_size": 6, "options": [{"recompute_time": 1}]}"#,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("stages[1].options[0]") && e.contains("saved_size"), "{e}");
+        let mut s = Stage::simple(1.0, 1.0, 1, 1);
+        s.options.push(StageOption {
+            name: None,
+            saved_size: 1,
+            recompute_time: -1.0,
+            forward_overhead: 0,
+            backward_overhead: 0,
+        });
+        let e = Chain::new("x", 1, vec![s.clone()], Stage::zero_loss()).unwrap_err().to_string();
+        assert!(e.contains("stage 1: options[].recompute_time is -1"), "{e}");
+        s.options[0].recompute_time = 0.0;
+        s.options = vec![s.options[0].clone(); MAX_OPTIONS];
+        let e = Chain::new("x", 1, vec![s], Stage::zero_loss()).unwrap_err().to_string();
+        assert!(e.contains("17 options") && e.contains("at most 16"), "{e}");
     }
 
     #[test]

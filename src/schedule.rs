@@ -10,8 +10,10 @@ use thiserror::Error;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "OpJson", try_from = "OpJson")]
 pub enum Op {
-    /// Forward recording everything the backward needs (abar^l); keeps the input.
-    FAll(usize),
+    /// Forward recording what the backward needs (abar^l) with option `o` of
+    /// the stage (0: everything, as the stage's own `saved_size` says; see
+    /// [`crate::chain::StageOption`]); keeps the input.
+    FAll(usize, usize),
     /// Forward keeping the input and the output a^l.
     FCk(usize),
     /// Forward that deletes its (plain) input and keeps only a^l.
@@ -24,7 +26,15 @@ impl Op {
     /// The stage the operation acts on.
     pub fn stage(self) -> usize {
         match self {
-            Op::FAll(l) | Op::FCk(l) | Op::FNone(l) | Op::B(l) => l,
+            Op::FAll(l, _) | Op::FCk(l) | Op::FNone(l) | Op::B(l) => l,
+        }
+    }
+
+    /// The recording option of an `F_all` (0 for every other operation).
+    pub fn option(self) -> usize {
+        match self {
+            Op::FAll(_, o) => o,
+            _ => 0,
         }
     }
 
@@ -36,7 +46,7 @@ impl Op {
     /// The name used in JSON (`F_all`, `F_ck`, `F_none`, `B`).
     pub fn kind_name(self) -> &'static str {
         match self {
-            Op::FAll(_) => "F_all",
+            Op::FAll(..) => "F_all",
             Op::FCk(_) => "F_ck",
             Op::FNone(_) => "F_none",
             Op::B(_) => "B",
@@ -45,9 +55,13 @@ impl Op {
 }
 
 impl fmt::Display for Op {
-    /// The paper's notation in ASCII: `F_ck^1`, `F_none^2`, `F_all^3`, `B^3`.
+    /// The paper's notation in ASCII: `F_ck^1`, `F_none^2`, `F_all^3`, `B^3`;
+    /// an `F_all` with option o > 0 as `F_all^3[o]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}^{}", self.kind_name(), self.stage())
+        match self.option() {
+            0 => write!(f, "{}^{}", self.kind_name(), self.stage()),
+            o => write!(f, "{}^{}[{o}]", self.kind_name(), self.stage()),
+        }
     }
 }
 
@@ -56,8 +70,8 @@ impl fmt::Display for Op {
 #[error("{}", match reason {
     Some(r) => format!("`{token}` is refused: {r}"),
     None => format!(
-        "`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1, or a run \
-         (F_none^2..35 forwards up, B^35..2 backwards down)"
+        "`{token}` is not an operation: write F_all^l, F_ck^l, F_none^l or B^l with a stage number l >= 1 \
+         (F_all^l[o] records with the stage's option o), or a run (F_none^2..35 forwards up, B^35..2 backwards down)"
     ),
 })]
 pub struct ParseOpError {
@@ -71,16 +85,21 @@ pub struct ParseOpError {
 impl FromStr for Op {
     type Err = ParseOpError;
 
-    /// Parses `F_all^3`, `F_ck^1`, `F_none^2` (also `F_ø^2`, `F_∅^2`), `B^3`.
+    /// Parses `F_all^3`, `F_all^3[1]`, `F_ck^1`, `F_none^2` (also `F_ø^2`, `F_∅^2`), `B^3`.
     fn from_str(token: &str) -> Result<Op, ParseOpError> {
         let err = || ParseOpError { token: token.to_string(), reason: None };
         let (kind, stage) = token.split_once('^').ok_or_else(err)?;
+        let (stage, option) = match stage.strip_suffix(']').and_then(|s| s.split_once('[')) {
+            Some((stage, o)) if kind == "F_all" => (stage, Some(o.parse::<usize>().map_err(|_| err())?)),
+            Some(_) => return Err(err()),
+            None => (stage, None),
+        };
         let l: usize = stage.parse().map_err(|_| err())?;
         if l == 0 {
             return Err(err());
         }
         match kind {
-            "F_all" => Ok(Op::FAll(l)),
+            "F_all" => Ok(Op::FAll(l, option.unwrap_or(0))),
             "F_ck" => Ok(Op::FCk(l)),
             "F_none" | "F_ø" | "F_∅" | "F_0" => Ok(Op::FNone(l)),
             "B" => Ok(Op::B(l)),
@@ -89,17 +108,24 @@ impl FromStr for Op {
     }
 }
 
-/// The JSON form of one operation: `{"op": "F_ck", "stage": 1}`.
+/// The JSON form of one operation: `{"op": "F_ck", "stage": 1}`, and
+/// `{"op": "F_all", "stage": 3, "option": 1}` for an option other than 0.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpJson {
     op: String,
     stage: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    option: usize,
+}
+
+fn is_zero(o: &usize) -> bool {
+    *o == 0
 }
 
 impl From<Op> for OpJson {
     fn from(op: Op) -> OpJson {
-        OpJson { op: op.kind_name().to_string(), stage: op.stage() }
+        OpJson { op: op.kind_name().to_string(), stage: op.stage(), option: op.option() }
     }
 }
 
@@ -110,8 +136,11 @@ impl TryFrom<OpJson> for Op {
         if j.stage == 0 {
             return Err("stage 0 does not exist: stages are numbered from 1 (the loss is L+1)".into());
         }
+        if j.option != 0 && j.op != "F_all" {
+            return Err(format!("`option` {} on a `{}`: only F_all records with an option", j.option, j.op));
+        }
         match j.op.as_str() {
-            "F_all" => Ok(Op::FAll(j.stage)),
+            "F_all" => Ok(Op::FAll(j.stage, j.option)),
             "F_ck" => Ok(Op::FCk(j.stage)),
             "F_none" => Ok(Op::FNone(j.stage)),
             "B" => Ok(Op::B(j.stage)),
@@ -204,6 +233,8 @@ pub fn compact_notation(ops: &[Op]) -> String {
         let mut j = i;
         while j + 1 < ops.len()
             && ops[j + 1].kind_name() == ops[i].kind_name()
+            && ops[j + 1].option() == 0
+            && ops[i].option() == 0
             && ops[j + 1].stage() as isize == ops[j].stage() as isize + step
         {
             j += 1;
@@ -299,8 +330,11 @@ fn parse_token(token: &str, ops: &mut Vec<Op>) -> Result<(), ParseOpError> {
     };
     // high - low + 1 cannot overflow past the check: high - low < usize::MAX.
     too_many(token, ops.len(), (high - low).saturating_add(1))?;
+    if first.option() != 0 {
+        return Err(err()); // a run records with option 0 only
+    }
     let make = |l| match first {
-        Op::FAll(_) => Op::FAll(l),
+        Op::FAll(..) => Op::FAll(l, 0),
         Op::FCk(_) => Op::FCk(l),
         Op::FNone(_) => Op::FNone(l),
         Op::B(_) => Op::B(l),
@@ -406,15 +440,31 @@ mod tests {
 
     #[test]
     fn notation_round_trips() {
-        let ops = vec![Op::FCk(1), Op::FNone(2), Op::FAll(3), Op::B(3), Op::FAll(1), Op::B(2)];
+        let ops = vec![Op::FCk(1), Op::FNone(2), Op::FAll(3, 0), Op::B(3), Op::FAll(1, 0), Op::B(2)];
         let text = notation(&ops);
         assert_eq!(text, "F_ck^1 F_none^2 F_all^3 B^3 F_all^1 B^2");
         assert_eq!(parse_operations(&text).unwrap(), ops);
     }
 
     #[test]
+    fn options_in_notation_and_json() {
+        let ops = vec![Op::FAll(1, 2), Op::FAll(2, 0), Op::FAll(3, 0), Op::B(3), Op::B(2), Op::B(1)];
+        let text = compact_notation(&ops);
+        assert_eq!(text, "F_all^1[2] F_all^2..3 B^3..1");
+        assert_eq!(parse_operations(&text).unwrap(), ops);
+        let j = serde_json::to_string(&ops).unwrap();
+        assert!(j.contains(r#"{"op":"F_all","stage":1,"option":2}"#) && j.contains(r#"{"op":"F_all","stage":2}"#));
+        assert_eq!(parse_operations(&j).unwrap(), ops);
+        for bad in ["F_ck^1[1]", "F_all^1[x]", "F_all^1[2]..3", "B^2[1]"] {
+            assert!(parse_operations(bad).is_err(), "{bad}");
+        }
+        let e = parse_operations(r#"[{"op": "B", "stage": 1, "option": 1}]"#).unwrap_err().to_string();
+        assert!(e.contains("only F_all records with an option"), "{e}");
+    }
+
+    #[test]
     fn json_forms() {
-        let ops = vec![Op::FAll(1), Op::B(1)];
+        let ops = vec![Op::FAll(1, 0), Op::B(1)];
         let s = Schedule {
             chain: None,
             algorithm: "x".into(),
@@ -433,13 +483,13 @@ mod tests {
     fn runs_fold_and_read_back() {
         let mut ops: Vec<Op> = vec![Op::FCk(1)];
         ops.extend((2..=35).map(Op::FNone));
-        ops.extend([Op::FAll(36), Op::B(36)]);
+        ops.extend([Op::FAll(36, 0), Op::B(36)]);
         ops.extend((1..=35).rev().map(Op::B));
         let text = compact_notation(&ops);
         assert_eq!(text, "F_ck^1 F_none^2..35 F_all^36 B^36..1");
         assert_eq!(parse_operations(&text).unwrap(), ops);
         // Not a run: stages that do not follow each other, or other kinds.
-        let ops = vec![Op::FNone(1), Op::FNone(3), Op::FAll(4), Op::B(4), Op::B(2)];
+        let ops = vec![Op::FNone(1), Op::FNone(3), Op::FAll(4, 0), Op::B(4), Op::B(2)];
         assert_eq!(compact_notation(&ops), notation(&ops));
         for bad in ["F_none^5..2", "B^2..5", "B^2..0", "F_all^1..x"] {
             assert!(parse_operations(bad).is_err(), "{bad}");
@@ -448,7 +498,7 @@ mod tests {
 
     #[test]
     fn wrapping_keeps_lines_short_and_reads_back() {
-        let ops: Vec<Op> = (1..=300).flat_map(|l| [Op::FCk(l), Op::FAll(l + 1)]).collect();
+        let ops: Vec<Op> = (1..=300).flat_map(|l| [Op::FCk(l), Op::FAll(l + 1, 0)]).collect();
         let text = wrapped_notation(&ops, 80);
         assert!(text.lines().all(|line| line.len() <= 80), "{text}");
         assert_eq!(parse_operations(&text).unwrap(), ops);
@@ -458,7 +508,7 @@ mod tests {
     fn summary_names_what_is_kept() {
         let ops = parse_operations("F_ck^1 F_none^2..3 F_all^4..5 B^5..4 F_ck^1 F_all^2..3 B^3..1").unwrap();
         assert_eq!(summary(&ops, 4), "1 F_ck (at 1), 1 F_all, 2 F_none; 3 forwards recomputed");
-        let ops: Vec<Op> = (1..=20).map(Op::FCk).chain([Op::FAll(21)]).chain((1..=21).rev().map(Op::B)).collect();
+        let ops: Vec<Op> = (1..=20).map(Op::FCk).chain([Op::FAll(21, 0)]).chain((1..=21).rev().map(Op::B)).collect();
         assert_eq!(summary(&ops, 20), "20 F_ck (at 1, 2, 3, 4, 5, 6, ...); 0 forwards recomputed");
     }
 

@@ -120,6 +120,8 @@ pub enum SimulateError {
 pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
     let n = chain.len() + 1; // the loss is stage n
     let mut held = vec![Held::Absent; n + 1];
+    // The option abar^l was recorded with, while it is held.
+    let mut option = vec![0usize; n + 1];
     held[0] = Held::Plain;
     // The next backward to run is B^grad; delta^grad is in memory.
     let mut grad = n;
@@ -138,11 +140,11 @@ pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
         }
         let mut during = mem;
         match op {
-            Op::FAll(_) | Op::FCk(_) | Op::FNone(_) => {
+            Op::FAll(..) | Op::FCk(_) | Op::FNone(_) => {
                 if l > grad {
                     return Err(invalid(format!("B^{l} has already run, so a^{l} can no longer be used")));
                 }
-                if l == grad && !matches!(op, Op::FAll(_)) {
+                if l == grad && !matches!(op, Op::FAll(..)) {
                     return Err(invalid(format!(
                         "B^{} has already run, so a plain a^{l} can no longer be used (only F_all^{l} is useful now)",
                         l + 1
@@ -162,20 +164,28 @@ pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
                 if held[l] != Held::Absent {
                     return Err(invalid(format!("a^{l} is already in memory")));
                 }
-                let out = if matches!(op, Op::FAll(_)) { chain.saved_size(l) } else { chain.output_size(l) };
-                if matches!(op, Op::FAll(_)) {
-                    during.saved += out;
-                } else {
-                    during.activations += out;
+                if op.option() >= chain.option_count(l) {
+                    return Err(invalid(match chain.option_count(l) {
+                        1 => format!("stage {l} has no options; record it with F_all^{l}"),
+                        k => format!("stage {l} has options 0..={} only", k - 1),
+                    }));
                 }
-                during.transient = chain.forward_overhead(l);
+                if let Op::FAll(_, o) = op {
+                    let r = chain.recording(l, o);
+                    during.saved += r.saved_size;
+                    during.transient = r.forward_overhead;
+                    option[l] = o;
+                } else {
+                    during.activations += chain.output_size(l);
+                    during.transient = chain.forward_overhead(l);
+                }
                 makespan += chain.forward_time(l);
                 mem = Memory { transient: 0, ..during };
                 if matches!(op, Op::FNone(_)) {
                     held[l - 1] = Held::Absent;
                     mem.activations -= chain.output_size(l - 1);
                 }
-                held[l] = if matches!(op, Op::FAll(_)) { Held::Saved } else { Held::Plain };
+                held[l] = if matches!(op, Op::FAll(..)) { Held::Saved } else { Held::Plain };
             }
             Op::B(_) => {
                 if l != grad {
@@ -191,12 +201,13 @@ pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
                 if held[l - 1] == Held::Absent {
                     return Err(invalid(format!("its input a^{} is not in memory", l - 1)));
                 }
+                let r = chain.recording(l, option[l]);
                 during.gradients += chain.gradient_size(l - 1);
-                during.transient = chain.backward_overhead(l);
-                makespan += chain.backward_time(l);
+                during.transient = r.backward_overhead;
+                makespan += r.backward_time;
                 mem = Memory { transient: 0, ..during };
                 mem.gradients -= chain.gradient_size(l);
-                mem.saved -= chain.saved_size(l);
+                mem.saved -= r.saved_size;
                 held[l] = Held::Absent;
                 if held[l - 1] == Held::Plain {
                     mem.activations -= chain.output_size(l - 1);
@@ -283,6 +294,34 @@ mod tests {
         assert_eq!(r.steps[1].after.activations, 1 + 20);
         // B^3 deletes the plain a^2 it used.
         assert_eq!(r.steps[5].after.total(), 1 + 20);
+    }
+
+    #[test]
+    fn options_by_hand() {
+        // Stage 2 (output 20, saved 21) gets an option keeping its output only
+        // (20 bytes), 0.5 of recomputation in B^2, overheads 7 and 70.
+        let mut c = chain3();
+        let mut stages = c.stages().to_vec();
+        stages[1].options.push(crate::chain::StageOption {
+            name: None,
+            saved_size: 20,
+            recompute_time: 0.5,
+            forward_overhead: 7,
+            backward_overhead: 70,
+        });
+        c = Chain::new("c", 1, stages, Stage::zero_loss()).unwrap();
+        assert!(c.warnings().is_empty());
+        let r = simulate(&c, &ops("F_all^1 F_all^2[1] F_all^3 F_all^4 B^4 B^3 B^2 B^1")).unwrap();
+        assert_eq!(r.makespan, 18.5);
+        assert_eq!(r.steps[1].during, Memory { activations: 1, saved: 11 + 20, gradients: 0, transient: 7 });
+        // B^3 holds abar^2[1] (20) instead of abar^2 (21).
+        assert_eq!(r.steps[5].during.total(), 1 + 11 + 20 + 31 + 30 + 20 + 1000);
+        assert_eq!(r.steps[6].during, Memory { activations: 1, saved: 11 + 20, gradients: 20 + 10, transient: 70 });
+        assert_eq!(r.steps[6].after, Memory { activations: 1, saved: 11, gradients: 10, transient: 0 });
+        let e = simulate(&c, &ops("F_all^1 F_all^2[2]")).unwrap_err().to_string();
+        assert!(e.contains("stage 2 has options 0..=1 only"), "{e}");
+        let e = simulate(&c, &ops("F_all^1[1]")).unwrap_err().to_string();
+        assert!(e.contains("stage 1 has no options"), "{e}");
     }
 
     #[test]

@@ -80,6 +80,23 @@ pub struct SlotChain {
     pub forward_time: Vec<f64>,
     /// u_b.
     pub backward_time: Vec<f64>,
+    /// The options 1, 2, ... of each stage (index 0 unused; option 0 is the
+    /// vectors above); empty for a stage without options.
+    pub options: Vec<Vec<SlotRecording>>,
+}
+
+/// What recording a stage with one option costs, its sizes in slots (see
+/// [`crate::chain::Recording`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlotRecording {
+    /// w_abar^s[o] in slots.
+    pub saved: usize,
+    /// o_f^s[o] in slots (the recording forward's transient).
+    pub forward_overhead: usize,
+    /// o_b^s[o] in slots.
+    pub backward_overhead: usize,
+    /// u_b^s + r^s[o].
+    pub backward_time: f64,
 }
 
 impl SlotChain {
@@ -100,7 +117,56 @@ impl SlotChain {
             backward_overhead: per_stage(&|l| chain.backward_overhead(l)),
             forward_time: times(&|l| chain.forward_time(l)),
             backward_time: times(&|l| chain.backward_time(l)),
+            options: std::iter::once(Vec::new())
+                .chain((1..=n).map(|l| {
+                    (1..chain.option_count(l))
+                        .map(|o| {
+                            let r = chain.recording(l, o);
+                            SlotRecording {
+                                saved: slots.of(r.saved_size),
+                                forward_overhead: slots.of(r.forward_overhead),
+                                backward_overhead: slots.of(r.backward_overhead),
+                                backward_time: r.backward_time,
+                            }
+                        })
+                        .collect()
+                }))
+                .collect(),
         }
+    }
+
+    /// The ways to record stage `s`, option 0 included (at least 1).
+    pub fn option_count(&self, s: usize) -> usize {
+        1 + self.options[s].len()
+    }
+
+    /// Recording stage `s` with option `o` (0: the stage's own figures). O(1).
+    pub fn recording(&self, s: usize, o: usize) -> SlotRecording {
+        if o == 0 {
+            SlotRecording {
+                saved: self.saved[s],
+                forward_overhead: self.forward_overhead[s],
+                backward_overhead: self.backward_overhead[s],
+                backward_time: self.backward_time[s],
+            }
+        } else {
+            self.options[s][o - 1]
+        }
+    }
+
+    /// [`SlotChain::forward_all_need`] for `F_all^s[o]`: w_d^t + w_abar^s[o] + o_f^s[o].
+    pub fn forward_all_need_with(&self, s: usize, t: usize, o: usize) -> usize {
+        let r = self.recording(s, o);
+        self.gradient[t].saturating_add(r.saved).saturating_add(r.forward_overhead)
+    }
+
+    /// [`SlotChain::backward_need`] after `F_all^s[o]`: w_d^s + w_abar^s[o] + w_d^{s-1} + o_b^s[o].
+    pub fn backward_need_with(&self, s: usize, o: usize) -> usize {
+        let r = self.recording(s, o);
+        self.gradient[s]
+            .saturating_add(r.saved)
+            .saturating_add(self.gradient[s - 1])
+            .saturating_add(r.backward_overhead)
     }
 
     /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:

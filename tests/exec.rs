@@ -346,7 +346,7 @@ fn stages_that_break_the_model_are_caught() {
     let mut ck = Checkpointed::new(net, MeanSquaredError, &negative, &t, 1 << 20, Algorithm::Exhaustive).unwrap();
     ck.step(&negative, &t).unwrap();
     let e = ck.step(&positive, &t).unwrap_err();
-    assert!(matches!(e, ExecError::Mismatch { index: 0, op: Op::FAll(1), .. }), "{e}");
+    assert!(matches!(e, ExecError::Mismatch { index: 0, op: Op::FAll(1, 0), .. }), "{e}");
     assert!(e.to_string().contains("operation 1 (F_all^1): the executor accounted"), "{e}");
 
     let e = profile(

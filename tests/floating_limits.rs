@@ -21,8 +21,8 @@ fn first_non_nested(chain: &Chain, ops: &[Op]) -> Option<usize> {
         let top = held.iter().rposition(|&h| h != 0).unwrap();
         let l = op.stage();
         match op {
-            Op::FAll(_) | Op::FCk(_) | Op::FNone(_) if l - 1 != top => return Some(i),
-            Op::FAll(_) => held[l] = 2,
+            Op::FAll(..) | Op::FCk(_) | Op::FNone(_) if l - 1 != top => return Some(i),
+            Op::FAll(..) => held[l] = 2,
             Op::FCk(_) => held[l] = 1,
             Op::FNone(_) => (held[l], held[l - 1]) = (1, 0),
             Op::B(_) => {

@@ -15,7 +15,7 @@ fn opts(slots: usize) -> SolveOptions<'static> {
 /// The peak of the schedule that records everything once.
 fn store_all_peak(chain: &remat::Chain) -> u64 {
     let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
     remat::simulate(chain, &ops).unwrap().peak_memory
 }
 

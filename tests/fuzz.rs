@@ -142,7 +142,8 @@ fn chain_text() -> impl Strategy<Value = String> {
 /// A budget: a fraction of the chain's store-all peak, or an extreme.
 fn budget_for(chain: &Chain, pick: u8, frac: f64) -> u64 {
     let n = chain.len() + 1;
-    let store_all: Vec<remat::Op> = (1..=n).map(remat::Op::FAll).chain((1..=n).rev().map(remat::Op::B)).collect();
+    let store_all: Vec<remat::Op> =
+        (1..=n).map(|l| remat::Op::FAll(l, 0)).chain((1..=n).rev().map(remat::Op::B)).collect();
     let peak = remat::simulate(chain, &store_all).map(|r| r.peak_memory).unwrap_or(u64::MAX);
     match pick {
         0 => 0,

@@ -86,15 +86,15 @@ fn as_graph_schedule(chain: &Chain, ops: &[Op]) -> Vec<GraphOp> {
     let mut out = Vec::new();
     for &op in ops {
         match op {
-            Op::FAll(l) | Op::FCk(l) | Op::FNone(l) if l <= n => {
+            Op::FAll(l, _) | Op::FCk(l) | Op::FNone(l) if l <= n => {
                 out.push(GraphOp::Compute(node(l)));
-                held[l] = if matches!(op, Op::FAll(_)) { Held::Saved } else { Held::Plain };
+                held[l] = if matches!(op, Op::FAll(..)) { Held::Saved } else { Held::Plain };
                 if matches!(op, Op::FNone(_)) && l >= 2 {
                     out.push(GraphOp::Free(node(l - 1)));
                     held[l - 1] = Held::No;
                 }
             }
-            Op::FAll(_) | Op::FCk(_) | Op::FNone(_) => {} // the zero loss forward
+            Op::FAll(..) | Op::FCk(_) | Op::FNone(_) => {} // the zero loss forward
             Op::B(l) if l == n + 1 => {
                 out.push(GraphOp::Compute(n)); // loss-grad
                 if held[n] == Held::Plain {

@@ -37,7 +37,7 @@ fn at_90_mib_makespan_is_47_42() {
         assert_eq!(format!("{:.2}", s.peak_memory as f64 / MIB), "86.77");
         let raise = c.output_size(4) - (10.66 * MIB).round() as u64;
         assert_eq!(format!("{:.2}", (s.peak_memory - raise) as f64 / MIB), "86.75");
-        assert!(s.operations.contains(&Op::FAll(4)));
+        assert!(s.operations.contains(&Op::FAll(4, 0)));
     }
 }
 

@@ -22,7 +22,7 @@ fn chain_of(s: &Spec) -> Chain {
 /// Peak of the schedule without recomputation: F_all^1..F_all^{L+1}, B^{L+1}..B^1.
 fn store_all_peak(chain: &Chain) -> u64 {
     let n = chain.len() + 1;
-    let mut ops: Vec<Op> = (1..=n).map(Op::FAll).collect();
+    let mut ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).collect();
     ops.extend((1..=n).rev().map(Op::B));
     simulate(chain, &ops).unwrap().peak_memory
 }

@@ -270,6 +270,16 @@ impl PyStage {
         self.inner.backward_overhead
     }
 
+    /// The stage's further recording options (option 1, 2, ...; option 0 is
+    /// the stage itself) as dicts of the JSON chain format: ``name``,
+    /// ``saved_size``, ``recompute_time``, ``forward_overhead``,
+    /// ``backward_overhead``. Empty for a stage without options.
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let text = serde_json::to_string(&self.inner.options).expect("options always serialize");
+        json_loads(py, &text)
+    }
+
     /// The stage as a dict of the JSON chain format.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let text = serde_json::to_string(&self.inner).expect("a stage always serializes");

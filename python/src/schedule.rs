@@ -15,10 +15,15 @@ fn op_tuple(op: Op) -> OpTuple {
     (op.kind_name(), op.stage())
 }
 
-/// An operation from `(kind, stage)`, through the library's own JSON form of
-/// an operation so that its checks and messages apply (unknown kind, stage 0).
-fn op_from_parts(index: usize, kind: &str, stage: usize) -> PyResult<Op> {
-    serde_json::from_value(serde_json::json!({"op": kind, "stage": stage}))
+/// An operation with its recording option: `("F_all", 3, 1)`; 0 for every
+/// operation but an `F_all` recorded with a stage's option.
+pub type OpTriple = (&'static str, usize, usize);
+
+/// An operation from `(kind, stage, option)`, through the library's own JSON
+/// form of an operation so that its checks and messages apply (unknown kind,
+/// stage 0, an option on anything but `F_all`).
+fn op_from_parts(index: usize, kind: &str, stage: usize, option: usize) -> PyResult<Op> {
+    serde_json::from_value(serde_json::json!({"op": kind, "stage": stage, "option": option}))
         .map_err(|e| PyValueError::new_err(format!("operation {} ({kind:?}, {stage}): {e}", index + 1)))
 }
 
@@ -31,13 +36,27 @@ pub fn operations_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Op>> {
     if let Ok(text) = obj.cast::<PyString>() {
         return parse_operations(&text.to_cow()?).map_err(|e| PyValueError::new_err(format!("schedule: {e}")));
     }
-    let pairs: Vec<(String, usize)> = obj.extract().map_err(|_| {
-        PyTypeError::new_err(
-            "a schedule is a remat.Schedule, its JSON text or notation (a str), or a list of (kind, stage) pairs \
-             such as [(\"F_ck\", 1), (\"B\", 1)]",
-        )
-    })?;
-    pairs.iter().enumerate().map(|(i, (kind, stage))| op_from_parts(i, kind, *stage)).collect()
+    let items: Vec<Bound<'_, PyAny>> = obj.extract().map_err(|_| not_a_schedule())?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let (kind, stage, option) = if let Ok((kind, stage)) = item.extract::<(String, usize)>() {
+                (kind, stage, 0)
+            } else {
+                item.extract::<(String, usize, usize)>().map_err(|_| not_a_schedule())?
+            };
+            op_from_parts(i, &kind, stage, option)
+        })
+        .collect()
+}
+
+fn not_a_schedule() -> PyErr {
+    PyTypeError::new_err(
+        "a schedule is a remat.Schedule, its JSON text or notation (a str), or a list of (kind, stage) pairs such \
+         as [(\"F_ck\", 1), (\"B\", 1)] (or (kind, stage, option) triples: (\"F_all\", 3, 1) records stage 3 \
+         with its option 1)",
+    )
 }
 
 /// A schedule: the operations of one training step, with the makespan and
@@ -98,10 +117,19 @@ impl PySchedule {
         self.inner.peak_memory
     }
 
-    /// The operations in order, as ``(kind, stage)`` pairs.
+    /// The operations in order, as ``(kind, stage)`` pairs (an ``F_all``'s
+    /// recording option left out: see ``operations_with_options``).
     #[getter]
     fn operations(&self) -> Vec<OpTuple> {
         self.inner.operations.iter().map(|&op| op_tuple(op)).collect()
+    }
+
+    /// The operations in order, as ``(kind, stage, option)`` triples: option
+    /// is the stage's recording option of an ``F_all`` (0: the stage's own
+    /// ``saved_size``; see ``Stage.options``), 0 for every other operation.
+    #[getter]
+    fn operations_with_options(&self) -> Vec<OpTriple> {
+        self.inner.operations.iter().map(|&op| (op.kind_name(), op.stage(), op.option())).collect()
     }
 
     /// Bytes per memory slot the solver rounded sizes to (1 = exact bytes);

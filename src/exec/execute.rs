@@ -102,7 +102,7 @@ pub struct StepResult {
 /// The store-all schedule: F_all^1 ... F_all^{L+1}, B^{L+1} ... B^1 (no
 /// recomputation, the reference every other schedule must reproduce).
 pub fn store_all_operations(len: usize) -> Vec<Op> {
-    (1..=len + 1).map(Op::FAll).chain((1..=len + 1).rev().map(Op::B)).collect()
+    (1..=len + 1).map(|l| Op::FAll(l, 0)).chain((1..=len + 1).rev().map(Op::B)).collect()
 }
 
 /// How an activation is held, with its tensors.
@@ -178,14 +178,14 @@ pub fn execute(
         let l = op.stage();
         ledger.begin_op();
         let measured: OpMemory = match op {
-            Op::FAll(_) | Op::FCk(_) | Op::FNone(_) => {
+            Op::FAll(..) | Op::FCk(_) | Op::FNone(_) => {
                 let x = held[l - 1].tensor().ok_or_else(|| missing(format!("a^{}", l - 1)))?;
                 let result = if l == n {
                     let mut record = loss.forward(x, target, &ledger);
                     loss_value = record.output().array()[[0, 0]];
                     record.set_kind(Kind::Saved);
                     Held::Saved(record)
-                } else if matches!(op, Op::FAll(_)) {
+                } else if matches!(op, Op::FAll(..)) {
                     let mut record = net.stages()[l - 1].forward_record(x, &ledger);
                     record.set_kind(Kind::Saved);
                     Held::Saved(record)

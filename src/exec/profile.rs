@@ -187,6 +187,7 @@ pub fn profile(
             gradient_size: sizes.output,
             forward_overhead: sizes.plain_workspace.max(sizes.record_workspace),
             backward_overhead: sizes.backward_workspace,
+            options: Vec::new(),
         });
         if let Some(mut y) = output {
             y.set_kind(Kind::Activation);

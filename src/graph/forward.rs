@@ -102,6 +102,7 @@ impl ForwardGraph {
                 gradient_size: n.gradient_size.unwrap_or(n.output_size),
                 forward_overhead: n.forward_overhead,
                 backward_overhead: n.backward_overhead,
+                options: Vec::new(),
             });
         }
         let mut graph = ForwardGraph::new(parsed.name, parsed.input_size, stages, inputs)?;

@@ -189,6 +189,7 @@ pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize], passin
             gradient_size: gradient,
             forward_overhead,
             backward_overhead,
+            options: Vec::new(),
         });
         start = end + 1;
     }
@@ -206,7 +207,7 @@ pub fn translate(n: usize, ends: &[usize], ops: &[Op]) -> Vec<usize> {
     let mut out = Vec::new();
     for &op in ops {
         match op {
-            Op::FAll(l) | Op::FCk(l) | Op::FNone(l) if l <= blocks => out.extend(range(l)),
+            Op::FAll(l, _) | Op::FCk(l) | Op::FNone(l) if l <= blocks => out.extend(range(l)),
             Op::B(l) if l == blocks + 1 => out.push(n),
             Op::B(l) if l <= blocks => out.extend(range(l).rev().map(|v| backward_index(n, v))),
             _ => {} // the zero loss's forward

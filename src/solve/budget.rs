@@ -196,7 +196,7 @@ pub fn min_budget_for_makespan(
         }
     };
     let n = chain.len() + 1;
-    let store_all: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let store_all: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
     let peak = crate::simulate::simulate(chain, &store_all)
         .map_err(|source| SolveError::Rejected { algorithm, source })?
         .peak_memory;

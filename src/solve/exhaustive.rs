@@ -96,7 +96,7 @@ fn moves(chain: &Chain, state: State, nested: bool, out: &mut Vec<(Op, State, u6
         }
         let (uf, of) = (chain.forward_time(l), chain.forward_overhead(l));
         let peak_all = base + chain.saved_size(l) + of;
-        out.push((Op::FAll(l), with_held(state, l, Held::Saved), peak_all, uf));
+        out.push((Op::FAll(l, 0), with_held(state, l, Held::Saved), peak_all, uf));
         if l < t {
             let peak = base + chain.output_size(l) + of;
             out.push((Op::FCk(l), with_held(state, l, Held::Plain), peak, uf));

@@ -682,7 +682,7 @@ impl Table {
                 Cell::D(s, _) | Cell::F(s, _, _) => s,
             };
             ops.push(match o.kind {
-                Move::All => Op::FAll(s),
+                Move::All => Op::FAll(s, 0),
                 Move::Ck => Op::FCk(s),
                 Move::None => Op::FNone(s),
             });
@@ -759,7 +759,7 @@ mod tests {
         let table = Plan::new(SlotChain::new(&c, Slots::new(1000, 1000))).fill(None);
         assert_eq!(table.makespan(1000), c.store_all_time());
         let ops = table.sequence(1000).unwrap();
-        assert!(ops.iter().all(|op| matches!(op, Op::FAll(_) | Op::B(_))));
+        assert!(ops.iter().all(|op| matches!(op, Op::FAll(..) | Op::B(_))));
         assert_eq!(simulate(&c, &ops).unwrap().makespan, c.store_all_time());
     }
 

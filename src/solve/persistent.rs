@@ -594,7 +594,7 @@ pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, u
         };
         match choice(s, t, m) {
             None => {
-                ops.push(Op::FAll(s));
+                ops.push(Op::FAll(s, 0));
                 stack.push(Task::Emit(Op::B(s)));
                 if s < t {
                     stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
@@ -714,7 +714,7 @@ mod tests {
         let table = Table::build(SlotChain::new(&chain, Slots::new(1000, 1000)), None);
         let ops = table.sequence(1000).unwrap();
         assert_eq!(table.makespan(1000), chain.store_all_time());
-        assert!(ops.iter().all(|op| matches!(op, Op::FAll(_) | Op::B(_))));
+        assert!(ops.iter().all(|op| matches!(op, Op::FAll(..) | Op::B(_))));
         assert_eq!(simulate(&chain, &ops).unwrap().makespan, chain.store_all_time());
     }
 

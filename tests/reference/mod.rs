@@ -18,7 +18,7 @@ use remat::{Chain, Op};
 /// Peak memory of storing everything (F_all everywhere), in bytes.
 pub fn store_all_peak(chain: &Chain) -> u64 {
     let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(Op::FAll).chain((1..=n).rev().map(Op::B)).collect();
+    let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
     remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
 }
 
@@ -155,7 +155,7 @@ impl<C: Cost> Reference<C> {
             match self.choice[self.idx(s, t)][m] {
                 NONE => unreachable!("a finite cell always has a choice"),
                 ALL => {
-                    ops.push(Op::FAll(s));
+                    ops.push(Op::FAll(s, 0));
                     stack.push(Task::Emit(Op::B(s)));
                     if s < t {
                         stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));

@@ -103,11 +103,11 @@ pub fn segmented(chain: &Chain, checkpoints: &[usize]) -> Vec<Op> {
         ops.push(Op::FCk(s));
         ops.extend((s + 1..=e).map(Op::FNone));
     }
-    ops.extend((last..=n).map(Op::FAll));
+    ops.extend((last..=n).map(|l| Op::FAll(l, 0)));
     ops.extend((last..=n).rev().map(Op::B));
     for w in bounds.windows(2).rev() {
         let (s, e) = (w[0] + 1, w[1]);
-        ops.extend((s..=e).map(Op::FAll));
+        ops.extend((s..=e).map(|l| Op::FAll(l, 0)));
         ops.extend((s..=e).rev().map(Op::B));
     }
     ops

@@ -122,7 +122,7 @@ impl Table {
         let mut todo = vec![(1, sc.n, m_slots - sc.output[0])];
         while let Some((s, t, m)) = todo.pop() {
             if s == t {
-                ops.extend([Op::FAll(s), Op::B(s)]);
+                ops.extend([Op::FAll(s, 0), Op::B(s)]);
                 continue;
             }
             let cut = self.split[self.at(s, t)][m] as usize;
@@ -170,7 +170,7 @@ mod tests {
     /// Every schedule of the family for sub-chain s..=t, by brute force.
     fn family(s: usize, t: usize) -> Vec<Vec<Op>> {
         if s == t {
-            return vec![vec![Op::FAll(s), Op::B(s)]];
+            return vec![vec![Op::FAll(s, 0), Op::B(s)]];
         }
         let mut out = Vec::new();
         for cut in s + 1..=t {
