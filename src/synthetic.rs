@@ -64,6 +64,40 @@ pub fn small_chain(rng: &mut Rng, len: usize, max_size: u64, max_time: u64) -> C
     Chain::new(format!("small-{len}"), rng.range(0, max_size), stages, loss).expect("generated chains are valid")
 }
 
+/// `chain` with up to `max_options - 1` more recording options on each stage
+/// (the loss keeps none), at random: a saved size between the output and the
+/// stage's own `saved_size` (sometimes above it, an option no solver should
+/// want), a recompute time in `0..=max_time`, and overheads that differ from the
+/// stage's half of the time. The instances the option-aware solvers are
+/// checked against exhaustive search on. O(L max_options).
+pub fn with_options(rng: &mut Rng, chain: &Chain, max_options: usize, max_time: u64) -> Chain {
+    let mut stages = chain.stages().to_vec();
+    for s in &mut stages {
+        let more = rng.range(0, max_options.saturating_sub(1) as u64) as usize;
+        for _ in 0..more {
+            let top = if rng.chance(1, 6) { s.saved_size + 3 } else { s.saved_size };
+            let saved_size = rng.range(s.output_size, top.max(s.output_size));
+            s.options.push(crate::chain::StageOption {
+                name: None,
+                saved_size,
+                recompute_time: rng.range(0, max_time) as f64,
+                forward_overhead: if rng.chance(1, 2) {
+                    rng.range(0, s.forward_overhead + 3)
+                } else {
+                    s.forward_overhead
+                },
+                backward_overhead: if rng.chance(1, 2) {
+                    rng.range(0, s.backward_overhead + 3)
+                } else {
+                    s.backward_overhead
+                },
+            });
+        }
+    }
+    Chain::new(format!("{}-options", chain.name()), chain.input_size(), stages, chain.loss().clone())
+        .expect("options of a valid chain are valid")
+}
+
 /// A chain shaped like a real network of `len` blocks: activation sizes of a
 /// few MiB that shrink and grow by stages, saved sizes 1-4x the output,
 /// backward about twice the forward, workspace overheads.
