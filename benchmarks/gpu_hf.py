@@ -172,7 +172,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
             times[n].append(time.perf_counter() - t0)
     print(
         f"\n## {name} ({cfg.num_hidden_layers} blocks), bf16, batch {args.batch}, sequence {args.seq}, "
-        f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}, transformers {transformers.__version__}"
+        f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
     )
     print("| variant | peak | predicted | step ms | tokens/s | x plain | max abs grad diff vs plain |")
     print("|---|---|---|---|---|---|---|")
