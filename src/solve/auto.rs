@@ -85,8 +85,10 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
 /// The baselines `auto` runs beside a slot-based DP: cheap (no slots, at most
 /// O(L^3)), and exact in bytes, so at a budget that is exactly one of their
 /// peaks they can beat a DP that rounds sizes up to slots.
+/// `uniform` (one recording option on every stage) is among them: on a chain
+/// with options it is the schedule people write by hand.
 pub const AUTO_BASELINES: &[Algorithm] =
-    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt];
+    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt, Algorithm::Uniform];
 
 /// `--algorithm auto` on a chain: exhaustive search when [`auto_choice`] says
 /// so (exact). Otherwise the [`AUTO_BASELINES`] first (cheap), then the
