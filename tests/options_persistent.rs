@@ -210,6 +210,7 @@ fn useless_options_change_nothing() {
 #[test]
 fn rounded_slots_replay_within_budget() {
     let mut rng = Rng::new(2408);
+    let mut faster = 0;
     for seed in 0..8 {
         let plain = network_like(seed, 12 + 4 * seed as usize);
         let chain = with_options(&mut rng, &plain, 4, 2);
@@ -221,6 +222,7 @@ fn rounded_slots_replay_within_budget() {
             let plain_table = Table::build(SlotChain::new(&plain, slots), None);
             let m = slots.capacity;
             assert!(table.makespan(m) <= plain_table.makespan(m));
+            faster += usize::from(table.makespan(m) < plain_table.makespan(m));
             let Some(ops) = table.sequence(m) else {
                 assert!(!plain_table.makespan(m).is_finite());
                 continue;
@@ -232,6 +234,8 @@ fn rounded_slots_replay_within_budget() {
             assert!(sol.schedule.makespan <= replay.makespan + 1e-9 * replay.makespan);
         }
     }
+    // Options with little recomputation help at these budgets.
+    assert!(faster >= 12, "options helped at {faster} of 24 budgets only");
 }
 
 /// Stacks of repeated blocks whose copies differ only in their options: the

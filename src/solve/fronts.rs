@@ -32,6 +32,20 @@
 //!   `fwd + min right + min left` (float addition is monotone), so it is
 //!   skipped only over the memory where the envelope is already at or below
 //!   that bound, and there min(envelope, candidate) = envelope.
+//! - Recording options (issue 24, the recurrence and its proof in
+//!   [`super::persistent`]): the leaf is the lower envelope of its options'
+//!   one-point fronts (need_o, u_f^s + (u_b^s + r^s[o])), and the F_all
+//!   branch is one candidate per option o, u_f^s + (u_b^s + r^s[o]) +
+//!   C(s+1, t, m - w_abar^s[o]) from its own threshold, each a step function
+//!   built as above (shifted by w_abar^s[o]); option 0's is written first,
+//!   the others merged into it by their exact lower envelope (every value one
+//!   of the two's, each point kept strictly below the one before), before the
+//!   splits. So the front is still the minimum of all candidates, evaluated
+//!   at all their breakpoints with the slot DP's float sums. The caps below
+//!   still hold: a recorded abar^{s-1}[o] is at least w_a^{s-1} (validation
+//!   raises a smaller saved size to the output), and so do the limits of
+//!   [`Fronts::build_bounded`]: B^s with any option takes at least u_b^s.
+//!   Cost: one more candidate per option of s, O(k K) for k options.
 //! - Caps: the whole chain is asked at m = M - w_a^0 only, and any (s, t) with
 //!   s > 1 is asked at most at M - w_a^0 - w_a^{s-1} (a^0 and a^{s-1} are both
 //!   held while it runs; a recorded abar^{s-1} is larger). Points above a

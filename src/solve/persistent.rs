@@ -14,6 +14,56 @@
 //! - the F_none steps are checked only up to the split s' actually chosen (the
 //!   paper's bound over every j < t rejects feasible splits).
 //!
+//! # Recording options (issue 24)
+//! A stage may be recorded in several ways, F_all^s[o] for o = 0, 1, ...
+//! ([the model](crate::model)): option o keeps w_abar^s[o] bytes until B^s,
+//! has transient o_f^s[o] while it runs, and makes B^s take u_b^s + r^s[o]
+//! with transient o_b^s[o]. The recurrence becomes
+//!
+//! ```text
+//! C(s, s, m) = min over o with m >= need(s, s, o) of  u_f^s + (u_b^s + r^s[o])
+//! C(s, t, m) = min( min over o with m >= need(s, t, o) and m >= w_abar^s[o] of
+//!                       u_f^s + (u_b^s + r^s[o]) + C(s+1, t, m - w_abar^s[o]),
+//!                   min over s' of  [the split candidates, unchanged] )
+//! need(s, t, o) = max(w_d^t + w_abar^s[o] + o_f^s[o],            (F_all^s[o])
+//!                     w_d^s + w_abar^s[o] + w_d^{s-1} + o_b^s[o]) (B^s)
+//! ```
+//!
+//! (`forward_all_need_with` and `backward_need_with` of [`SlotChain`]).
+//! Why this is the optimum over persistent sequences that may record each
+//! stage with any option: a persistent sequence of (s, t) that starts with
+//! F_all^s[o] is F_all^s[o], then a persistent sequence of (s+1, t), then
+//! B^s. The option o is visible to nothing but that branch: abar^s[o] is
+//! created by F_all^s[o] and consumed by B^s, the only operations that read
+//! it, so between them it is a constant w_abar^s[o] bytes beside whatever
+//! (s+1, t) does, and the sub-chain (s+1, t) reads a^s or abar^s only as its
+//! input (F_ck^{s+1} and F_all^{s+1} accept either, and a persistent
+//! sub-sequence never runs F_none^{s+1}, the one operation that would delete
+//! it), so its sequences, their memory and their times do not depend on o.
+//! The option's other effects, o_f^s[o] and the time and transient of B^s,
+//! belong to the two operations of the branch itself. So for a fixed o the
+//! branch is the old F_all branch with w_abar^s, o_f^s, o_b^s and u_b^s
+//! replaced by the option's figures, whose optimum is u_f^s + (u_b^s +
+//! r^s[o]) + C(s+1, t, m - w_abar^s[o]) under the two memory checks, by the
+//! old proof; the optimum over all sequences starting with an F_all of s is
+//! the minimum of these over o. The split branch records no stage s itself
+//! (F_ck^s keeps only a^s), and its sub-chains are solved optimally, options
+//! included, by induction on t - s; the leaf (s, s) is F_all^s[o] B^s for
+//! some o. Hence C is the persistent optimum with options, and with one
+//! option per stage the recurrence is the old one, operation for operation.
+//!
+//! Every row stays non-increasing in m (a minimum of non-increasing
+//! candidates), infinite below a threshold and constant from some point on
+//! (every candidate is), so the storage below holds unchanged. Option 0 keeps
+//! its place as the first candidate: the read-back takes the first of
+//! F_all^s[0], F_all^s[1], ..., then the splits, whose value equals the cell.
+//!
+//! Cost: the F_all branch of (s, t) is evaluated once per option, O(k S) for
+//! k options, against O((t - s) S) for the splits, so options cost O(k S L^2)
+//! more, nothing in the split loop; a chain without options runs the same
+//! operations as before (one option, option 0), with the same results bit for
+//! bit.
+//!
 //! # How the table is computed (issue 8)
 //! The recurrence is O(S L^3): for each (s, t) and split s' the candidate over
 //! the whole memory axis is `fwd + C(s', t, m - w) + C(s, s'-1, m)`, two shifted
@@ -671,7 +721,10 @@ pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, u
 ///
 /// A row C(s, t, .) is stored up to the point where the sub-chain fits with
 /// every activation saved (past it the row is constant), and at most to the
-/// budget. The estimate counts each row from m = 0 (so it is high by the rows'
+/// budget. With recording options this counts option 0 everywhere: that
+/// store-all reaches the row's smallest value (no option is faster than
+/// option 0, whose recompute time is 0), so the row is constant from there
+/// on, if not earlier, and the count stays an upper bound. The estimate counts each row from m = 0 (so it is high by the rows'
 /// thresholds) and assumes no row keeps falling past that point, which only a
 /// rounding tie between equal real costs (zero forward times) can break.
 /// Sub-chains holding the same stages share one row ([`Table::build`]), so
@@ -708,15 +761,18 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
 }
 
 /// The smallest peak, in slots and a^0 included, of any persistent sequence
-/// under the rounding of `sc`: the min-max form of the same recurrence, so the
-/// DP at budget M is feasible exactly when M >= this value. O(L^3).
+/// under the rounding of `sc`, each recorded stage with its best option: the
+/// min-max form of the same recurrence (a minimum over the options wherever
+/// it records), so the DP at budget M is feasible exactly when M >= this
+/// value. O(L^3 + k L^2) for k options a stage.
 pub fn min_peak_slots(sc: &SlotChain) -> usize {
     min_peak_of_family(sc, true)
 }
 
-/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s then the
-/// rest is a choice at every s < t) or for revolve's, which is the same
-/// recurrence without that choice (it only ever checkpoints). O(L^3).
+/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s[o] then
+/// the rest is a choice at every s < t, for every option o) or for revolve's,
+/// which is the same recurrence without that choice (it only ever
+/// checkpoints, and records its leaves with option 0: a baseline). O(L^3).
 ///
 /// Sub-chains holding the same stages have the same smallest peak (the
 /// recurrence reads what [`crate::solve::distinct`] keys by, and integer
