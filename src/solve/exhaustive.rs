@@ -15,8 +15,8 @@
 //!
 //! # Options
 //! A held abar^l remembers the option o it was recorded with: it weighs
-//! w_abar^l[o] until `B^l`, and that `B^l` takes u_b^l + r^l[o] with
-//! transient o_b^l[o], the simulator's rules. Two states that differ only in
+//! w_abar^l\[o\] until `B^l`, and that `B^l` takes u_b^l + r^l\[o\] with
+//! transient o_b^l\[o\], the simulator's rules. Two states that differ only in
 //! the option of a held abar are different states (neither dominates the
 //! other in general: one may be smaller and the other faster to consume), so
 //! every option is explored and the search stays exact. Its size is bounded

@@ -87,23 +87,23 @@
 //! # Options
 //!
 //! A stage s with k_s ways to record it ([the model](crate::model)'s
-//! options) has one **D, F_all^s[o]** transition per option o, each as
-//! above with option o's figures: F_all^s[o], then D(s+1, l, m -
-//! w_abar^s[o]), then B^s, costing u_f^s + (u_b^s + r^s[o]) plus the
-//! sub-problem, feasible when m is at least w_d^l + w_abar^s[o] + o_f^s[o]
-//! (`forward_all_need_with`) and w_d^s + w_abar^s[o] + w_d^{s-1} + o_b^s[o]
+//! options) has one **D, F_all^s\[o\]** transition per option o, each as
+//! above with option o's figures: F_all^s\[o\], then D(s+1, l, m -
+//! w_abar^s\[o\]), then B^s, costing u_f^s + (u_b^s + r^s\[o\]) plus the
+//! sub-problem, feasible when m is at least w_d^l + w_abar^s\[o\] + o_f^s\[o\]
+//! (`forward_all_need_with`) and w_d^s + w_abar^s\[o\] + w_d^{s-1} + o_b^s\[o\]
 //! (`backward_need_with`). Why this is still exact over nested sequences:
 //!
 //! - *Only D, F_all reads an option.* An option changes what F_all^s keeps
 //!   and what the B^s consuming it costs, nothing else; F_ck and F_none do
 //!   not depend on options, and F cells have no F_all move (above).
 //! - *The sub-problem does not depend on the option.* Inside D(s+1, l, .)
-//!   the frozen abar^s[o] is only read, as the input of F^{s+1} and of
+//!   the frozen abar^s\[o\] is only read, as the input of F^{s+1} and of
 //!   B^{s+1}, which accept a^s plain or recorded alike; it weighs
-//!   w_abar^s[o] from F_all^s[o] to B^s whatever the sub-problem does, which
+//!   w_abar^s\[o\] from F_all^s\[o\] to B^s whatever the sub-problem does, which
 //!   is the shift of its memory. So for each o the best completion is
-//!   D(s+1, l, m - w_abar^s[o]), and a nested sequence beginning with
-//!   F_all^s[o] costs at least that transition's value.
+//!   D(s+1, l, m - w_abar^s\[o\]), and a nested sequence beginning with
+//!   F_all^s\[o\] costs at least that transition's value.
 //! - *Each option is one transition of the minimum*, so the cell takes the
 //!   best option at every m, and the threshold pass (the same options in
 //!   (max, min) form) the smallest m any option allows: feasibility stays
