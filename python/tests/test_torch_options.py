@@ -227,6 +227,24 @@ def test_a_user_policy_is_measured_and_runs(deterministic: None) -> None:
     assert all(torch.equal(a, b) for a, b in zip(plain, grads))
 
 
+def test_a_user_policy_through_apply(forced_options: list[remat.Schedule], deterministic: None) -> None:
+    def keep_tanh(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> bool:
+        return bool(op == torch.ops.aten.tanh.default)  # SAC takes a bool too
+
+    plain, ours = semantics.make(), semantics.make()
+    plan = rt.apply(ours, memory="35%", policies=[rt.policy("tanh", keep_tanh)])
+    torch.manual_seed(99)
+    ours(semantics.X).square().sum().backward()
+    assert plan.chain is not None and plan.schedule is not None
+    assert {o["name"] for s in plan.chain.stages for o in s.options} == {"tanh"}
+    assert uses_options(plan.schedule) and "tanh (blocks 1-6)" in plan.explain()
+    for m in (plain, ours):
+        m.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        m(semantics.X).square().sum().backward()
+    semantics.assert_same(semantics.grads(plain), semantics.grads(ours))
+
+
 # -- apply() on Hugging Face models ------------------------------------------
 
 

@@ -35,12 +35,36 @@ from one segment to a whole schedule):
   when the last stage above it has run its backward (``B^{j+1}`` in the model),
   or never if the graph is retained.
 
+Recording options (``F_all^l[o]``, o >= 1; :mod:`remat.torch.policies`):
+
+- The recording forward of stage l runs as an unrecorded one does (holders in
+  place of what autograd saves), under the caching context of PyTorch's
+  selective activation checkpointing (SAC) for the option's policy, which keeps
+  the outputs of the operators the policy saves. That is the whole of
+  ``abar^l[o]``: those outputs and a^l.
+- When the backward reaches stage l (``B^l``), the stage runs again recording,
+  from a^{l-1}, under SAC's replaying context: the kept outputs are handed back
+  instead of computed, the rest is computed, and what autograd saves fills the
+  holders of the first run. Autograd then runs ``B^l`` itself. This rerun is the
+  model's r^l[o] and, with the tensors it makes, o_b^l[o].
+- In the forward phase the first run is that recording forward. In the
+  backward phase ``F_all^l[o]`` is a recording run whose saved tensors are
+  dropped (only the cache and a^l stay), and the rerun at ``B^l`` fills the
+  holders. Under ``create_graph=True`` a backward-phase ``F_all^l[o]`` records
+  the stage whole instead (its graph must stay differentiable).
+- SAC hands each kept output back once; a second backward through a retained
+  graph (``retain_graph=True``) recomputes every operator of the stage again.
+  PyTorch's own ``checkpoint(..., context_fn=...)`` is not used: its
+  recomputation fills its own frame, not the holders of a graph remat recorded
+  in the forward phase, and allows one backward per region.
+
 Why the results equal the plain module's:
 
 - RNG: the first run of a stage draws from the global generator in stage order,
   as the plain forward does; the RNG state (CPU and the input's CUDA device) is
-  saved then for stages the schedule runs again, and restored for each rerun
-  inside ``torch.random.fork_rng``: dropout masks repeat.
+  saved then for stages the schedule runs again (or records with an option),
+  and restored for each rerun inside ``torch.random.fork_rng``: dropout masks
+  repeat, and the operators an option recomputes draw what they drew.
 - Buffers: a rerun copies the stage's buffers first and puts them back after
   (through ``.data``, so no version counter moves), so BatchNorm running
   statistics move once per step, as in the plain module.
