@@ -28,7 +28,7 @@ measures and plans); step times are medians of ``--rounds`` rounds in which
 every variant runs one step (interleaved, so a busy machine slows them alike).
 Gradients of every variant are compared with plain's.
 
-    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5] [--no-80]
+    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5] [--repeat 5] [--no-80]
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per block when remat profiles (default 5)")
     ap.add_argument("--no-80", action="store_true", help="leave out remat at 80%% of HF's peak")
     args = ap.parse_args()
     load_before = os.getloadavg()
@@ -114,7 +115,7 @@ def main() -> None:
         remats.append(("remat @ 80% hf", int(0.8 * peaks["hf"]), rt.DEFAULT_POLICIES))
     for name, budget, policies in remats:
         m = make()
-        plan = rt.apply(m, memory=budget, policies=policies)
+        plan = rt.apply(m, memory=budget, policies=policies, repeat=args.repeat)
         try:
             step(m)
             step(m)
@@ -123,7 +124,7 @@ def main() -> None:
             m = make()
             fits = int(e.min_budget)
             notes[name] = f"{remat.format_size(budget)} infeasible; ran at {remat.format_size(fits)}"
-            plan = rt.apply(m, memory=fits, policies=policies)
+            plan = rt.apply(m, memory=fits, policies=policies, repeat=args.repeat)
             step(m)
             step(m)
         models[name], plans[name] = m, plan

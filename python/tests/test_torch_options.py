@@ -245,6 +245,26 @@ def test_a_user_policy_through_apply(forced_options: list[remat.Schedule], deter
     semantics.assert_same(semantics.grads(plain), semantics.grads(ours))
 
 
+def test_blocks_that_write_into_their_input(forced_options: list[remat.Schedule], deterministic: None) -> None:
+    # ReLU(inplace=True) first: the block runs on a copy, made outside SAC's
+    # contexts both when it is recorded and when its backward reruns it.
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        blocks = [
+            nn.Sequential(nn.ReLU(inplace=True), nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16)) for _ in range(5)
+        ]
+        return nn.Sequential(nn.Linear(16, 16), nn.Sequential(*blocks), nn.Linear(16, 4))
+
+    plain, ours = make(), make()
+    plan = rt.apply(ours, memory="60%", blocks="1")
+    for m in (plain, ours, ours):
+        m.zero_grad(set_to_none=True)
+        m(X).square().sum().backward()
+    assert uses_options(plan.schedule)
+    for (n, p), q in zip(plain.named_parameters(), ours.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad), n
+
+
 # -- apply() on Hugging Face models ------------------------------------------
 
 

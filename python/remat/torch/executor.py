@@ -631,8 +631,12 @@ class _Task:
         plain = not (ex.has_buffers[k] or step.rng[k] is not None or step.autocast[k])
         with contextlib.nullcontext() if plain else step.rerun_context(k):
             inp = x if self.create_graph else self._detached_input(k, x)
+            if ex.inplace[k - 1]:
+                # The copy of the first run was made outside SAC's context.
+                with torch.enable_grad():
+                    inp = inp.clone()
             with cache.context():
-                self._record(k, ex.forwards[k - 1], call, inp, ex.inplace[k - 1])
+                self._record(k, ex.forwards[k - 1], call, inp, False)
 
     def _detached_input(self, l: int, x: torch.Tensor) -> torch.Tensor:
         return x.detach().requires_grad_(self.step.input_grad[l] and (x.is_floating_point() or x.is_complex()))

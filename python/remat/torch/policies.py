@@ -34,6 +34,7 @@ to keep (``[torch.ops.aten.mm.default, ...]``), optionally named with
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -123,15 +124,22 @@ class NamedPolicy:
 
     ``spec`` is what ``create_selective_checkpoint_contexts`` takes: a policy
     function of SAC's signature, or a list of operators whose outputs to keep.
+    ``keeps_nothing`` marks a policy that keeps no operator's output
+    (:attr:`Policy.SAVE_INPUT`): it runs without SAC's contexts, which would
+    cache nothing and cost a Python call per operator (PyTorch's docs: such a
+    policy "is equivalent to vanilla checkpointing").
     """
 
     name: str
     spec: PolicyFn | list[Any]
+    keeps_nothing: bool = False
 
     def contexts(self) -> tuple[Any, Any]:
         """A fresh pair of SAC contexts: (caching, replaying). The caching one
         is told to keep its tensors itself, not through the saved-tensor hooks
         remat runs the block under (which drop what autograd saves)."""
+        if self.keeps_nothing:
+            return contextlib.nullcontext(), contextlib.nullcontext()
         caching, replaying = create_selective_checkpoint_contexts(self.spec)
         if hasattr(caching, "respect_saved_tensors_hooks"):
             caching.respect_saved_tensors_hooks = False
@@ -140,7 +148,7 @@ class NamedPolicy:
 
 _BUILT_IN = {
     Policy.SAVE_MATMULS: NamedPolicy("matmuls", _save_matmuls),
-    Policy.SAVE_INPUT: NamedPolicy("input", _save_input),
+    Policy.SAVE_INPUT: NamedPolicy("input", _save_input, keeps_nothing=True),
 }
 
 
