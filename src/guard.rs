@@ -148,7 +148,7 @@ pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptio
             let steps = floating::upper_estimate_shared(chain, Slots::new(budget, opts.slots.get())).work as f64;
             dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), true)
         }
-        Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_SOLVE_STAGES, "a solve"),
+        Algorithm::Exhaustive => exhaustive_stages(chain, EXHAUSTIVE_SOLVE_STAGES, "a solve"),
         Algorithm::Auto => solve(chain, budget, crate::solve::auto_choice(chain, budget, opts).algorithm, opts),
         Algorithm::Sequential if opts.segments.is_some() => Ok(()),
         Algorithm::Sequential | Algorithm::ChenGreedy => candidate_search(algorithm, len),
@@ -228,8 +228,10 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
         Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto => {
             let steps = min_budget_steps(chain, opts);
             dp_steps(algorithm, len, steps, PERSISTENT_MAX_STEPS, opts.slots.get(), false)?;
-            if algorithm == Algorithm::Auto && len <= crate::solve::AUTO_EXHAUSTIVE_STAGES {
-                exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget")?;
+            if algorithm == Algorithm::Auto
+                && exhaustive::equivalent_stages(chain) <= crate::solve::AUTO_EXHAUSTIVE_STAGES
+            {
+                exhaustive_stages(chain, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget")?;
             }
             Ok(())
         }
@@ -240,7 +242,7 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             let steps = floating::upper_estimate(len, 0).work as f64 * rounds;
             dp_steps(algorithm, len, steps, FLOATING_MAX_STEPS, opts.slots.get(), false)
         }
-        Algorithm::Exhaustive => exhaustive_stages(len, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget"),
+        Algorithm::Exhaustive => exhaustive_stages(chain, EXHAUSTIVE_MIN_BUDGET_STAGES, "the smallest budget"),
         Algorithm::Sequential if opts.segments.is_some() => Ok(()),
         Algorithm::Sequential | Algorithm::ChenGreedy => candidate_search(algorithm, len),
         _ => Ok(()),
@@ -315,17 +317,34 @@ fn dp_steps(
     })
 }
 
-fn exhaustive_stages(len: usize, max: usize, what: &str) -> Result<(), SolveError> {
-    if len <= max {
+/// Refuses exhaustive search for `what` on a chain over `max` stages,
+/// counted by [`exhaustive::equivalent_stages`] (L without options). O(L).
+fn exhaustive_stages(chain: &Chain, max: usize, what: &str) -> Result<(), SolveError> {
+    let (len, equivalent) = (chain.len(), exhaustive::equivalent_stages(chain));
+    if equivalent <= max {
         return Ok(());
     }
     Err(SolveError::TooLarge {
         reason: format!(
             "exhaustive search for {what} is limited to chains of at most {max} stages (its state space grows about \
-         4x a stage: {len} stages would take minutes); this chain has {len}"
+         4x a stage: {equivalent} stages would take minutes); this chain has {len}{}",
+            options_note(len, equivalent)
         ),
         remedy: Remedy::Use(Algorithm::Floating),
     })
+}
+
+/// What a stage count in a refusal of exhaustive search means for a chain
+/// with options: empty when `equivalent` (its
+/// [`exhaustive::equivalent_stages`]) is its length `len`.
+pub(crate) fn options_note(len: usize, equivalent: usize) -> String {
+    if equivalent == len {
+        return String::new();
+    }
+    format!(
+        ", whose recording options give it as many memory states as {equivalent} stages without options (each held \
+         activation also remembers its option)"
+    )
 }
 
 fn candidate_search(algorithm: Algorithm, len: usize) -> Result<(), SolveError> {

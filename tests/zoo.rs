@@ -132,6 +132,46 @@ fn gpt2_block_keeps_what_korthikanti_counts() {
     }
 }
 
+/// `--options` gives each GPT-2 block three recording options. Korthikanti's
+/// selective recomputation (`no-attention`) keeps no term in seq^2: its saved
+/// bytes double with the sequence, where the whole record's more than double.
+/// `input` keeps the output alone and reruns the whole forward. Every option
+/// keeps less than the whole record, and the uniform baseline's best policy
+/// is never slower than store-all where store-all fits.
+#[test]
+fn gpt2_options_by_policy() {
+    let at = |seq: usize| {
+        chain_of(&Spec { batch: 2, seq: Some(seq), dtype: Dtype::Bf16, options: true, ..Spec::new("gpt2-small") })
+    };
+    let (short, long) = (at(512), at(1024));
+    assert!(long.name().ends_with("-options"));
+    let block = |c: &Chain| c.stages()[1].clone();
+    let (s, l) = (block(&short), block(&long));
+    let names: Vec<_> = l.options.iter().map(|o| o.name.clone().unwrap()).collect();
+    assert_eq!(names, ["matmuls", "no-attention", "input"]);
+    assert_eq!(l.options[1].saved_size, 2 * s.options[1].saved_size);
+    assert!(l.saved_size > 2 * s.saved_size);
+    assert_eq!(l.options[2].saved_size, l.output_size);
+    assert!((l.options[2].recompute_time - l.forward_time).abs() <= 1e-3 * l.forward_time);
+    for o in &l.options {
+        assert!(o.saved_size < l.saved_size && o.saved_size >= l.output_size, "{o:?}");
+        assert!(o.recompute_time > 0.0 && o.recompute_time <= l.forward_time * 1.001, "{o:?}");
+        assert!(o.backward_overhead >= l.backward_overhead);
+    }
+    let peak = store_all_peak(&long);
+    let all = solve(&long, peak, Algorithm::StoreAll, &SolveOptions::default()).unwrap();
+    let uniform = solve(&long, peak, Algorithm::Uniform, &SolveOptions::default()).unwrap();
+    assert!(uniform.schedule.makespan <= all.schedule.makespan);
+    // Half of store-all: some policy fits, recomputing inside every block.
+    let half = solve(&long, peak / 2, Algorithm::Uniform, &SolveOptions::default()).unwrap();
+    assert!(half.schedule.peak_memory <= peak / 2 && half.schedule.makespan > all.schedule.makespan);
+    assert!(half.detail.as_deref().unwrap().contains("on every stage"), "{:?}", half.detail);
+    assert!(half.schedule.operations.iter().any(|op| op.option() > 0));
+    // Graphs have no options.
+    let e = generate(&Spec { options: true, graph: Some(Granularity::Blocks), ..Spec::new("gpt2-small") });
+    assert!(e.unwrap_err().to_string().contains("--options"));
+}
+
 /// Inception v3 at 299: torchvision's shape comments for every module.
 #[test]
 fn inception_v3_shapes() {

@@ -64,6 +64,12 @@ pub struct Args {
     /// means 1-N), their input being the output of the block before. No loss.
     #[arg(long, value_name = "FROM-TO", value_parser = parse_blocks)]
     blocks: Option<(usize, usize)>,
+    /// Give each block recording options (selective saving): `matmuls` (keep
+    /// matrix-product and convolution outputs, recompute the rest),
+    /// `no-attention` (recompute the attention core only), `input` (recompute
+    /// the whole block in its backward); the solvers choose one per block.
+    #[arg(long)]
+    options: bool,
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -97,6 +103,7 @@ pub fn run(args: Args) -> CliResult {
         device: args.device,
         graph: args.graph,
         blocks: args.blocks,
+        options: args.options,
     };
     let generated = generate(&spec).map_err(Failure::input)?;
     let text = generated.to_json();

@@ -102,11 +102,13 @@ pub fn skip_reason(
     report: &str,
 ) -> Option<String> {
     let len = chain.len();
+    let equivalent = crate::solve::exhaustive::equivalent_stages(chain);
     match algorithm {
-        Algorithm::Exhaustive if len > exhaustive_limit => Some(format!(
+        Algorithm::Exhaustive if equivalent > exhaustive_limit => Some(format!(
             "{report} runs exhaustive search on chains of at most {exhaustive_limit} stages (its time grows as \
-             3^L); this chain has {len}{}",
-            if len <= crate::solve::exhaustive::MAX_STAGES {
+             3^L); this chain has {len}{}{}",
+            crate::guard::options_note(len, equivalent),
+            if equivalent <= crate::solve::exhaustive::MAX_STAGES {
                 "; `remat solve --algorithm exhaustive` still handles it"
             } else {
                 ""

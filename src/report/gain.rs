@@ -83,7 +83,7 @@ pub fn optimum_within(
     budget: u64,
     slots: std::num::NonZeroUsize,
 ) -> Result<(Option<f64>, &'static str), SolveError> {
-    if chain.len() <= COMPARE_EXHAUSTIVE_MAX_STAGES {
+    if crate::solve::exhaustive::equivalent_stages(chain) <= COMPARE_EXHAUSTIVE_MAX_STAGES {
         return match solve(chain, budget, Algorithm::Exhaustive, &SolveOptions::default()) {
             Ok(sol) => Ok((Some(sol.schedule.makespan), "exhaustive")),
             Err(SolveError::Infeasible { .. }) => Ok((None, "exhaustive")),

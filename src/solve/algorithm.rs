@@ -28,6 +28,10 @@ pub enum Algorithm {
     ChenSqrt,
     /// Baseline: Chen et al.'s greedy segments of bounded memory.
     ChenGreedy,
+    /// Baseline: one selective-saving policy (a recording option of the same
+    /// name) on every stage, as torchtitan and PyTorch's selective
+    /// checkpointing apply it; the fastest policy that fits.
+    Uniform,
 }
 
 impl Algorithm {
@@ -42,6 +46,7 @@ impl Algorithm {
         Algorithm::Revolve,
         Algorithm::ChenSqrt,
         Algorithm::ChenGreedy,
+        Algorithm::Uniform,
     ];
 
     /// The name used on the command line and in JSON.
@@ -56,6 +61,7 @@ impl Algorithm {
             Algorithm::Revolve => "revolve",
             Algorithm::ChenSqrt => "chen-sqrt",
             Algorithm::ChenGreedy => "chen-greedy",
+            Algorithm::Uniform => "uniform",
         }
     }
 
@@ -83,6 +89,10 @@ impl Algorithm {
             }
             Algorithm::ChenSqrt => "baseline: Chen et al., sqrt(L) segments of sqrt(L) stages",
             Algorithm::ChenGreedy => "baseline: Chen et al., greedy segments of bounded memory, bound searched to fit",
+            Algorithm::Uniform => {
+                "baseline: one selective-saving policy (a stage option by name) on every stage, nothing else \
+                 recomputed (torchtitan's and PyTorch's selective checkpointing); the fastest that fits"
+            }
         }
     }
 

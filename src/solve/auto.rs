@@ -5,12 +5,13 @@ use crate::size::format_size;
 use crate::slots::Slots;
 use crate::solve::dp::SlotDp;
 use crate::solve::{
-    Algorithm, Solution, SolveError, SolveOptions, checked, dp, exact, fit, floating, min_budget, solve,
+    Algorithm, Solution, SolveError, SolveOptions, checked, dp, exact, exhaustive, fit, floating, min_budget, solve,
 };
 
 /// Chains of at most this many stages are solved by exhaustive search under
 /// `auto`: exact in bytes over every schedule, and about 0.2 s at worst on
 /// random and network-like chains of 10 stages (it grows about 2.3x a stage).
+/// A chain with options is counted by [`exhaustive::equivalent_stages`].
 pub const AUTO_EXHAUSTIVE_STAGES: usize = 10;
 /// `auto` runs the floating DP when its tables need at most this many bytes...
 pub const AUTO_FLOATING_BYTES: u64 = 2 << 30;
@@ -27,7 +28,8 @@ pub struct AutoChoice {
 }
 
 /// What `--algorithm auto` runs: exhaustive search for chains of at most
-/// [`AUTO_EXHAUSTIVE_STAGES`] stages (exact in bytes, over every schedule),
+/// [`AUTO_EXHAUSTIVE_STAGES`] stages, options counted as
+/// [`exhaustive::equivalent_stages`] does (exact in bytes, over every schedule),
 /// the floating DP when an upper bound of its cost is modest
 /// ([`AUTO_FLOATING_BYTES`], [`AUTO_FLOATING_WORK`], and the machine's
 /// [`floating::memory_limit`]), otherwise the persistent DP. Depends only on
@@ -35,10 +37,16 @@ pub struct AutoChoice {
 /// memory), so the same input gets the same algorithm. O(L^2).
 pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoice {
     let len = chain.len();
-    if len <= AUTO_EXHAUSTIVE_STAGES {
+    let equivalent = exhaustive::equivalent_stages(chain);
+    if equivalent <= AUTO_EXHAUSTIVE_STAGES {
+        let options = if equivalent == len {
+            String::new()
+        } else {
+            format!(" (with its options, as many memory states as {equivalent} stages)")
+        };
         return AutoChoice {
             algorithm: Algorithm::Exhaustive,
-            reason: format!("{len} stages: exact search over every memory state is cheap"),
+            reason: format!("{len} stages{options}: exact search over every memory state is cheap"),
         };
     }
     if len > floating::MAX_STAGES {
@@ -85,8 +93,10 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
 /// The baselines `auto` runs beside a slot-based DP: cheap (no slots, at most
 /// O(L^3)), and exact in bytes, so at a budget that is exactly one of their
 /// peaks they can beat a DP that rounds sizes up to slots.
+/// `uniform` (one recording option on every stage) is among them: on a chain
+/// with options it is the schedule people write by hand.
 pub const AUTO_BASELINES: &[Algorithm] =
-    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt];
+    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::ChenGreedy, Algorithm::ChenSqrt, Algorithm::Uniform];
 
 /// `--algorithm auto` on a chain: exhaustive search when [`auto_choice`] says
 /// so (exact). Otherwise the [`AUTO_BASELINES`] first (cheap), then the

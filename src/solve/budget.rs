@@ -91,7 +91,7 @@ fn any_min_budget_unguarded(chain: &Chain) -> AnyMinimum {
     if upper == lower {
         return AnyMinimum { lower, upper, method };
     }
-    if chain.len() <= crate::guard::EXHAUSTIVE_MIN_BUDGET_STAGES {
+    if exhaustive::equivalent_stages(chain) <= crate::guard::EXHAUSTIVE_MIN_BUDGET_STAGES {
         let exact = exhaustive::min_peak(chain).0;
         return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
     }

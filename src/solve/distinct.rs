@@ -18,9 +18,18 @@
 //!   [`super::fronts`]), and a distinct cell takes the largest of its
 //!   occurrences'.
 //!
+//! - the options of stage s (issue 24: the F_all branch and the leaf take
+//!   the best of them, through w_abar^s[o], o_f^s[o], o_b^s[o] and
+//!   u_b^s + r^s[o]), and those of every stage inside, through the shorter
+//!   cells.
+//!
 //! So each position i gets a *class*: the exact figures of stage i (times by
-//! their bits, so equal classes mean bit-identical floats) together with
-//! w_d^{i-1}. Two cells are the same when their sequences of classes are
+//! their bits, so equal classes mean bit-identical floats), the list of its
+//! options' figures (in order, times by their bits; a stage without options
+//! has the empty list, so a chain without options is keyed as before)
+//! together with w_d^{i-1}. Two stages that differ only in their options
+//! are different classes: a cell holding one does not share the other's
+//! row. Two cells are the same when their sequences of classes are
 //! equal: then every figure the recurrence reads is the same, the float sums
 //! are taken over the same values in the same order, and by induction on
 //! t - s the two cells hold the same function of memory, bit for bit.
@@ -98,9 +107,26 @@ impl Distinct {
     fn build(sc: &SlotChain, share: bool, input: bool) -> Distinct {
         let n = sc.n;
         let class: Vec<u32> = if share {
-            let mut classes: KeyMap<[u64; 9]> = KeyMap::default();
+            let mut classes: KeyMap<[u64; 10]> = KeyMap::default();
+            // The options of a stage (issue 24), interned: 0 for none, so a
+            // chain without options keys exactly as before.
+            let mut option_lists: HashMap<Vec<[u64; 4]>, u64> = HashMap::new();
+            option_lists.insert(Vec::new(), 0);
             (1..=n)
                 .map(|i| {
+                    let list: Vec<[u64; 4]> = sc.options[i]
+                        .iter()
+                        .map(|o| {
+                            [
+                                o.saved as u64,
+                                o.forward_overhead as u64,
+                                o.backward_overhead as u64,
+                                o.backward_time.to_bits(),
+                            ]
+                        })
+                        .collect();
+                    let next = option_lists.len() as u64;
+                    let options = *option_lists.entry(list).or_insert(next);
                     let key = [
                         sc.output[i] as u64,
                         sc.saved[i] as u64,
@@ -112,6 +138,7 @@ impl Distinct {
                         sc.gradient[i - 1] as u64,
                         // Position 1 apart: its input a^0 never floats.
                         if input { (sc.output[i - 1] as u64) << 1 | u64::from(i == 1) } else { 0 },
+                        options,
                     ];
                     let next = classes.len() as u32;
                     *classes.entry(key).or_insert(next)

@@ -4,11 +4,24 @@
 //! valid sequence of [the model](crate::model)'s operation table (as the simulator accepts
 //! them) and so finds the true optimum, feasibility included.
 //!
-//! A state is how each activation a^0..a^{L+1} is held (absent, plain, saved)
-//! plus the index t of the gradient delta^t in memory, at most
-//! 3^(L+2) (L+2) states with O(L) moves each; Dijkstra runs in
+//! A state is how each activation a^0..a^{L+1} is held (absent, plain, or
+//! saved with option o, see [the model](crate::model)'s options) plus the
+//! index t of the gradient delta^t in memory: at most
+//! (L+2) prod_l (2 + k_l) states for k_l options of stage l (3^(L+2) (L+2)
+//! without options), with O(L + sum_l k_l) moves each; Dijkstra runs in
 //! O(V log V + E). Only moves whose output can still be used are generated
-//! (exactly those the simulator accepts), so nothing optimal is cut.
+//! (exactly those the simulator accepts: `F_all^l[o]` for every option o of
+//! stage l), so nothing optimal is cut.
+//!
+//! # Options
+//! A held abar^l remembers the option o it was recorded with: it weighs
+//! w_abar^l\[o\] until `B^l`, and that `B^l` takes u_b^l + r^l\[o\] with
+//! transient o_b^l\[o\], the simulator's rules. Two states that differ only in
+//! the option of a held abar are different states (neither dominates the
+//! other in general: one may be smaller and the other faster to consume), so
+//! every option is explored and the search stays exact. Its size is bounded
+//! through [`equivalent_stages`], which callers compare with their stage
+//! limits instead of the plain length.
 //!
 //! [`fastest_nested`] and [`min_peak_nested`] search the same graph restricted
 //! to *nested* sequences (every forward reads the highest-indexed activation in
@@ -17,6 +30,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::chain::Chain;
 use crate::schedule::Op;
@@ -25,12 +39,39 @@ use crate::simulate::Held;
 /// Largest chain (number of stages L, without the loss) the search accepts.
 /// Few of the 3^(L+2) states are reachable: L = 14 takes about a second on a
 /// network-like chain, and each further stage multiplies that by about 2.3.
+/// A chain with options is held to this by its [`equivalent_stages`] (never
+/// below L).
 pub const MAX_STAGES: usize = 14;
 
-/// Packed state: 2 bits per activation a^0..a^{L+1}, the gradient index above.
-type State = u64;
+/// Packed state: 2 bits per activation a^0..a^{L+1} (bits 0..48), the
+/// gradient index at bit 48, and the option of each held abar^l in 4 bits at
+/// bit 64 + 4 l (zero for option 0, so a chain without options uses the same
+/// low 64 bits, in the same order, as before options existed).
+type State = u128;
 
 const GRAD_SHIFT: u32 = 48;
+const OPTION_SHIFT: u32 = 64;
+
+/// The number of stages of a chain *without* options whose memory states
+/// are at least as many as `chain`'s: the smallest E with
+/// prod_{l=1..=L} (2 + k_l) <= 3^E, for k_l the options of stage l (each
+/// activation is absent, plain or saved with one of k_l options). L for a
+/// chain without options. Every stage limit on exhaustive search
+/// ([`MAX_STAGES`], the guards', `auto`'s, the reports') is compared with
+/// this, so options cannot make the search run away. O(L).
+pub fn equivalent_stages(chain: &Chain) -> usize {
+    // weight = prod / 3^e <= 1 after each stage (exactly 1.0 throughout
+    // without options: 3.0 / 3.0 is exact).
+    let (mut e, mut weight) = (0usize, 1.0f64);
+    for l in 1..=chain.len() {
+        weight *= (2 + chain.option_count(l)) as f64;
+        while weight > 1.0 + 1e-9 {
+            weight /= 3.0;
+            e += 1;
+        }
+    }
+    e
+}
 
 fn held(state: State, l: usize) -> Held {
     match (state >> (2 * l)) & 3 {
@@ -49,56 +90,133 @@ fn with_held(state: State, l: usize, h: Held) -> State {
     (state & !(3 << (2 * l))) | (code << (2 * l))
 }
 
+/// The option the held abar^l of `state` was recorded with (0 when not saved).
+/// Activations a^16 and above (chains longer than [`MAX_STAGES`], which
+/// callers refuse with options) have no option bits and read option 0.
+fn option(state: State, l: usize) -> usize {
+    if l >= 16 {
+        return 0;
+    }
+    ((state >> (OPTION_SHIFT + 4 * l as u32)) & 15) as usize
+}
+
+fn with_option(state: State, l: usize, o: usize) -> State {
+    if l >= 16 {
+        assert_eq!(o, 0, "exhaustive search packs options of a^0..=a^15 only: callers keep chains within MAX_STAGES");
+        return state;
+    }
+    let shift = OPTION_SHIFT + 4 * l as u32;
+    (state & !(15 << shift)) | ((o as State) << shift)
+}
+
 fn grad(state: State) -> usize {
-    (state >> GRAD_SHIFT) as usize
+    ((state >> GRAD_SHIFT) & 255) as usize
 }
 
 fn with_grad(state: State, t: usize) -> State {
-    (state & ((1 << GRAD_SHIFT) - 1)) | ((t as u64) << GRAD_SHIFT)
+    (state & !(255 << GRAD_SHIFT)) | ((t as State) << GRAD_SHIFT)
 }
 
 /// Bytes stored in `state`.
-fn stored(chain: &Chain, state: State) -> u64 {
-    let n = chain.len() + 1;
-    let mut total = chain.gradient_size(grad(state));
-    for l in 0..=n {
+fn stored(fig: &Figures, state: State) -> u64 {
+    let mut total = fig.gradient[grad(state)];
+    for l in 0..=fig.n {
         total += match held(state, l) {
             Held::Absent => 0,
-            Held::Plain => chain.output_size(l),
-            Held::Saved => chain.saved_size(l),
+            Held::Plain => fig.output[l],
+            Held::Saved => fig.recordings[l][option(state, l)].saved_size,
         };
     }
     total
 }
 
+/// The figures of a chain the moves read, gathered once per search (indexed
+/// like the model; `recordings[l][o]` is [`Chain::recording`]). O(L + options).
+struct Figures {
+    n: usize,
+    output: Vec<u64>,
+    gradient: Vec<u64>,
+    forward_time: Vec<f64>,
+    forward_overhead: Vec<u64>,
+    recordings: Vec<Vec<crate::chain::Recording>>,
+}
+
+impl Figures {
+    fn new(chain: &Chain) -> Figures {
+        let n = chain.len() + 1;
+        let stage = |f: &dyn Fn(usize) -> f64| -> Vec<f64> { std::iter::once(0.0).chain((1..=n).map(f)).collect() };
+        Figures {
+            n,
+            output: (0..=n).map(|l| chain.output_size(l)).collect(),
+            gradient: (0..=n).map(|l| chain.gradient_size(l)).collect(),
+            forward_time: stage(&|l| chain.forward_time(l)),
+            forward_overhead: std::iter::once(0).chain((1..=n).map(|l| chain.forward_overhead(l))).collect(),
+            recordings: std::iter::once(Vec::new())
+                .chain((1..=n).map(|l| (0..chain.option_count(l)).map(|o| chain.recording(l, o)).collect()))
+                .collect(),
+        }
+    }
+}
+
+/// A hasher for packed states (a multiply and a rotation per word): the
+/// search's maps are private and never iterated, so the hasher changes
+/// nothing but speed (SipHash on 128-bit states made the search measurably
+/// slower than on the 64-bit states of a chain without options).
+#[derive(Default)]
+struct StateHasher(u64);
+
+impl Hasher for StateHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
+}
+
+type StateMap<V> = HashMap<State, V, BuildHasherDefault<StateHasher>>;
+
 /// Every move out of `state`: (operation, next state, memory while it runs, time).
 /// With `nested`, only forwards whose input is the highest activation held.
-fn moves(chain: &Chain, state: State, nested: bool, out: &mut Vec<(Op, State, u64, f64)>) {
+fn moves(fig: &Figures, state: State, nested: bool, out: &mut Vec<(Op, State, u64, f64)>) {
     out.clear();
     let t = grad(state);
     if t == 0 {
         return;
     }
     let top = (0..=t).rev().find(|&l| held(state, l) != Held::Absent).unwrap_or(0);
-    let base = stored(chain, state);
+    let base = stored(fig, state);
     if held(state, t) == Held::Saved && held(state, t - 1) != Held::Absent {
-        let mut next = with_held(state, t, Held::Absent);
+        let r = &fig.recordings[t][option(state, t)];
+        let mut next = with_option(with_held(state, t, Held::Absent), t, 0);
         if held(state, t - 1) == Held::Plain {
             next = with_held(next, t - 1, Held::Absent);
         }
-        let peak = base + chain.gradient_size(t - 1) + chain.backward_overhead(t);
-        out.push((Op::B(t), with_grad(next, t - 1), peak, chain.backward_time(t)));
+        let peak = base + fig.gradient[t - 1] + r.backward_overhead;
+        out.push((Op::B(t), with_grad(next, t - 1), peak, r.backward_time));
     }
     for l in 1..=t {
         let input = held(state, l - 1);
         if input == Held::Absent || held(state, l) != Held::Absent || (nested && l - 1 != top) {
             continue;
         }
-        let (uf, of) = (chain.forward_time(l), chain.forward_overhead(l));
-        let peak_all = base + chain.saved_size(l) + of;
-        out.push((Op::FAll(l, 0), with_held(state, l, Held::Saved), peak_all, uf));
+        let (uf, of) = (fig.forward_time[l], fig.forward_overhead[l]);
+        let saved = with_held(state, l, Held::Saved);
+        for (o, r) in fig.recordings[l].iter().enumerate() {
+            let peak_all = base + r.saved_size + r.forward_overhead;
+            out.push((Op::FAll(l, o), with_option(saved, l, o), peak_all, uf));
+        }
         if l < t {
-            let peak = base + chain.output_size(l) + of;
+            let peak = base + fig.output[l] + of;
             out.push((Op::FCk(l), with_held(state, l, Held::Plain), peak, uf));
             if input == Held::Plain {
                 let next = with_held(with_held(state, l, Held::Plain), l - 1, Held::Absent);
@@ -157,8 +275,9 @@ fn search(
 ) -> Option<(Label, Vec<Op>)> {
     let n = chain.len() + 1;
     let start = with_grad(with_held(0, 0, Held::Plain), n);
-    let mut best: HashMap<State, Label> = HashMap::new();
-    let mut prev: HashMap<State, (State, Op)> = HashMap::new();
+    let fig = Figures::new(chain);
+    let mut best: StateMap<Label> = StateMap::default();
+    let mut prev: StateMap<(State, Op)> = StateMap::default();
     let mut heap = BinaryHeap::new();
     best.insert(start, start_label);
     heap.push(Entry { label: start_label, state: start });
@@ -177,7 +296,7 @@ fn search(
             ops.reverse();
             return Some((label, ops));
         }
-        moves(chain, state, nested, &mut buf);
+        moves(&fig, state, nested, &mut buf);
         for &(op, next, peak, time) in &buf {
             let Some(cand) = step(label, peak, time) else { continue };
             let better = match best.get(&next) {
@@ -198,7 +317,8 @@ fn search(
 /// with its makespan, or `None` when no sequence fits.
 ///
 /// Among equally fast sequences the one found first is returned, which is
-/// deterministic. Worst case about 3^(L+2) (L+2) states: callers enforce
+/// deterministic. Worst case about 3^(L+2) (L+2) states, (L+2) prod_l
+/// (2 + k_l) with options: callers keep [`equivalent_stages`] within
 /// [`MAX_STAGES`].
 pub fn fastest(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
     fastest_in(chain, budget, false)
@@ -210,7 +330,7 @@ pub fn fastest_nested(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
 }
 
 fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)> {
-    let initial = stored(chain, with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
+    let initial = stored(&Figures::new(chain), with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     if initial > budget {
         return None;
     }
@@ -230,7 +350,7 @@ pub fn min_peak_nested(chain: &Chain) -> (u64, Vec<Op>) {
 }
 
 fn min_peak_in(chain: &Chain, nested: bool) -> (u64, Vec<Op>) {
-    let initial = stored(chain, with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
+    let initial = stored(&Figures::new(chain), with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     let step = |l: Label, peak: u64, time: f64| Some(Label { bytes: l.bytes.max(peak), time: l.time + time });
     let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 })
         .expect("recomputing from a^0 for every backward is always valid");

@@ -58,8 +58,9 @@
 //! builds only valid sequences whose memory it checks, so they cover nothing
 //! else:
 //!
-//! - **D, F_all^s**: abar^s stays until B^s (nothing deletes an abar earlier),
-//!   and while it is held nothing below it is read. So: F_all^s, then a nested
+//! - **D, F_all^s** (one per option, see "Options" below): abar^s stays
+//!   until B^s (nothing deletes an abar earlier), and while it is held
+//!   nothing below it is read. So: F_all^s, then a nested
 //!   sequence that uses abar^s as its frozen input, D(s+1, l, m - w_abar^s)
 //!   (when s < l), then B^s: once B^{s+1} has run, F^{s+1} is no longer allowed
 //!   and a^{s-1} is not the top, so B^s is next. F_all^s needs w_d^l + w_abar^s
@@ -82,6 +83,41 @@
 //!
 //! Both F operations need w_a^{s-1} + w_a^s + o_f^s + w_d^l, which includes the
 //! F_none case (the input is deleted only after the forward).
+//!
+//! # Options
+//!
+//! A stage s with k_s ways to record it ([the model](crate::model)'s
+//! options) has one **D, F_all^s\[o\]** transition per option o, each as
+//! above with option o's figures: F_all^s\[o\], then D(s+1, l, m -
+//! w_abar^s\[o\]), then B^s, costing u_f^s + (u_b^s + r^s\[o\]) plus the
+//! sub-problem, feasible when m is at least w_d^l + w_abar^s\[o\] + o_f^s\[o\]
+//! (`forward_all_need_with`) and w_d^s + w_abar^s\[o\] + w_d^{s-1} + o_b^s\[o\]
+//! (`backward_need_with`). Why this is still exact over nested sequences:
+//!
+//! - *Only D, F_all reads an option.* An option changes what F_all^s keeps
+//!   and what the B^s consuming it costs, nothing else; F_ck and F_none do
+//!   not depend on options, and F cells have no F_all move (above).
+//! - *The sub-problem does not depend on the option.* Inside D(s+1, l, .)
+//!   the frozen abar^s\[o\] is only read, as the input of F^{s+1} and of
+//!   B^{s+1}, which accept a^s plain or recorded alike; it weighs
+//!   w_abar^s\[o\] from F_all^s\[o\] to B^s whatever the sub-problem does, which
+//!   is the shift of its memory. So for each o the best completion is
+//!   D(s+1, l, m - w_abar^s\[o\]), and a nested sequence beginning with
+//!   F_all^s\[o\] costs at least that transition's value.
+//! - *Each option is one transition of the minimum*, so the cell takes the
+//!   best option at every m, and the threshold pass (the same options in
+//!   (max, min) form) the smallest m any option allows: feasibility stays
+//!   monotone in m.
+//!
+//! The option taken is where the transition's value is reached first in the
+//! order o = 0, 1, ... (F_all options before F_ck ones), so
+//! reconstruction emits `F_all^s[o]` deterministically. A chain without
+//! options has one F_all transition per D cell, computed by the same float
+//! expressions as before options existed: its tables, schedules and
+//! makespans are bit-identical, and the loop over options runs only where a
+//! stage is recorded (L^2 / 2 D cells against the L^4 / 24 F-cell options
+//! that dominate the work). With options the work grows by
+//! sum_s (k_s - 1)(n - s + 1) row passes, at most 15 L^2 / 2 rows.
 //!
 //! # Factoring, complexity and memory
 //!
@@ -192,8 +228,8 @@ impl Layout {
 /// What a transition does, for reconstruction.
 #[derive(Clone, Copy, Debug)]
 enum Move {
-    /// D: F_all^s, sub-problem, B^s.
-    All,
+    /// D: F_all^s[o] with option o, sub-problem, B^s.
+    All(usize),
     /// D or F: F_ck^s, a child that dies at B^{t'}, then the rest.
     Ck,
     /// F: F_none^s, then the same problem one stage up.
@@ -221,17 +257,22 @@ fn options(sc: &SlotChain, cell: Cell) -> Vec<Choice> {
 /// Calls `f` on every option of `cell`, in tie-breaking order, without
 /// allocating (the threshold pass visits about L^4 / 24 of them).
 fn for_each_option(sc: &SlotChain, cell: Cell, mut f: impl FnMut(Choice)) {
-    let (uf, ub) = (&sc.forward_time, &sc.backward_time);
+    let uf = &sc.forward_time;
     let out = &mut f;
     match cell {
         Cell::D(s, l) => {
-            out(Choice {
-                kind: Move::All,
-                base: uf[s] + ub[s],
-                from: sc.forward_all_need(s, l).max(sc.backward_need(s)),
-                first: (s < l).then_some((Cell::D(s + 1, l), sc.saved[s])),
-                second: None,
-            });
+            // One F_all option per way to record stage s (see the module doc,
+            // "Options"); option 0 is the expression used before options existed.
+            for o in 0..sc.option_count(s) {
+                let r = sc.recording(s, o);
+                out(Choice {
+                    kind: Move::All(o),
+                    base: uf[s] + r.backward_time,
+                    from: sc.forward_all_need_with(s, l, o).max(sc.backward_need_with(s, o)),
+                    first: (s < l).then_some((Cell::D(s + 1, l), r.saved)),
+                    second: None,
+                });
+            }
             if s < l {
                 let from = sc.forward_ck_need(s, l);
                 for t2 in s + 1..=l {
@@ -277,7 +318,10 @@ pub struct Estimate {
 const CELL_BYTES: u64 = 8 + 32;
 
 /// An upper bound of [`Plan::estimate`] that needs no thresholds: every row
-/// full, `m_slots + 1` entries. O(L^2).
+/// full, `m_slots + 1` entries, for a chain without options (a stage with k
+/// options adds k - 1 F_all options to each of its at most L + 1 D cells, a
+/// small term beside the L^4 / 24 of the F cells; [`upper_estimate_shared`]
+/// counts them). O(L^2).
 pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     let lay = Layout::new(len + 1);
     let row = (m_slots as u64).saturating_add(1);
@@ -305,12 +349,13 @@ pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
 /// bookkeeping. The caller keeps L within [`MAX_STAGES`]. O(L^2).
 pub fn upper_estimate_shared(chain: &Chain, slots: Slots) -> Estimate {
     let sc = SlotChain::new(chain, slots);
-    let groups = Distinct::with_input(&sc);
+    let groups = if shares_groups(&sc) { Distinct::with_input(&sc) } else { Distinct::new(&sc, false) };
     let row = (slots.capacity as u64).saturating_add(1);
     let (mut options, mut rows) = (0u64, 0u64);
     for id in 0..groups.len() {
         let (s, l) = groups.rep(id);
-        options += 1 + (l - s) as u64;
+        // D(s, l): F_all per option of stage s, F_ck per split.
+        options += (sc.option_count(s) + l - s) as u64;
         rows += 1;
         if s >= 2 {
             // F(s, t, l), t in s+1..=l: 1 + l - t options each.
@@ -378,6 +423,15 @@ fn group_thresholds(sc: &SlotChain, lay: &Layout, threshold: &[usize], s: usize,
     out
 }
 
+/// True when groups of `sc` may share rows by [`Distinct::with_input`]'s
+/// keys: when no stage has options. Those keys hold each stage's own
+/// figures; two stages that differ only in their options would share rows
+/// that differ (their D cells choose among different F_all options). Once
+/// `Distinct` keys options too, this can answer true throughout. O(L).
+fn shares_groups(sc: &SlotChain) -> bool {
+    sc.options.iter().all(Vec::is_empty)
+}
+
 /// A chain in slots with every cell's smallest feasible m: enough to answer
 /// feasibility and the minimum peak, and to size the table before filling it.
 pub struct Plan {
@@ -420,6 +474,11 @@ impl Plan {
     }
 
     fn new_keyed(sc: SlotChain, share: bool) -> Plan {
+        // `Distinct` keys a group by its stages' own figures; a stage's
+        // options are read by the F_all options of D cells, so a chain with
+        // options is filled group by group (the plain DP) unless its keys
+        // say what the options are (see `shares_groups`).
+        let share = share && shares_groups(&sc);
         let groups = if share { Distinct::with_input(&sc) } else { Distinct::new(&sc, false) };
         let lay = Layout::new(sc.n);
         let mut threshold = vec![NEVER; lay.cells()];
@@ -450,6 +509,15 @@ impl Plan {
     /// Where `cell`'s row is stored.
     fn slot(&self, cell: Cell) -> usize {
         self.lay.index(self.canon(cell))
+    }
+
+    /// The options `cell` evaluates per slot: [`Layout::option_count`], plus
+    /// one F_all per further way to record stage s in a D cell. O(1).
+    fn cell_options(&self, cell: Cell) -> usize {
+        match cell {
+            Cell::D(s, _) => self.lay.option_count(cell) + self.sc.option_count(s) - 1,
+            Cell::F(..) => self.lay.option_count(cell),
+        }
     }
 
     /// True when group (s, l) is the first occurrence of its content.
@@ -485,7 +553,7 @@ impl Plan {
                 }
                 let len = self.row_len(cell) as u64;
                 entries += len;
-                work += len * self.lay.option_count(cell) as u64;
+                work += len * self.cell_options(cell) as u64;
             }
         }
         let cells = self.lay.cells() as u64;
@@ -508,7 +576,7 @@ impl Plan {
                 .map(|s| self.group(s, s + d, &rows))
                 .collect();
             for (cell, row) in groups.into_iter().flatten() {
-                done += row.cost.len() as u64 * self.lay.option_count(cell) as u64;
+                done += row.cost.len() as u64 * self.cell_options(cell) as u64;
                 rows[self.lay.index(cell)] = row;
             }
             if let Some(p) = progress {
@@ -682,11 +750,11 @@ impl Table {
                 Cell::D(s, _) | Cell::F(s, _, _) => s,
             };
             ops.push(match o.kind {
-                Move::All => Op::FAll(s, 0),
+                Move::All(option) => Op::FAll(s, option),
                 Move::Ck => Op::FCk(s),
                 Move::None => Op::FNone(s),
             });
-            if matches!(o.kind, Move::All) {
+            if matches!(o.kind, Move::All(_)) {
                 stack.push(Task::Emit(Op::B(s)));
             }
             // Stack order: the first sub-problem runs first.
@@ -705,8 +773,10 @@ impl Table {
 /// not), from what any sequence must do: a^0 stays until B^1; each B^l holds
 /// delta^l, abar^l, a^{l-1}, delta^{l-1}; each F_all^l holds its input and some
 /// delta^h with h >= l; each stage's first forward runs beside delta^{L+1}.
-/// When the nested minimum equals it, that minimum is the exact minimum of
-/// any sequence. O(L).
+/// With options, abar^l and the transients are those of the option that
+/// makes each figure smallest (a chain without options gets the same bound as
+/// before). When the nested minimum equals it, that minimum is the exact
+/// minimum of any sequence. O(L + number of options).
 pub fn any_peak_lower_bound(chain: &Chain) -> u64 {
     let n = chain.len() + 1;
     let (a, g) = (|l| chain.output_size(l), |l| chain.gradient_size(l));
@@ -716,11 +786,17 @@ pub fn any_peak_lower_bound(chain: &Chain) -> u64 {
     let mut min_grad = u64::MAX;
     for l in (1..=n).rev() {
         min_grad = min_grad.min(g(l));
-        let (ab, of) = (chain.saved_size(l), chain.forward_overhead(l));
-        bound = bound.max(a0(l) + g(l) + ab + a(l - 1) + g(l - 1) + chain.backward_overhead(l));
-        bound = bound.max(a0(l) + a(l - 1) + ab + of + min_grad);
+        let of = chain.forward_overhead(l);
+        let recordings = (0..chain.option_count(l)).map(|o| chain.recording(l, o));
+        // The smallest abar^l + o_b (B^l) and abar^l + o_f (F_all^l) over the options.
+        let (backward, forward) = recordings.fold((u64::MAX, u64::MAX), |(b, f), r| {
+            (b.min(r.saved_size + r.backward_overhead), f.min(r.saved_size + r.forward_overhead))
+        });
+        bound = bound.max(a0(l) + g(l) + a(l - 1) + g(l - 1) + backward);
+        bound = bound.max(a0(l) + a(l - 1) + forward + min_grad);
         if l < n {
-            bound = bound.max(a0(l) + a(l - 1) + a(l) + of + g(n));
+            // Its first forward: F_ck, F_none or some F_all^l[o] (each at least a^l + o_f without options).
+            bound = bound.max(a0(l) + a(l - 1) + (a(l) + of).min(forward) + g(n));
         }
     }
     bound

@@ -32,6 +32,20 @@
 //!   `fwd + min right + min left` (float addition is monotone), so it is
 //!   skipped only over the memory where the envelope is already at or below
 //!   that bound, and there min(envelope, candidate) = envelope.
+//! - Recording options (issue 24, the recurrence and its proof in
+//!   [`super::persistent`]): the leaf is the lower envelope of its options'
+//!   one-point fronts (need_o, u_f^s + (u_b^s + r^s[o])), and the F_all
+//!   branch is one candidate per option o, u_f^s + (u_b^s + r^s[o]) +
+//!   C(s+1, t, m - w_abar^s[o]) from its own threshold, each a step function
+//!   built as above (shifted by w_abar^s[o]); option 0's is written first,
+//!   the others merged into it by their exact lower envelope (every value one
+//!   of the two's, each point kept strictly below the one before), before the
+//!   splits. So the front is still the minimum of all candidates, evaluated
+//!   at all their breakpoints with the slot DP's float sums. The caps below
+//!   still hold: a recorded abar^{s-1}[o] is at least w_a^{s-1} (validation
+//!   raises a smaller saved size to the output), and so do the limits of
+//!   [`Fronts::build_bounded`]: B^s with any option takes at least u_b^s.
+//!   Cost: one more candidate per option of s, O(k K) for k options.
 //! - Caps: the whole chain is asked at m = M - w_a^0 only, and any (s, t) with
 //!   s > 1 is asked at most at M - w_a^0 - w_a^{s-1} (a^0 and a^{s-1} are both
 //!   held while it runs; a recorded abar^{s-1} is larger). Points above a
@@ -155,6 +169,33 @@ pub struct FrontsTooLarge {
 struct Scratch {
     env: Vec<Point>,
     merged: Vec<Point>,
+    /// One F_all option's candidate, before it is merged into `env`.
+    option: Vec<Point>,
+}
+
+/// Writes the lower envelope of the fronts `a` and `b` (points by increasing
+/// m, values strictly decreasing) into `out`, itself such a front: at each
+/// breakpoint of either, the smaller of their two values, kept when strictly
+/// below the point before. Exact: every value is one of theirs. O(|a| + |b|).
+fn merge_min(a: &[Point], b: &[Point], out: &mut Vec<Point>) {
+    out.clear();
+    let (mut i, mut k) = (0, 0);
+    let (mut va, mut vb) = (INF, INF);
+    while i < a.len() || k < b.len() {
+        let m = a.get(i).map_or(usize::MAX, |p| p.0).min(b.get(k).map_or(usize::MAX, |p| p.0));
+        if a.get(i).is_some_and(|p| p.0 == m) {
+            va = a[i].1;
+            i += 1;
+        }
+        if b.get(k).is_some_and(|p| p.0 == m) {
+            vb = b[k].1;
+            k += 1;
+        }
+        let c = if vb < va { vb } else { va };
+        if out.last().is_none_or(|p| c < p.1) {
+            out.push((m, c));
+        }
+    }
 }
 
 /// The filled exact table for one chain, answering every budget up to the one
@@ -418,31 +459,55 @@ impl Fronts {
         let sc = &self.sc;
         let (s, t) = self.distinct.rep(id);
         let cap = self.caps[id];
+        let Scratch { env, merged, option } = scratch;
         if s == t {
-            let need = sc.forward_all_need(s, s).max(sc.backward_need(s));
-            if need > cap {
-                return Front::default();
+            // F_all^s[o] B^s for each option o that fits under the cap:
+            // their lower envelope.
+            env.clear();
+            for o in 0..sc.option_count(s) {
+                let need = sc.forward_all_need_with(s, s, o).max(sc.backward_need_with(s, o));
+                if need <= cap {
+                    option.clear();
+                    option.push((need, sc.forward_time[s] + sc.recording(s, o).backward_time));
+                    merge_min(env, option, merged);
+                    std::mem::swap(env, merged);
+                }
             }
-            return Front(Box::new([(need, sc.forward_time[s] + sc.backward_time[s])]));
+            return Front(env.as_slice().into());
         }
-        let Scratch { env, merged } = scratch;
         env.clear();
-        // F_all^s, then (s + 1, t) beside abar^s, then B^s.
+        // F_all^s[o], then (s + 1, t) beside abar^s[o], then B^s, for each
+        // option o: option 0 written into `env` directly, the others merged.
         let sub = self.front(s + 1, t);
-        let w = sc.saved[s];
-        let from = sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w).max(sub.lo().saturating_add(w));
-        if from <= cap {
-            let base = sc.forward_time[s] + sc.backward_time[s];
+        for o in 0..sc.option_count(s) {
+            let r = sc.recording(s, o);
+            let w = r.saved;
+            let from = sc
+                .forward_all_need_with(s, t, o)
+                .max(sc.backward_need_with(s, o))
+                .max(w)
+                .max(sub.lo().saturating_add(w));
+            if from > cap {
+                continue;
+            }
+            let out = if env.is_empty() { &mut *env } else { &mut *option };
+            out.clear();
+            let base = sc.forward_time[s] + r.backward_time;
             let i0 = sub.step(from - w);
-            env.push((from, base + sub.0[i0].1));
+            out.push((from, base + sub.0[i0].1));
             for &(m, c) in &sub.0[i0 + 1..] {
                 if m.saturating_add(w) > cap {
                     break;
                 }
                 // Float sums of two falling values may tie.
-                if base + c < env[env.len() - 1].1 {
-                    env.push((m + w, base + c));
+                if base + c < out[out.len() - 1].1 {
+                    out.push((m + w, base + c));
                 }
+            }
+            if !option.is_empty() {
+                merge_min(env, option, merged);
+                std::mem::swap(env, merged);
+                option.clear();
             }
         }
         // F_ck^s F_none^{s+1..j}, then (j + 1, t) beside a^j, then (s, j).
@@ -521,11 +586,11 @@ impl Fronts {
         self.distinct.len()
     }
 
-    /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,
-    /// `Some(s')` for F_ck^s .. F_none^{s'-1}; the first candidate, in the
-    /// order F_all then s' = s+1..=t, whose value is the cell's (the slot
-    /// DP's tie-break). O((t - s) log K).
-    fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
+    /// How (s, t) starts at m in the optimal sequence: F_all^s[o], or
+    /// F_ck^s .. F_none^{s'-1}; the first candidate, in the order
+    /// F_all^s[0], F_all^s[1], ..., then s' = s+1..=t, whose value is the
+    /// cell's (the slot DP's tie-break). O((t - s + options) log K).
+    fn choice(&self, s: usize, t: usize, m: usize) -> crate::solve::persistent::Start {
         crate::solve::persistent::choice(&self.sc, s, t, m, |s, t, m| self.front(s, t).get(m))
     }
 

@@ -158,14 +158,19 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
     }
 }
 
+/// Refuses exhaustive search on a chain whose memory states are more than
+/// [`exhaustive::MAX_STAGES`] stages without options have
+/// ([`exhaustive::equivalent_stages`]). O(L).
 pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
-    if chain.len() > exhaustive::MAX_STAGES {
+    let equivalent = exhaustive::equivalent_stages(chain);
+    if equivalent > exhaustive::MAX_STAGES {
         return Err(SolveError::TooLarge {
             reason: format!(
                 "exhaustive search is limited to chains of at most {} stages (its state space grows as 3^L); \
-                 this chain has {}",
+                 this chain has {}{}",
                 exhaustive::MAX_STAGES,
-                chain.len()
+                chain.len(),
+                crate::guard::options_note(chain.len(), equivalent)
             ),
             remedy: Remedy::Use(Algorithm::Persistent),
         });

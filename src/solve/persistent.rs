@@ -14,6 +14,56 @@
 //! - the F_none steps are checked only up to the split s' actually chosen (the
 //!   paper's bound over every j < t rejects feasible splits).
 //!
+//! # Recording options (issue 24)
+//! A stage may be recorded in several ways, F_all^s[o] for o = 0, 1, ...
+//! ([the model](crate::model)): option o keeps w_abar^s[o] bytes until B^s,
+//! has transient o_f^s[o] while it runs, and makes B^s take u_b^s + r^s[o]
+//! with transient o_b^s[o]. The recurrence becomes
+//!
+//! ```text
+//! C(s, s, m) = min over o with m >= need(s, s, o) of  u_f^s + (u_b^s + r^s[o])
+//! C(s, t, m) = min( min over o with m >= need(s, t, o) and m >= w_abar^s[o] of
+//!                       u_f^s + (u_b^s + r^s[o]) + C(s+1, t, m - w_abar^s[o]),
+//!                   min over s' of  [the split candidates, unchanged] )
+//! need(s, t, o) = max(w_d^t + w_abar^s[o] + o_f^s[o],            (F_all^s[o])
+//!                     w_d^s + w_abar^s[o] + w_d^{s-1} + o_b^s[o]) (B^s)
+//! ```
+//!
+//! (`forward_all_need_with` and `backward_need_with` of [`SlotChain`]).
+//! Why this is the optimum over persistent sequences that may record each
+//! stage with any option: a persistent sequence of (s, t) that starts with
+//! F_all^s[o] is F_all^s[o], then a persistent sequence of (s+1, t), then
+//! B^s. The option o is visible to nothing but that branch: abar^s[o] is
+//! created by F_all^s[o] and consumed by B^s, the only operations that read
+//! it, so between them it is a constant w_abar^s[o] bytes beside whatever
+//! (s+1, t) does, and the sub-chain (s+1, t) reads a^s or abar^s only as its
+//! input (F_ck^{s+1} and F_all^{s+1} accept either, and a persistent
+//! sub-sequence never runs F_none^{s+1}, the one operation that would delete
+//! it), so its sequences, their memory and their times do not depend on o.
+//! The option's other effects, o_f^s[o] and the time and transient of B^s,
+//! belong to the two operations of the branch itself. So for a fixed o the
+//! branch is the old F_all branch with w_abar^s, o_f^s, o_b^s and u_b^s
+//! replaced by the option's figures, whose optimum is u_f^s + (u_b^s +
+//! r^s[o]) + C(s+1, t, m - w_abar^s[o]) under the two memory checks, by the
+//! old proof; the optimum over all sequences starting with an F_all of s is
+//! the minimum of these over o. The split branch records no stage s itself
+//! (F_ck^s keeps only a^s), and its sub-chains are solved optimally, options
+//! included, by induction on t - s; the leaf (s, s) is F_all^s[o] B^s for
+//! some o. Hence C is the persistent optimum with options, and with one
+//! option per stage the recurrence is the old one, operation for operation.
+//!
+//! Every row stays non-increasing in m (a minimum of non-increasing
+//! candidates), infinite below a threshold and constant from some point on
+//! (every candidate is), so the storage below holds unchanged. Option 0 keeps
+//! its place as the first candidate: the read-back takes the first of
+//! F_all^s[0], F_all^s[1], ..., then the splits, whose value equals the cell.
+//!
+//! Cost: the F_all branch of (s, t) is evaluated once per option, O(k S) for
+//! k options, against O((t - s) S) for the splits, so options cost O(k S L^2)
+//! more, nothing in the split loop; a chain without options runs the same
+//! operations as before (one option, option 0), with the same results bit for
+//! bit.
+//!
 //! # How the table is computed (issue 8)
 //! The recurrence is O(S L^3): for each (s, t) and split s' the candidate over
 //! the whole memory axis is `fwd + C(s', t, m - w) + C(s, s'-1, m)`, two shifted
@@ -347,12 +397,7 @@ impl Table {
     /// increasing s').
     fn fill_cell(&self, s: usize, t: usize, budget: usize, acc: &mut Vec<f64>) -> Row {
         if s == t {
-            let need = self.sc.forward_all_need(s, s).max(self.sc.backward_need(s));
-            if need > budget {
-                return Row::infeasible();
-            }
-            let c = self.sc.forward_time[s] + self.sc.backward_time[s];
-            return Row { lo: need, tail: c, vals: Box::new([c]) };
+            return leaf_row(&self.sc, s, budget);
         }
         acc.clear();
         acc.resize(budget + 1, INF);
@@ -402,13 +447,7 @@ impl Table {
             let get = |a: usize, b: usize| if tile.contains(a, b) { &local[tile.slot(a, b)] } else { self.row(a, b) };
             let acc = &mut accs[tile.slot(s, t)];
             let row = if s == t {
-                let need = self.sc.forward_all_need(s, s).max(self.sc.backward_need(s));
-                if need > budget {
-                    Row::infeasible()
-                } else {
-                    let c = self.sc.forward_time[s] + self.sc.backward_time[s];
-                    Row { lo: need, tail: c, vals: Box::new([c]) }
-                }
+                leaf_row(&self.sc, s, budget)
             } else {
                 self.relax_all(s, t, get(s + 1, t), acc);
                 let inner = if diagonal { s..t } else { s..tile.rows.1 };
@@ -426,13 +465,23 @@ impl Table {
             .collect()
     }
 
-    /// The F_all^s candidate of (s, t): F_all^s, (s+1, t) beside abar^s, B^s.
+    /// The F_all^s candidates of (s, t), one per option o of stage s:
+    /// F_all^s[o], (s+1, t) beside abar^s[o], B^s (taking u_b^s + r^s[o]).
+    /// O(S) per option; a stage without options has the one candidate of
+    /// option 0, computed as before options existed.
     fn relax_all(&self, s: usize, t: usize, sub: &Row, acc: &mut [f64]) {
         let sc = &self.sc;
-        let w = sc.saved[s];
-        let from = sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w).max(sub.lo.saturating_add(w));
-        if from <= sc.slots.capacity {
-            relax_row(&mut acc[from..], sc.forward_time[s] + sc.backward_time[s], sub, from - w);
+        for o in 0..sc.option_count(s) {
+            let r = sc.recording(s, o);
+            let w = r.saved;
+            let from = sc
+                .forward_all_need_with(s, t, o)
+                .max(sc.backward_need_with(s, o))
+                .max(w)
+                .max(sub.lo.saturating_add(w));
+            if from <= sc.slots.capacity {
+                relax_row(&mut acc[from..], sc.forward_time[s] + r.backward_time, sub, from - w);
+            }
         }
     }
 
@@ -515,11 +564,11 @@ impl Table {
         self.row(1, self.sc.n).get(m_slots - a0)
     }
 
-    /// How (s, t) starts at m in the optimal sequence: `None` for F_all^s,
-    /// `Some(s')` for F_ck^s .. F_none^{s'-1}. The first candidate, in the
-    /// order F_all then s' = s+1..=t, whose value is the cell's (the tie-break
-    /// of the triple loop), recomputed with the same float operations. O(t - s).
-    fn choice(&self, s: usize, t: usize, m: usize) -> Option<usize> {
+    /// How (s, t) starts at m in the optimal sequence (see [`Start`]). The
+    /// first candidate, in the order F_all^s[0], F_all^s[1], ..., then
+    /// s' = s+1..=t, whose value is the cell's (the tie-break of the triple
+    /// loop), recomputed with the same float operations. O(t - s + options).
+    fn choice(&self, s: usize, t: usize, m: usize) -> Start {
         debug_assert!(self.row(s, t).get(m).is_finite());
         choice(&self.sc, s, t, m, |s, t, m| self.row(s, t).get(m))
     }
@@ -534,29 +583,83 @@ impl Table {
     }
 }
 
+/// How a sub-chain (s, t) starts in an optimal persistent sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// `All(o)`: F_all^s[o], then (s+1, t) beside abar^s[o], then B^s (for
+    /// s = t: F_all^s[o] B^s).
+    All(usize),
+    /// `Split(s')`: F_ck^s F_none^{s+1} .. F_none^{s'-1}, then (s', t)
+    /// beside a^{s'-1}, then (s, s'-1).
+    Split(usize),
+}
+
+/// The memory (besides a^{s-1}) and the time of the leaf (s, s) recorded
+/// with option o: F_all^s[o] then B^s.
+fn leaf(sc: &SlotChain, s: usize, o: usize) -> (usize, f64) {
+    let need = sc.forward_all_need_with(s, s, o).max(sc.backward_need_with(s, o));
+    (need, sc.forward_time[s] + sc.recording(s, o).backward_time)
+}
+
+/// The row of the leaf (s, s) up to `budget`: at each m, the fastest option
+/// whose F_all^s[o] and B^s fit in m. A stage without options gives the
+/// one-value row of option 0. O(k (h - l)) for k options whose needs span
+/// l..=h slots (O(1) without options).
+fn leaf_row(sc: &SlotChain, s: usize, budget: usize) -> Row {
+    let k = sc.option_count(s);
+    if k == 1 {
+        let (need, c) = leaf(sc, s, 0);
+        if need > budget {
+            return Row::infeasible();
+        }
+        return Row { lo: need, tail: c, vals: Box::new([c]) };
+    }
+    let options: Vec<(usize, f64)> = (0..k).map(|o| leaf(sc, s, o)).filter(|&(need, _)| need <= budget).collect();
+    let Some(lo) = options.iter().map(|o| o.0).min() else {
+        return Row::infeasible();
+    };
+    let hi = options.iter().map(|o| o.0).max().unwrap_or(lo);
+    let mut vals = vec![INF; hi - lo + 1];
+    for &(need, c) in &options {
+        relax_const(&mut vals[need - lo..], c);
+    }
+    let tail = vals[vals.len() - 1];
+    let flat = vals.partition_point(|&c| c > tail);
+    vals.truncate(flat + 1);
+    Row { lo, tail, vals: vals.into() }
+}
+
 /// How sub-chain (s, t) starts at m slots in an optimal persistent sequence,
 /// given its cost function `cost(s, t, m)` (the slot table's rows, or the
-/// exact fronts of [`crate::solve::fronts`]): `None` for F_all^s, `Some(s')`
-/// for F_ck^s F_none^{s+1} .. F_none^{s'-1}. The first candidate, in the order
-/// F_all then s' = s+1..=t, whose value is the cell's (recomputed with the
-/// same float operations as the fill, so ties break the same way in both).
-/// O(t - s) lookups.
+/// exact fronts of [`crate::solve::fronts`]). The first candidate, in the
+/// order F_all^s[0], F_all^s[1], ..., then s' = s+1..=t, whose value is the
+/// cell's (recomputed with the same float operations as the fill, so ties
+/// break the same way in both). O(t - s + options) lookups.
 pub(crate) fn choice(
     sc: &SlotChain,
     s: usize,
     t: usize,
     m: usize,
     cost: impl Fn(usize, usize, usize) -> f64,
-) -> Option<usize> {
+) -> Start {
     let target = cost(s, t, m);
     if s == t {
-        return None;
+        let o = (0..sc.option_count(s))
+            .find(|&o| {
+                let (need, c) = leaf(sc, s, o);
+                m >= need && c == target
+            })
+            .expect("a finite leaf is one of its options");
+        return Start::All(o);
     }
-    let w = sc.saved[s];
-    if m >= sc.forward_all_need(s, t).max(sc.backward_need(s)).max(w)
-        && sc.forward_time[s] + sc.backward_time[s] + cost(s + 1, t, m - w) == target
-    {
-        return None;
+    for o in 0..sc.option_count(s) {
+        let r = sc.recording(s, o);
+        let w = r.saved;
+        if m >= sc.forward_all_need_with(s, t, o).max(sc.backward_need_with(s, o)).max(w)
+            && sc.forward_time[s] + r.backward_time + cost(s + 1, t, m - w) == target
+        {
+            return Start::All(o);
+        }
     }
     let mut need_fwd = sc.forward_ck_need(s, t);
     let mut fwd_time = sc.forward_time[s];
@@ -568,7 +671,7 @@ pub(crate) fn choice(
         }
         let w = sc.output[j];
         if m >= need_fwd.max(w) && fwd_time + cost(split, t, m - w) + cost(s, j, m) == target {
-            return Some(split);
+            return Start::Split(split);
         }
     }
     unreachable!("a finite cell is one of its candidates")
@@ -577,7 +680,7 @@ pub(crate) fn choice(
 /// The persistent sequence of the whole chain from `m` slots besides a^0,
 /// following `choice(s, t, m)` (see [`choice`]) down the sub-chains, without
 /// recursion. O(L) choices.
-pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, usize) -> Option<usize>) -> Vec<Op> {
+pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, usize) -> Start) -> Vec<Op> {
     enum Task {
         Solve(usize, usize, usize),
         Emit(Op),
@@ -593,14 +696,14 @@ pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, u
             Task::Solve(s, t, m) => (s, t, m),
         };
         match choice(s, t, m) {
-            None => {
-                ops.push(Op::FAll(s, 0));
+            Start::All(o) => {
+                ops.push(Op::FAll(s, o));
                 stack.push(Task::Emit(Op::B(s)));
                 if s < t {
-                    stack.push(Task::Solve(s + 1, t, m - sc.saved[s]));
+                    stack.push(Task::Solve(s + 1, t, m - sc.recording(s, o).saved));
                 }
             }
-            Some(split) => {
+            Start::Split(split) => {
                 ops.push(Op::FCk(s));
                 ops.extend((s + 1..split).map(Op::FNone));
                 // Stack order: (split, t) runs first, then (s, split - 1).
@@ -618,7 +721,10 @@ pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, u
 ///
 /// A row C(s, t, .) is stored up to the point where the sub-chain fits with
 /// every activation saved (past it the row is constant), and at most to the
-/// budget. The estimate counts each row from m = 0 (so it is high by the rows'
+/// budget. With recording options this counts option 0 everywhere: that
+/// store-all reaches the row's smallest value (no option is faster than
+/// option 0, whose recompute time is 0), so the row is constant from there
+/// on, if not earlier, and the count stays an upper bound. The estimate counts each row from m = 0 (so it is high by the rows'
 /// thresholds) and assumes no row keeps falling past that point, which only a
 /// rounding tie between equal real costs (zero forward times) can break.
 /// Sub-chains holding the same stages share one row ([`Table::build`]), so
@@ -655,15 +761,18 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
 }
 
 /// The smallest peak, in slots and a^0 included, of any persistent sequence
-/// under the rounding of `sc`: the min-max form of the same recurrence, so the
-/// DP at budget M is feasible exactly when M >= this value. O(L^3).
+/// under the rounding of `sc`, each recorded stage with its best option: the
+/// min-max form of the same recurrence (a minimum over the options wherever
+/// it records), so the DP at budget M is feasible exactly when M >= this
+/// value. O(L^3 + k L^2) for k options a stage.
 pub fn min_peak_slots(sc: &SlotChain) -> usize {
     min_peak_of_family(sc, true)
 }
 
-/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s then the
-/// rest is a choice at every s < t) or for revolve's, which is the same
-/// recurrence without that choice (it only ever checkpoints). O(L^3).
+/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s[o] then
+/// the rest is a choice at every s < t, for every option o) or for revolve's,
+/// which is the same recurrence without that choice (it only ever
+/// checkpoints, and records its leaves with option 0: a baseline). O(L^3).
 ///
 /// Sub-chains holding the same stages have the same smallest peak (the
 /// recurrence reads what [`crate::solve::distinct`] keys by, and integer
@@ -677,11 +786,19 @@ pub(crate) fn min_peak_of_family(sc: &SlotChain, keep_all: bool) -> usize {
     for d in 0..n {
         for id in distinct.of_length(d) {
             let (s, t) = distinct.rep(id);
-            let back = sc.backward_need(s);
+            // Revolve records only at leaves, and with option 0 (a baseline).
+            let options = if keep_all { sc.option_count(s) } else { 1 };
             let mut best = if s == t {
-                sc.forward_all_need(s, s).max(back)
+                (0..options).map(|o| leaf(sc, s, o).0).min().unwrap_or(usize::MAX)
             } else if keep_all {
-                sc.forward_all_need(s, t).max(back).max(sc.saved[s].saturating_add(p[at(s + 1, t)]))
+                (0..options)
+                    .map(|o| {
+                        sc.forward_all_need_with(s, t, o)
+                            .max(sc.backward_need_with(s, o))
+                            .max(sc.recording(s, o).saved.saturating_add(p[at(s + 1, t)]))
+                    })
+                    .min()
+                    .unwrap_or(usize::MAX)
             } else {
                 usize::MAX
             };

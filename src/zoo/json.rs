@@ -25,6 +25,10 @@ fn stage_fields(s: &Stage, out: &mut Vec<(&'static str, String)>) {
     if s.backward_overhead != 0 {
         out.push(("backward_overhead", value(&s.backward_overhead)));
     }
+    if !s.options.is_empty() {
+        // Each option's overheads are written out: a reader defaults them to the stage's.
+        out.push(("options", value(&s.options)));
+    }
 }
 
 fn object(fields: &[(&'static str, String)]) -> String {

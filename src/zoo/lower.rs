@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::chain::{Chain, Stage};
+use crate::chain::{Chain, Stage, StageOption};
 
 use super::device::{Device, Dtype};
 use super::net::{Net, Node, Src};
@@ -148,6 +148,97 @@ pub fn figures(net: &Net, range: Range<usize>, device: Device, dtype: Dtype) -> 
     }
 }
 
+/// The selective-saving policies `remat zoo --options` gives each block, as
+/// what each keeps: a node whose output (and its own extra saved tensors) the
+/// policy stores, everything else recomputed inside the block's backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Save the outputs of matrix products and convolutions (torchtitan's
+    /// selective policy); recompute normalisations, activations, dropout and
+    /// the attention core.
+    Matmuls,
+    /// Save everything but the attention core (scores, softmax, its dropout,
+    /// the product with the values): Korthikanti et al.'s selective
+    /// recomputation.
+    NoAttention,
+    /// Save nothing inside the block: its backward reruns its whole forward.
+    Input,
+}
+
+impl Policy {
+    /// Every policy, in the order options are listed.
+    pub const ALL: [Policy; 3] = [Policy::Matmuls, Policy::NoAttention, Policy::Input];
+
+    /// The option's name in chain files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Matmuls => "matmuls",
+            Policy::NoAttention => "no-attention",
+            Policy::Input => "input",
+        }
+    }
+
+    fn keeps(self, node: &Node) -> bool {
+        let attention_core = matches!(node.op, "attention_scores" | "softmax" | "attention_context")
+            || (node.op == "dropout" && node.name.ends_with("attn_dropout"));
+        match self {
+            Policy::Matmuls => node.macs > 0 && !matches!(node.op, "attention_scores" | "attention_context"),
+            Policy::NoAttention => !attention_core,
+            Policy::Input => false,
+        }
+    }
+}
+
+/// Recording nodes `range` of `net` under `policy`, given the block's
+/// [`figures`] `full`: the option stores the output, the outputs of the nodes
+/// the policy keeps and their extra saved tensors; its backward first reruns
+/// the forward of every other node (their roofline time, `recompute_time`),
+/// and what that rerun rebuilds is alive through the backward as the
+/// recorded tensors were, on top of the backward's own transient. `None` when
+/// it would not keep fewer bytes than `full`. O(n) in the range's nodes.
+pub fn option_figures(
+    net: &Net,
+    range: Range<usize>,
+    device: Device,
+    dtype: Dtype,
+    full: &Figures,
+    policy: Policy,
+) -> Option<StageOption> {
+    let nodes = &net.nodes[range.clone()];
+    let last = nodes.len() - 1;
+    let mut saved = nodes[last].size();
+    let mut recompute = 0.0;
+    for (k, node) in nodes.iter().enumerate() {
+        if policy.keeps(node) {
+            saved += node.extra_saved + if k == last { 0 } else { node.size() };
+        } else {
+            recompute += times(std::slice::from_ref(node), device, dtype).0;
+        }
+    }
+    (saved < full.saved).then(|| StageOption {
+        name: Some(policy.name().to_string()),
+        saved_size: saved,
+        recompute_time: round_time(recompute),
+        forward_overhead: full.forward_overhead,
+        backward_overhead: full.backward_overhead + (full.saved - saved),
+    })
+}
+
+/// The options of a block with figures `full`: each [`Policy`] that keeps
+/// fewer bytes than the whole record and is not dominated by an earlier one
+/// (as many bytes or more, as much recomputation or more).
+fn block_options(net: &Net, range: Range<usize>, device: Device, dtype: Dtype, full: &Figures) -> Vec<StageOption> {
+    let mut out: Vec<StageOption> = Vec::new();
+    for policy in Policy::ALL {
+        if let Some(o) = option_figures(net, range.clone(), device, dtype, full, policy)
+            && !out.iter().any(|p| p.saved_size <= o.saved_size && p.recompute_time <= o.recompute_time)
+        {
+            out.push(o);
+        }
+    }
+    out
+}
+
 /// The tensors from outside `range` that its nodes read, in first-use order.
 pub fn external_inputs(net: &Net, range: Range<usize>) -> Vec<Src> {
     let mut out = Vec::new();
@@ -168,6 +259,12 @@ pub fn external_inputs(net: &Net, range: Range<usize>) -> Vec<Src> {
 /// block just before it (or the input, for the first): such a network is a
 /// graph, not a chain.
 pub fn chain(net: &Net, name: &str, device: Device, dtype: Dtype) -> Result<Chain, String> {
+    chain_with(net, name, device, dtype, false)
+}
+
+/// [`chain`], and with `options` each block also gets the recording options
+/// of the [`Policy`]s that save less than the whole record (the loss none).
+pub fn chain_with(net: &Net, name: &str, device: Device, dtype: Dtype, options: bool) -> Result<Chain, String> {
     let mut stages = Vec::with_capacity(net.blocks.len());
     for (i, block) in net.blocks.iter().enumerate() {
         let expected = if i == 0 { Src::Input } else { Src::Node(net.blocks[i - 1].output()) };
@@ -182,7 +279,12 @@ pub fn chain(net: &Net, name: &str, device: Device, dtype: Dtype) -> Result<Chai
                 net.name, block.name
             ));
         }
-        stages.push(figures(net, block.nodes.clone(), device, dtype).stage(&block.name));
+        let full = figures(net, block.nodes.clone(), device, dtype);
+        let mut stage = full.stage(&block.name);
+        if options {
+            stage.options = block_options(net, block.nodes.clone(), device, dtype, &full);
+        }
+        stages.push(stage);
     }
     let loss = match &net.loss {
         Some(block) => figures(net, block.nodes.clone(), device, dtype).stage("loss"),

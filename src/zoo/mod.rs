@@ -334,6 +334,9 @@ pub struct Spec {
     /// Only blocks `first..=last` (1-based), their input being the output of the
     /// block before; no loss.
     pub blocks: Option<(usize, usize)>,
+    /// Give each block of a chain recording options ([`lower::Policy`]):
+    /// selective saving, chosen per block by the solvers.
+    pub options: bool,
 }
 
 impl Spec {
@@ -348,6 +351,7 @@ impl Spec {
             device: Device::A100,
             graph: None,
             blocks: None,
+            options: false,
         }
     }
 }
@@ -520,6 +524,9 @@ fn command_resolved(spec: &Spec, r: &Resolved) -> String {
     if let Some((a, b)) = spec.blocks {
         cmd += &format!(" --blocks {a}-{b}");
     }
+    if spec.options {
+        cmd += " --options";
+    }
     cmd
 }
 
@@ -548,6 +555,9 @@ fn slug_resolved(spec: &Spec, r: &Resolved) -> String {
     if let Some((a, b)) = spec.blocks {
         s += &format!("-part{a}-{b}");
     }
+    if spec.options {
+        s += "-options";
+    }
     s
 }
 
@@ -555,6 +565,12 @@ fn slug_resolved(spec: &Spec, r: &Resolved) -> String {
 /// in the metadata. Deterministic.
 pub fn generate(spec: &Spec) -> Result<Generated, ZooError> {
     let r = resolve(spec)?;
+    if spec.options && spec.graph.is_some() {
+        return Err(ZooError::Option {
+            option: "--options",
+            message: "recording options belong to chain stages; a forward graph has none (drop --graph)".into(),
+        });
+    }
     let full = build_resolved(spec, &r)?;
     let net = match spec.blocks {
         None => full,
@@ -573,7 +589,8 @@ pub fn generate(spec: &Spec) -> Result<Generated, ZooError> {
     let meta = metadata(spec, &r, &net);
     Ok(match spec.graph {
         None => {
-            let mut chain = lower::chain(&net, &name, spec.device, spec.dtype).map_err(ZooError::Network)?;
+            let mut chain =
+                lower::chain_with(&net, &name, spec.device, spec.dtype, spec.options).map_err(ZooError::Network)?;
             chain.set_metadata(meta);
             Generated::Chain(chain)
         }

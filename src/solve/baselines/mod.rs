@@ -13,6 +13,7 @@ pub mod chen;
 pub mod revolve;
 pub mod sequential;
 pub mod store_all;
+pub mod uniform;
 
 use crate::chain::Chain;
 use crate::schedule::Op;
@@ -20,8 +21,14 @@ use crate::simulate::simulate;
 use crate::solve::{Algorithm, SolveError, SolveOptions};
 
 /// The algorithms this module implements, in [`Algorithm::ALL`]'s order.
-pub const BASELINES: &[Algorithm] =
-    &[Algorithm::StoreAll, Algorithm::Sequential, Algorithm::Revolve, Algorithm::ChenSqrt, Algorithm::ChenGreedy];
+pub const BASELINES: &[Algorithm] = &[
+    Algorithm::StoreAll,
+    Algorithm::Sequential,
+    Algorithm::Revolve,
+    Algorithm::ChenSqrt,
+    Algorithm::ChenGreedy,
+    Algorithm::Uniform,
+];
 
 /// A baseline's schedule before [`crate::solve::solve`] replays it.
 #[derive(Clone, Debug)]
@@ -50,6 +57,7 @@ pub fn plan(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOption
         Algorithm::Sequential => sequential::candidates(chain, opts.segments)?,
         Algorithm::ChenSqrt => vec![chen::sqrt_candidate(chain)],
         Algorithm::ChenGreedy => chen::greedy_candidates(chain),
+        Algorithm::Uniform => return uniform_plan(chain, budget),
         other => panic!("{other} is not a baseline"),
     };
     fastest_fitting(chain, candidates, budget, algorithm)
@@ -127,6 +135,34 @@ pub fn segmented_makespan(chain: &Chain, checkpoints: &[usize]) -> f64 {
 pub fn faster(a: (f64, u64), b: (f64, u64)) -> bool {
     let tolerance = 1e-9 * a.0.abs().max(b.0.abs()).max(1.0);
     if (a.0 - b.0).abs() <= tolerance { a.1 < b.1 } else { a.0 < b.0 }
+}
+
+/// The fastest uniform policy ([`uniform`]) that fits `budget`: every policy
+/// replayed, ties to the smaller peak, then the first. O(policies x L).
+fn uniform_plan(chain: &Chain, budget: u64) -> Result<Plan, SolveError> {
+    let algorithm = Algorithm::Uniform;
+    let mut best: Option<(f64, u64, Vec<Op>, String, f64)> = None;
+    let mut min_peak: Option<u64> = None;
+    for (name, options) in uniform::policies(chain) {
+        let ops = uniform::ops(&options);
+        let replay = simulate(chain, &ops).map_err(|source| SolveError::Rejected { algorithm, source })?;
+        min_peak = Some(min_peak.map_or(replay.peak_memory, |p| p.min(replay.peak_memory)));
+        if replay.peak_memory > budget {
+            continue;
+        }
+        if best.as_ref().is_none_or(|(t, p, ..)| faster((replay.makespan, replay.peak_memory), (*t, *p))) {
+            let expected = (1..=options.len())
+                .map(|l| chain.forward_time(l) + chain.recording(l, options[l - 1]).backward_time)
+                .sum();
+            best = Some((replay.makespan, replay.peak_memory, ops, name, expected));
+        }
+    }
+    match best {
+        Some((_, _, ops, name, makespan)) => {
+            Ok(Plan { ops, makespan, slot_size: 1, detail: Some(format!("policy `{name}` on every stage")) })
+        }
+        None => Err(SolveError::Infeasible { algorithm, budget, min_budget: min_peak }),
+    }
 }
 
 /// Replays every candidate and returns the fastest whose peak fits `budget`
