@@ -8,9 +8,19 @@ unchanged (``model(ids, labels=ids).loss.backward()``):
 
 - ``plain``: no recomputation;
 - ``hf``: ``model.gradient_checkpointing_enable()`` (every block recomputed);
-- ``remat @ hf``: ``remat.torch.apply(model, memory=<hf's measured peak>)``;
-- ``remat @ 80% hf``: the same at 80% of it (or the smallest budget that
-  fits, reported, when 80% is below it).
+- ``remat @ hf``: ``remat.torch.apply(model, memory=<hf's measured peak>)``,
+  with its default recording options (each block measured under
+  ``Policy.SAVE_MATMULS`` and ``Policy.SAVE_INPUT``, chosen per block by the
+  solver: issue 24);
+- ``remat @ hf, no options``: the same with ``policies=()`` (blocks recorded
+  whole or not at all, remat before issue 24);
+- ``remat @ 80% hf``: remat with options at 80% of it (or the smallest budget
+  that fits, reported, when 80% is below it; ``--no-80`` leaves it out).
+
+Besides the measured step, each remat variant's *predicted* overhead is
+printed: the schedule's makespan less storing everything, on the chain remat
+profiled, against HF's on the same chain (per-block checkpointing runs every
+block's forward once more: the sum of the blocks' forward times).
 
 Peaks are LiveBytes' (live tensor bytes on the CPU, parameter gradients
 excluded, as remat's budget counts them) on the second step (the first
@@ -18,12 +28,15 @@ measures and plans); step times are medians of ``--rounds`` rounds in which
 every variant runs one step (interleaved, so a busy machine slows them alike).
 Gradients of every variant are compared with plain's.
 
-    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5]
+    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5] [--repeat 5] [--no-80]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
 import statistics
 import time
 from typing import Any
@@ -61,7 +74,10 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per block when remat profiles (default 5)")
+    ap.add_argument("--no-80", action="store_true", help="leave out remat at 80%% of HF's peak")
     args = ap.parse_args()
+    load_before = os.getloadavg()
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     cls, cfg = config(args.model, args.layers)
@@ -91,9 +107,15 @@ def main() -> None:
     peaks = {name: peak(m) for name, m in models.items()}
     plans: dict[str, rt.AppliedPlan] = {}
     notes: dict[str, str] = {}
-    for name, budget in (("remat @ hf", peaks["hf"]), ("remat @ 80% hf", int(0.8 * peaks["hf"]))):
+    remats: list[tuple[str, int, Any]] = [
+        ("remat @ hf", peaks["hf"], rt.DEFAULT_POLICIES),
+        ("remat @ hf, no options", peaks["hf"], ()),
+    ]
+    if not args.no_80:
+        remats.append(("remat @ 80% hf", int(0.8 * peaks["hf"]), rt.DEFAULT_POLICIES))
+    for name, budget, policies in remats:
         m = make()
-        plan = rt.apply(m, memory=budget)
+        plan = rt.apply(m, memory=budget, policies=policies, repeat=args.repeat)
         try:
             step(m)
             step(m)
@@ -102,7 +124,7 @@ def main() -> None:
             m = make()
             fits = int(e.min_budget)
             notes[name] = f"{remat.format_size(budget)} infeasible; ran at {remat.format_size(fits)}"
-            plan = rt.apply(m, memory=fits)
+            plan = rt.apply(m, memory=fits, policies=policies, repeat=args.repeat)
             step(m)
             step(m)
         models[name], plans[name] = m, plan
@@ -114,20 +136,43 @@ def main() -> None:
             step(m)
             times[name].append(time.perf_counter() - t0)
     ref = models["plain"]
+    load_after = os.getloadavg()
     print(
         f"{args.model} ({cfg.num_hidden_layers} blocks), batch {args.batch}, sequence {args.seq}, CPU, "
         f"{args.threads} thread(s), torch {torch.__version__}, transformers {transformers.__version__}"
     )
-    print(f"{'variant':<16}{'peak':>12}{'predicted':>12}{'step s':>9}{'x plain':>9}  gradients")
-    base = statistics.median(times["plain"])
+    print(
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{os.cpu_count()} cores, load (1/5/15 min) {' '.join(f'{x:.1f}' for x in load_before)} before, "
+        f"{' '.join(f'{x:.1f}' for x in load_after)} after, {args.rounds} rounds"
+    )
+    print(
+        f"{'variant':<24}{'peak':>12}{'predicted':>12}{'step s':>9}{'x plain':>9}{'x hf':>8}"
+        f"{'pred. ovh ms':>14}{'x hf pred':>11}  gradients"
+    )
+
+    def per_round(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
     for name, m in models.items():
         same = all(torch.equal(p.grad, q.grad) for p, q in zip(ref.parameters(), m.parameters()))
-        predicted = plans[name].peak_memory if name in plans else None
+        plan = plans.get(name)
+        predicted = plan.peak_memory if plan is not None else None
         med = statistics.median(times[name])
+        ovh = ovh_hf = ""
+        first = plans.get("remat @ hf")
+        if name == "hf" and first is not None and first.chain is not None:
+            ovh, ovh_hf = f"{sum(st.forward_time for st in first.chain.stages):.1f}", "1.000"
+        if plan is not None and plan.chain is not None and plan.schedule is not None:
+            # Predicted overheads on the chain this plan profiled: remat's schedule
+            # and HF's (every block's forward once more).
+            over = plan.schedule.makespan - plan.chain.store_all_time
+            hf_over = sum(st.forward_time for st in plan.chain.stages)
+            ovh, ovh_hf = f"{over:.1f}", f"{over / hf_over:.3f}"
         print(
-            f"{name:<16}{remat.format_size(peaks[name]):>12}"
-            f"{remat.format_size(predicted) if predicted else '':>12}{med:>9.3f}{med / base:>9.3f}  "
-            f"{'identical' if same else 'DIFFER'}"
+            f"{name:<24}{remat.format_size(peaks[name]):>12}"
+            f"{remat.format_size(predicted) if predicted else '':>12}{med:>9.3f}{per_round(name, 'plain'):>9.3f}"
+            f"{per_round(name, 'hf'):>8.3f}{ovh:>14}{ovh_hf:>11}  {'identical' if same else 'DIFFER'}"
         )
     for name, note in notes.items():
         print(f"{name}: {note}")

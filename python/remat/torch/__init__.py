@@ -13,6 +13,10 @@
 - :func:`profile` measures each stage of a sequential network (times, output,
   saved and gradient bytes, transient workspace) and returns a
   :class:`remat.Chain`, the input of every remat solver.
+- Recording options (:mod:`remat.torch.policies`): each block is also measured
+  under selective-saving policies (:class:`Policy`: ``SAVE_MATMULS`` keeps the
+  matrix products' outputs, ``SAVE_INPUT`` nothing), run through PyTorch's
+  selective activation checkpointing, and the solver picks one per block.
 - :class:`LiveBytes` counts the bytes of live tensors (on any device, the CPU
   included), to check what a schedule really holds.
 - :func:`export_joint` writes the joint forward+backward graph of any function
@@ -35,18 +39,27 @@ from .executor import run_schedule
 from .joint import export_joint, pytorch_min_cut
 from .memory import LiveBytes
 from .partition import RematSolverError, partitioner
+from .policies import DEFAULT_POLICIES, MATMUL_OPS, SAVE_ALL, SAVE_INPUT, SAVE_MATMULS, NamedPolicy, Policy, policy
 from .profile import profile, stages_of
 
 __all__ = [
+    "DEFAULT_POLICIES",
+    "MATMUL_OPS",
+    "SAVE_ALL",
+    "SAVE_INPUT",
+    "SAVE_MATMULS",
     "AppliedPlan",
     "Checkpointed",
     "LiveBytes",
+    "NamedPolicy",
     "Plan",
+    "Policy",
     "RematSolverError",
     "apply",
     "export_joint",
     "find_blocks",
     "partitioner",
+    "policy",
     "profile",
     "pytorch_min_cut",
     "run_schedule",

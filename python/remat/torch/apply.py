@@ -41,6 +41,7 @@ import remat
 from .checkpointed import _fmt, auto_budget
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .memory import LiveBytes
+from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import profile_calls
 from .stages import Call
 
@@ -151,6 +152,7 @@ class _Entry:
     numel: int  # elements of the carried activation it was profiled with
     inplace: list[bool]
     uses_rng: list[bool]
+    options: list[list[NamedPolicy | None]]
     outside: _Outside | None = None
     by_numel: dict[int, tuple[remat.Chain, remat.Schedule, Executor, int, str]] = field(default_factory=dict)
 
@@ -179,6 +181,7 @@ class AppliedPlan:
         preserve_rng: bool,
         optimizer_state_bytes: int | None,
         scale_shapes: bool,
+        policies: Sequence[NamedPolicy] = (),
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -191,6 +194,8 @@ class AppliedPlan:
         self.preserve_rng = preserve_rng
         self.optimizer_state_bytes = optimizer_state_bytes
         self.scale_shapes = scale_shapes
+        #: The policies each block is measured under (its recording options).
+        self.policies = list(policies)
         self.modules = [m for _, m in blocks]
         self.names = [n for n, _ in blocks]
         self._originals: list[Callable[..., Any]] = []
@@ -328,9 +333,10 @@ class AppliedPlan:
                 names=self.names,
                 repeat=self.repeat,
                 name=f"{type(self.model).__name__}.{self.where}",
+                policies=self.policies,
             )
             self.profiles += 1
-            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng)
+            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -367,12 +373,13 @@ class AppliedPlan:
             raise err from e
         ex = Executor(
             self.modules,
-            Program(len(self.modules), schedule.operations),
+            Program(len(self.modules), schedule.operations_with_options),
             forwards=[self._rerun(m) for m in self.modules],
             preserve_rng=self.preserve_rng,
             names=self.names,
             inplace=entry.inplace,
             uses_rng=entry.uses_rng,
+            options=entry.options,
         )
         return chain, schedule, ex, budget, note
 
@@ -477,11 +484,11 @@ class AppliedPlan:
             return f"{head}; no plan yet: run a training step first"
         chain, schedule, _, _, note = c
         d = chain.to_dict()
-        ops = schedule.operations
+        ops = schedule.operations_with_options
         L = len(self.modules)
-        split = ops.index((Op.B.value, L + 1))
-        recomputed = sorted({l for k, l in ops[split:] if Op(k) is not Op.B})
-        stored = [l for k, l in ops[:split] if Op(k) is Op.F_ALL and l <= L]
+        split = [(k, l) for k, l, _ in ops].index((Op.B.value, L + 1))
+        recomputed = sorted({l for k, l, _ in ops[split:] if Op(k) is not Op.B})
+        stored = [l for k, l, o in ops[:split] if Op(k) is Op.F_ALL and l <= L and not o]
         store_all = sum(s["forward_time"] + s["backward_time"] for s in d["stages"])
         lines = [
             head,
@@ -492,6 +499,8 @@ class AppliedPlan:
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
+        if any(s.get("options") for s in d["stages"]):
+            lines += _explain_options(d["stages"], ops)
         if self.pending_gradients:
             lines.append(
                 f"of which tied parameters' gradient {_fmt(self.pending_gradients)}: held by autograd from the head's "
@@ -672,6 +681,39 @@ class _Measure:
             self.plan._measure = None
 
 
+def _ranges(blocks: list[int]) -> str:
+    """``[1, 2, 3, 5]`` as ``"1-3, 5"``."""
+    parts: list[str] = []
+    for b in sorted(blocks):
+        if parts and parts[-1].split("-")[-1] == str(b - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{b}"
+        else:
+            parts.append(str(b))
+    return ", ".join(parts)
+
+
+def _explain_options(stages: list[dict[str, Any]], ops: list[tuple[str, int, int]]) -> list[str]:
+    """explain()'s lines on recording options: how each block is recorded, and
+    the options of the blocks as measured."""
+    L = len(stages)
+    chosen: dict[str, list[int]] = {}
+    for k, l, o in ops:
+        if k == Op.F_ALL.value and l <= L:
+            name = "all" if not o else str(stages[l - 1]["options"][o - 1].get("name") or f"option {o}")
+            chosen.setdefault(name, []).append(l)
+    lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(ls)})" for name, ls in chosen.items())]
+    seen: set[str] = set()
+    for l, s in enumerate(stages, 1):
+        described = ", ".join(
+            f"{o.get('name') or f'option {i}'} keeps {_fmt(o['saved_size'])} for +{o.get('recompute_time', 0.0):.3f} ms"
+            for i, o in enumerate(s.get("options") or [], 1)
+        )
+        if described and described not in seen:
+            seen.add(described)
+            lines.append(f"options of block {l} (all keeps {_fmt(s['saved_size'])}): {described}")
+    return lines
+
+
 def _tied_bytes(model: nn.Module) -> int:
     """Bytes of the trainable parameters registered in more than one place."""
     seen: dict[int, int] = {}
@@ -703,11 +745,13 @@ def _scaled(chain: remat.Chain, factor: float) -> remat.Chain:
     ``factor`` times the elements between blocks)."""
     d = chain.to_dict()
     sizes = ("output_size", "saved_size", "gradient_size", "forward_overhead", "backward_overhead")
-    for s in [*d["stages"], d.get("loss") or {}]:
+    parts = [*d["stages"], d.get("loss") or {}]
+    parts += [o for s in parts for o in s.get("options") or []]
+    for s in parts:
         for k in sizes:
             if k in s:
                 s[k] = math.ceil(s[k] * factor)
-        for k in ("forward_time", "backward_time"):
+        for k in ("forward_time", "backward_time", "recompute_time"):
             if k in s:
                 s[k] = s[k] * factor
     d["input_size"] = math.ceil(d["input_size"] * factor)
@@ -737,6 +781,7 @@ def apply(
     preserve_rng: bool = True,
     optimizer_state_bytes: int | None = None,
     scale_shapes: bool = True,
+    policies: Sequence[Policy | NamedPolicy | Any] | None = DEFAULT_POLICIES,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -771,6 +816,17 @@ def apply(
         optimizer_state_bytes: for ``memory="auto"`` (default: Adam's).
         scale_shapes: reuse one profile for inputs of other shapes, scaled by
             the number of elements between blocks (False: profile each shape).
+        policies: the ways to record a block besides keeping all it saves
+            (:mod:`remat.torch.policies`): each block is measured under each,
+            and the solver picks, per block, whether to record it whole, under
+            one of them (selective saving, run through PyTorch's selective
+            activation checkpointing) or not at all. Default:
+            ``(Policy.SAVE_MATMULS, Policy.SAVE_INPUT)``. A user policy is a
+            function of SAC's signature ``(ctx, op, *args, **kwargs) ->
+            CheckpointPolicy``, a list of operators whose outputs to keep, or
+            :func:`remat.torch.policy` (name, either). ``()`` or None: no
+            options, blocks are recorded whole or not at all (remat before
+            options).
 
     Returns:
         the :class:`AppliedPlan` (``remove()`` undoes it).
@@ -791,6 +847,7 @@ def apply(
     for m in model.modules():
         if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
             raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
+    named = resolve_policies(policies)
     where, found = _resolve_blocks(model, blocks)
     if len(found) < 1:
         raise ValueError(f"blocks={where!r} holds no modules")
@@ -806,6 +863,7 @@ def apply(
         preserve_rng=preserve_rng,
         optimizer_state_bytes=optimizer_state_bytes,
         scale_shapes=scale_shapes,
+        policies=named,
     )
 
 

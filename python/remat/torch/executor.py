@@ -35,12 +35,36 @@ from one segment to a whole schedule):
   when the last stage above it has run its backward (``B^{j+1}`` in the model),
   or never if the graph is retained.
 
+Recording options (``F_all^l[o]``, o >= 1; :mod:`remat.torch.policies`):
+
+- The recording forward of stage l runs as an unrecorded one does (holders in
+  place of what autograd saves), under the caching context of PyTorch's
+  selective activation checkpointing (SAC) for the option's policy, which keeps
+  the outputs of the operators the policy saves. That is the whole of
+  ``abar^l[o]``: those outputs and a^l.
+- When the backward reaches stage l (``B^l``), the stage runs again recording,
+  from a^{l-1}, under SAC's replaying context: the kept outputs are handed back
+  instead of computed, the rest is computed, and what autograd saves fills the
+  holders of the first run. Autograd then runs ``B^l`` itself. This rerun is the
+  model's r^l[o] and, with the tensors it makes, o_b^l[o].
+- In the forward phase the first run is that recording forward. In the
+  backward phase ``F_all^l[o]`` is a recording run whose saved tensors are
+  dropped (only the cache and a^l stay), and the rerun at ``B^l`` fills the
+  holders. Under ``create_graph=True`` a backward-phase ``F_all^l[o]`` records
+  the stage whole instead (its graph must stay differentiable).
+- SAC hands each kept output back once; a second backward through a retained
+  graph (``retain_graph=True``) recomputes every operator of the stage again.
+  PyTorch's own ``checkpoint(..., context_fn=...)`` is not used: its
+  recomputation fills its own frame, not the holders of a graph remat recorded
+  in the forward phase, and allows one backward per region.
+
 Why the results equal the plain module's:
 
 - RNG: the first run of a stage draws from the global generator in stage order,
   as the plain forward does; the RNG state (CPU and the input's CUDA device) is
-  saved then for stages the schedule runs again, and restored for each rerun
-  inside ``torch.random.fork_rng``: dropout masks repeat.
+  saved then for stages the schedule runs again (or records with an option),
+  and restored for each rerun inside ``torch.random.fork_rng``: dropout masks
+  repeat, and the operators an option recomputes draw what they drew.
 - Buffers: a rerun copies the stage's buffers first and puts them back after
   (through ``.data``, so no version counter moves), so BatchNorm running
   statistics move once per step, as in the plain module.
@@ -67,6 +91,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .policies import NamedPolicy
 from .stages import Call, carried_output, stage_label
 
 __all__ = ["Executor", "Op", "Program", "Step", "autocast_enabled", "run_schedule"]
@@ -116,48 +141,68 @@ def _autocast(state: list[tuple[str, torch.dtype]]) -> Iterator[None]:
 class Program:
     """A schedule compiled for running on ``num_stages`` stages.
 
+    Operations are ``(kind, stage)`` or ``(kind, stage, option)``
+    (:attr:`remat.Schedule.operations_with_options`): ``F_all^l[o]`` records
+    stage l with its recording option o (docs/model.md), 0 being the stage
+    recorded whole; other operations have option 0.
+
     Attributes:
         first: ``first[l]``, the operation that first runs stage l (1-based).
-        rerun: ``rerun[l]``, whether the schedule runs stage l again.
-        backward: the operations after ``B^{L+1}``.
+        first_option: ``first_option[l]``, its option (0 unless ``F_all^l[o]``).
+        rerun: ``rerun[l]``, whether stage l runs again: the schedule runs it
+            again, or records it with an option (whose backward reruns it).
+        backward: the operations after ``B^{L+1}``, as (kind, stage, option).
         keep: the activations a^j the forward phase keeps that a rerun may
             start from.
+        options: whether any operation records with an option.
 
     Building it is O(number of operations).
 
     Raises:
-        ValueError: an unknown operation, no ``B^{L+1}``, or a forward phase
-            that does not run stages 1..L+1 once each in order (remat's
-            solvers and baselines all produce such schedules).
+        ValueError: an unknown operation, an option on another operation than
+            ``F_all`` or on the loss, no ``B^{L+1}``, or a forward phase that
+            does not run stages 1..L+1 once each in order (remat's solvers and
+            baselines all produce such schedules).
     """
 
-    def __init__(self, num_stages: int, operations: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, num_stages: int, operations: Sequence[tuple[str, int] | tuple[str, int, int]]) -> None:
         L = num_stages
         self.num_stages = L
-        try:
-            ops = [(Op(kind), int(l)) for kind, l in operations]
-        except ValueError as e:
-            raise ValueError(f"the schedule has an unknown operation: {e}") from None
+        ops: list[tuple[Op, int, int]] = []
+        for op in operations:
+            try:
+                kind, l = Op(op[0]), int(op[1])
+            except ValueError as e:
+                raise ValueError(f"the schedule has an unknown operation: {e}") from None
+            o = int(op[2]) if len(op) > 2 else 0  # type: ignore[misc]
+            if o < 0 or (o and (kind is not Op.F_ALL or l > L)):
+                raise ValueError(f"the schedule has {kind.value}^{l}[{o}]: only F_all of stages 1..{L} takes an option")
+            ops.append((kind, l, o))
         self.operations = ops
         try:
-            split = ops.index((Op.B, L + 1))
+            split = [(k, l) for k, l, _ in ops].index((Op.B, L + 1))
         except ValueError:
             raise ValueError(f"the schedule has no B^{L + 1} (the loss's backward)") from None
         forward = ops[:split]
-        if [l for _, l in forward] != list(range(1, L + 2)) or any(k is Op.B for k, _ in forward):
+        if [l for _, l, _ in forward] != list(range(1, L + 2)) or any(k is Op.B for k, _, _ in forward):
             raise ValueError(
                 "remat.torch runs schedules whose operations before the loss's backward run stages "
-                f"1..{L + 1} once each, in order; this one runs {' '.join(f'{k.value}^{l}' for k, l in forward)}"
+                f"1..{L + 1} once each, in order; this one runs {' '.join(f'{k.value}^{l}' for k, l, _ in forward)}"
             )
-        self.first: list[Op] = [Op.F_ALL] + [k for k, _ in forward[:L]]
+        self.first: list[Op] = [Op.F_ALL] + [k for k, _, _ in forward[:L]]
+        self.first_option: list[int] = [0] + [o for _, _, o in forward[:L]]
         runs = [0] * (L + 2)
-        for kind, l in ops:
+        with_option = [False] * (L + 2)
+        for kind, l, o in ops:
             if kind is not Op.B:
                 runs[l] += 1
-        self.rerun = [n > 1 for n in runs[: L + 1]]
+            if o:
+                with_option[l] = True
+        self.options = any(with_option)
+        self.rerun = [n > 1 or w for n, w in zip(runs[: L + 1], with_option)]
         self.backward = ops[split + 1 :]
         held: dict[int, Op] = {0: Op.F_CK}
-        for kind, l in forward[:L]:
+        for kind, l, _ in forward[:L]:
             held[l] = kind
             if kind is Op.F_NONE:
                 held.pop(l - 1, None)
@@ -198,6 +243,35 @@ class _Holder:
         self.values: dict[int, torch.Tensor] = {}
 
 
+class _Cache:
+    """What a recording under a policy keeps: SAC's replaying context, which
+    hands the saved operator outputs back once (SAC marks them consumed), to
+    the rerun at the start of the stage's backward."""
+
+    __slots__ = ("replaying", "used")
+
+    def __init__(self, replaying: Any) -> None:
+        self.replaying = replaying
+        self.used = False
+
+    def context(self) -> Any:
+        """The replaying context, or none once it was used: a second backward
+        through a retained graph recomputes every operator instead."""
+        if self.used:
+            return contextlib.nullcontext()
+        self.used = True
+        replaying, self.replaying = self.replaying, None
+        return replaying
+
+
+def _dropped(t: torch.Tensor) -> None:
+    return None
+
+
+def _never(_: object) -> torch.Tensor:
+    raise RuntimeError("remat: a graph recorded only to cache a policy's outputs was run backward (a bug in remat)")
+
+
 def _unpack(h: object) -> torch.Tensor:
     if isinstance(h, torch.Tensor):
         return h
@@ -219,6 +293,9 @@ class Executor:
             a copy (found by :func:`remat.torch.profile`).
         uses_rng: ``uses_rng[l-1]``: stage l draws random numbers, so its RNG
             state is saved and replayed (None: every stage, to be safe).
+        options: ``options[l-1][o]``, the policy that records stage l with
+            option o >= 1 (``options[l-1][0]`` is None: option 0 records it
+            whole); needed for every ``F_all^l[o]`` of the schedule.
         on_op: called with (kind, stage) after each operation, for tests that
             measure memory operation by operation: a forward-phase operation on
             stage l < L is reported when stage l + 1 is called (the caller has
@@ -237,10 +314,15 @@ class Executor:
         names: Sequence[str] | None = None,
         inplace: Sequence[bool] | None = None,
         uses_rng: Sequence[bool] | None = None,
+        options: Sequence[Sequence[NamedPolicy | None]] | None = None,
         on_op: Callable[[str, int], None] | None = None,
     ) -> None:
         if len(stages) != program.num_stages:
             raise ValueError(f"the schedule is for {program.num_stages} stages, got {len(stages)}")
+        self.options: list[list[NamedPolicy | None]] = [list(o) for o in options] if options is not None else []
+        for _, l, o in program.operations:
+            if o and (l > len(self.options) or o >= len(self.options[l - 1]) or self.options[l - 1][o] is None):
+                raise ValueError(f"the schedule records stage {l} with option {o}, for which no policy was given")
         self.stages = list(stages)
         self.program = program
         self.forwards: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
@@ -260,6 +342,12 @@ class Executor:
 
     def label(self, l: int) -> str:
         return stage_label(l - 1, self.stages[l - 1], self.names[l - 1])
+
+    def policy(self, l: int, option: int) -> NamedPolicy:
+        """The policy of stage l's option ``option`` >= 1 (checked when built)."""
+        p = self.options[l - 1][option]
+        assert p is not None
+        return p
 
     def begin(self) -> Step:
         """Starts a forward phase (a new step)."""
@@ -321,6 +409,9 @@ class Step:
         self.cuda_device: int | None = None
         self.tasks: dict[int, _Task] = {}
         self._pending: tuple[str, int] | None = None
+        #: What stages recorded with an option in the forward phase keep, until
+        #: their backward's rerun.
+        self.caches: dict[int, _Cache] = {}
 
     # -- the forward phase --------------------------------------------------
 
@@ -354,7 +445,8 @@ class Step:
             call = Call(*call.with_carried(x.clone()), call.position)
         fn = ex.forwards[l - 1]
         kind = program.first[l]
-        if kind is Op.F_ALL:
+        option = program.first_option[l]
+        if kind is Op.F_ALL and not option:
             y = fn(*call.args, **call.kwargs)
         else:
             if ex.own[l - 1] is None:
@@ -374,7 +466,16 @@ class Step:
                 return h
 
             with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
-                y = fn(*call.args, **call.kwargs)
+                if option:
+                    # F_all^l[o]: what autograd saves goes to holders (filled by
+                    # a rerun when the backward reaches the stage); SAC's caching
+                    # context keeps the outputs the policy saves for that rerun.
+                    caching, replaying = ex.policy(l, option).contexts()
+                    self.caches[l] = _Cache(replaying)
+                    with caching:
+                        y = fn(*call.args, **call.kwargs)
+                else:
+                    y = fn(*call.args, **call.kwargs)
         self.next = l + 1
         self._pending = (kind.value, l)
         return y
@@ -451,6 +552,9 @@ class _Task:
         self.held: dict[int, torch.Tensor] = {}
         self.recorded: set[int] = set()
         self.create_graph = torch.is_grad_enabled()
+        #: Stages the backward phase recorded with an option: their caches.
+        self.fills: dict[int, _Cache] = {}
+        self.filled: set[int] = set()
 
     def value(self, j: int) -> torch.Tensor:
         v = self.held.get(j)
@@ -476,9 +580,10 @@ class _Task:
         ops = self.step.ex.program.backward
         on_op = self.step.ex.on_op
         while self.pos < len(ops):
-            kind, l = ops[self.pos]
+            kind, l, option = ops[self.pos]
             if kind is Op.B:
                 if l == k:
+                    self._fill(k)
                     # B^k reads its saved tensors from the holders: an activation
                     # kept to recompute stage k or above is not needed any more
                     # (the model drops a plain a^{k-1} only after B^k; autograd
@@ -494,7 +599,7 @@ class _Task:
                     self.held.pop(l - 1, None)
                 self.recorded.discard(l)
             else:
-                self.run(kind, l)
+                self.run(kind, l, option)
             self.pos += 1
             if on_op is not None:
                 on_op(kind.value, l)
@@ -503,7 +608,40 @@ class _Task:
             "(a bug in remat, or a graph whose stages do not run their backwards in order)"
         )
 
-    def run(self, kind: Op, l: int) -> None:
+    def _fill(self, k: int) -> None:
+        """The start of ``B^k`` for a stage recorded with an option: reruns it
+        recording, under SAC's replaying context (the outputs its policy kept
+        are handed back, the rest computed), and hands what it saves to the
+        holders of the first run. A stage recorded whole has nothing to do."""
+        step = self.step
+        program = step.ex.program
+        cache = self.fills.pop(k, None)
+        if cache is None and program.first[k] is Op.F_ALL and program.first_option[k]:
+            cache = step.caches.get(k)
+            if cache is None:  # not kept: recompute every operator
+                cache = _Cache(None)
+                cache.used = True
+        if cache is None or k in self.filled:
+            return
+        self.filled.add(k)
+        ex = step.ex
+        x = self.value(k - 1)
+        call = step.calls[k]
+        assert call is not None, f"stage {k} is recorded with an option but its call was not kept"
+        plain = not (ex.has_buffers[k] or step.rng[k] is not None or step.autocast[k])
+        with contextlib.nullcontext() if plain else step.rerun_context(k):
+            inp = x if self.create_graph else self._detached_input(k, x)
+            if ex.inplace[k - 1]:
+                # The copy of the first run was made outside SAC's context.
+                with torch.enable_grad():
+                    inp = inp.clone()
+            with cache.context():
+                self._record(k, ex.forwards[k - 1], call, inp, False)
+
+    def _detached_input(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().requires_grad_(self.step.input_grad[l] and (x.is_floating_point() or x.is_complex()))
+
+    def run(self, kind: Op, l: int, option: int = 0) -> None:
         step = self.step
         ex = step.ex
         x = self.value(l - 1)
@@ -512,11 +650,21 @@ class _Task:
         fn = ex.forwards[l - 1]
         plain = not (ex.has_buffers[l] or step.rng[l] is not None or step.autocast[l])
         with contextlib.nullcontext() if plain else step.rerun_context(l):
-            if kind is Op.F_ALL:
-                if self.create_graph:
-                    inp = x
-                else:
-                    inp = x.detach().requires_grad_(step.input_grad[l] and (x.is_floating_point() or x.is_complex()))
+            if kind is Op.F_ALL and option and not self.create_graph:
+                # F_all^l[o]: a recording run whose saved tensors are dropped
+                # (what the first run's holders need is made again at B^l),
+                # under SAC's caching context, which keeps the policy's outputs.
+                # Under create_graph the stage is recorded whole instead.
+                caching, replaying = ex.policy(l, option).contexts()
+                inp = self._detached_input(l, x)
+                args, kwargs = call.with_carried(inp.clone() if ex.inplace[l - 1] else inp)
+                with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_dropped, _never), caching:
+                    out = carried_output(fn(*args, **kwargs), lambda: ex.label(l))
+                self.fills[l] = _Cache(replaying)
+                self.filled.discard(l)
+                self.recorded.add(l)
+            elif kind is Op.F_ALL:
+                inp = x if self.create_graph else self._detached_input(l, x)
                 out = self._record(l, fn, call, inp, ex.inplace[l - 1])
                 self.recorded.add(l)
             else:
@@ -572,20 +720,32 @@ class _Task:
 
 def run_schedule(
     stages: Sequence[nn.Module],
-    operations: Sequence[tuple[str, int]],
+    operations: Sequence[tuple[str, int] | tuple[str, int, int]],
     x: torch.Tensor,
     *,
     preserve_rng: bool = True,
+    options: Sequence[Sequence[Any]] | None = None,
     on_op: Callable[[str, int], None] | None = None,
 ) -> torch.Tensor:
     """Runs ``operations`` on single-tensor ``stages`` from input ``x`` and returns
     a^L; the backward through it runs the rest of the schedule (see the module's
     notes). ``on_op(kind, stage)`` is called after each operation.
 
+    An operation ``("F_all", l, o)`` with o >= 1 records stage l under
+    ``options[l-1][o-1]``: a :class:`~remat.torch.Policy`, a named policy, a
+    policy function of SAC's signature or a list of operators whose outputs to
+    keep (see :mod:`remat.torch.policies`).
+
     Raises:
-        ValueError: the schedule does not fit ``stages`` (see :class:`Program`).
+        ValueError: the schedule does not fit ``stages`` (see :class:`Program`),
+            or records a stage with an option ``options`` does not give.
     """
-    ex = Executor(stages, Program(len(stages), operations), preserve_rng=preserve_rng, on_op=on_op)
+    from .policies import resolve_policies
+
+    per_stage: list[list[NamedPolicy | None]] | None = None
+    if options is not None:
+        per_stage = [[None, *resolve_policies(list(o))] for o in options]
+    ex = Executor(stages, Program(len(stages), operations), preserve_rng=preserve_rng, options=per_stage, on_op=on_op)
     step = ex.begin()
     for l in range(1, len(stages) + 1):
         x = carried_output(ex.call(step, l, Call((x,), {}, 0)), lambda l=l: ex.label(l))  # type: ignore[misc]

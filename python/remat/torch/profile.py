@@ -21,7 +21,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,7 +29,9 @@ from torch import nn
 
 import remat
 
+from .executor import Executor, Program
 from .memory import LiveBytes
+from .policies import NamedPolicy, resolve_policies
 from .stages import Call, carried_output, stage_label
 
 __all__ = ["Profiled", "profile", "profile_calls", "stages_of"]
@@ -108,19 +110,20 @@ class _Meter:
         self.parameters = parameters
         self.ms = 0.0
         self._base = 0
+        self._start = 0
         self._live: LiveBytes | None = None
 
     @contextlib.contextmanager
     def window(self) -> Iterator[None]:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
+            self._base = self._start = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             yield
         else:
             with LiveBytes() as live:
                 live.exclude_parameter_gradients(self.parameters)
-                self._live, self._base = live, 0
+                self._live, self._base, self._start = live, 0, 0
                 try:
                     yield
                 finally:
@@ -138,6 +141,14 @@ class _Meter:
             self._base = self._live.current
             self._live.reset_peak()
         return max(0, peak)
+
+    def alive(self) -> int:
+        """Bytes alive now that were not when the window began."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return int(torch.cuda.memory_allocated(self.device)) - self._start
+        assert self._live is not None, "alive() outside window()"
+        return self._live.current - self._start
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
@@ -186,6 +197,7 @@ def profile(
     *,
     repeat: int = 3,
     name: str | None = None,
+    policies: Sequence[Any] = (),
 ) -> remat.Chain:
     """Measures every stage of ``module`` on ``sample_input`` and returns the chain.
 
@@ -214,6 +226,12 @@ def profile(
       (the saved tensors it frees as it goes make room). Parameter gradients
       are not counted once accumulated into ``.grad`` (remat's budget leaves
       parameters out), only while computed.
+
+    With ``policies`` (:mod:`remat.torch.policies`), each stage is also
+    measured recorded under each policy, and those that keep fewer bytes than
+    recording it whole (and than every cheaper policy) become the stage's
+    ``options`` (``saved_size``, ``recompute_time``, ``forward_overhead``,
+    ``backward_overhead``; docs/model.md).
 
     Identical stages (same class, same structure and parameter shapes, on an
     input of the same shape) are measured once: a stack of N equal blocks
@@ -248,6 +266,7 @@ def profile(
         repeat=repeat,
         name=name or type(module).__name__,
         single_tensor=True,
+        policies=policies,
     )
     return chain
 
@@ -255,10 +274,13 @@ def profile(
 @dataclass
 class Profiled:
     """What profiling found beyond the chain: which stages change their input in
-    place, and which draw random numbers (only their RNG state is replayed)."""
+    place, which draw random numbers (only their RNG state is replayed), and the
+    policy behind each stage's recording options (``options[l-1][o]`` for
+    option o >= 1; ``options[l-1][0]`` is None, the stage recorded whole)."""
 
     inplace: list[bool]
     uses_rng: list[bool]
+    options: list[list[NamedPolicy | None]] = field(default_factory=list)
 
 
 def profile_calls(
@@ -270,12 +292,18 @@ def profile_calls(
     repeat: int = 3,
     name: str = "model",
     single_tensor: bool = False,
+    policies: Sequence[Any] = (),
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
-    themselves by default). Returns the chain and what else was found."""
+    themselves by default). Returns the chain and what else was found.
+
+    Each stage is also measured under each of ``policies`` (see
+    :func:`remat.torch.policies.resolve_policies`); those that keep fewer bytes
+    than option 0 and every cheaper option become the stage's ``options``."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
+    named = resolve_policies(policies)
     fns: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
     labels = list(names) if names is not None else [f"{i + 1}:{type(s).__name__}" for i, s in enumerate(stages)]
     call = call.detached()
@@ -285,7 +313,8 @@ def profile_calls(
     records: list[dict[str, Any]] = []
     inplace: list[bool] = []
     uses_rng: list[bool] = []
-    measured: dict[tuple[Any, ...], tuple[dict[str, Any], bool, bool, tuple[Any, ...]]] = {}
+    options: list[list[NamedPolicy | None]] = []
+    measured: dict[tuple[Any, ...], tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None]]] = {}
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
@@ -295,16 +324,23 @@ def profile_calls(
             if seen is None:
                 changes_input, rng = runner.probe(x)
                 record = _profile_stage(runner, x, repeat, device, changes_input)
+                kept: list[NamedPolicy | None] = [None]
+                if named:
+                    found = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
+                    if found:
+                        record["options"] = [o for o, _ in found]
+                        kept += [p for _, p in found]
                 with torch.no_grad():
                     y = runner(x.clone() if changes_input else x)
                 out_meta = (tuple(y.shape), y.dtype, y.device)
-                measured[key] = (record, changes_input, rng, out_meta)
+                measured[key] = (record, changes_input, rng, out_meta, kept)
             else:
-                record, changes_input, rng, out_meta = seen
+                record, changes_input, rng, out_meta, kept = seen
                 y = None
             records.append(dict(record, name=labels[i]))
             inplace.append(changes_input)
             uses_rng.append(rng)
+            options.append(kept)
             # The next stage's input: identical stages whose output has the
             # input's shape need not run (a stack of equal blocks runs one).
             last = i + 1 == len(stages)
@@ -332,7 +368,7 @@ def profile_calls(
             "time_unit": "ms",
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options)
 
 
 def _signature(module: nn.Module) -> tuple[Any, ...]:
@@ -508,3 +544,140 @@ def _profile_stage(
         "forward_overhead": max(0, nograd_peak - out_bytes, fwd_peak - saved_bytes),
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
     }
+
+
+class _Root(torch.autograd.Function):
+    """A backward from ``y`` with gradient ``dy`` that does not need ``y`` itself
+    alive: ``_Root.apply(y, dy).backward()`` runs ``y``'s backward with ``dy``."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        ctx.dy = dy
+        return y.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        dy, ctx.dy = ctx.dy, None
+        return dy, None
+
+
+def _profile_options(
+    runner: _StageRunner,
+    x: torch.Tensor,
+    repeat: int,
+    device: torch.device,
+    changes_input: bool,
+    uses_rng: bool,
+    policies: Sequence[NamedPolicy],
+    record: dict[str, Any],
+) -> list[tuple[dict[str, Any], NamedPolicy]]:
+    """Measures the stage recorded under each policy, run by the executor as a
+    schedule runs it (``F_all^1[o]``, then ``B^1`` with its rerun), and returns
+    the options worth having, cheapest first, each with its policy.
+
+    - ``saved_size``: bytes alive after the recording forward (the output and
+      what the policy keeps; the input and parameters are not new).
+    - ``forward_overhead`` / ``backward_overhead``: transient bytes of that
+      forward and of the backward with its rerun, as :func:`profile` counts them.
+    - ``recompute_time``: the median over ``repeat`` rounds of (forward +
+      backward under the policy) - (forward + backward of option 0), timed in
+      the same round, floored at 0. The model has one forward time per stage,
+      so a slower recording forward (SAC's dispatch per operator) is charged to
+      the backward that consumes it: each ``F_all^l[o]`` has exactly one.
+
+    An option that keeps no fewer bytes than option 0 or a cheaper option is
+    dropped. Cost: ``repeat + 2`` forwards and backwards per policy and
+    ``repeat + 1`` of option 0, run interleaved so that a busy machine slows
+    them alike.
+    """
+    stage = runner.stage
+    params = [p for p in stage.parameters() if p.requires_grad]
+    meter = _Meter(device, params)
+    needs_input_grad = x.is_floating_point() or x.is_complex()
+    names = [runner.label]
+
+    def executor(option: int, policy: NamedPolicy | None) -> Executor:
+        ops = [("F_all", 1, option), ("F_all", 2, 0), ("B", 2, 0), ("B", 1, 0)]
+        return Executor(
+            [stage],
+            Program(1, ops),
+            forwards=[runner.fn],
+            names=names,
+            inplace=[changes_input],
+            uses_rng=[uses_rng],
+            options=[[None, policy]] if policy is not None else None,
+        )
+
+    variants = [executor(0, None)] + [executor(1, p) for p in policies]
+
+    def forward(ex: Executor, inp: torch.Tensor) -> torch.Tensor:
+        step = ex.begin()
+        args, kwargs = runner.call.with_carried(inp)
+        return carried_output(ex.call(step, 1, Call(args, kwargs, runner.call.position)), lambda: runner.label)
+
+    def fresh_grads() -> None:
+        for p in params:
+            p.grad = torch.zeros_like(p) if meter.cuda else None
+
+    totals: list[list[float]] = [[] for _ in variants]
+    for k in range(repeat + 1):  # round 0 warms up
+        for v, ex in enumerate(variants):
+            fresh_grads()
+            xl = x.detach().requires_grad_(needs_input_grad)
+            with torch.enable_grad(), meter.timed():
+                y = forward(ex, xl)
+            ms = meter.ms
+            if y.requires_grad:
+                dy = torch.ones_like(y)
+                with meter.timed():
+                    torch.autograd.backward(y, dy)
+                ms += meter.ms
+                del dy
+            del y, xl
+            if k:
+                totals[v].append(ms)
+    found: list[tuple[dict[str, Any], NamedPolicy]] = []
+    for v, policy in enumerate(policies, 1):
+        fresh_grads()
+        xl = x.detach().requires_grad_(needs_input_grad)
+        in_grad = 0
+        b_peak = 0
+        with torch.enable_grad(), meter.window():
+            y = forward(variants[v], xl)
+            f_peak = meter.mark()
+            saved = max(meter.alive(), record["output_size"])
+            if y.requires_grad:
+                # The output is let go of before the backward, as in a step
+                # (the executor drops a^l before B^l; the next stage's backward
+                # freed what kept it): a rerun's transient then has its room.
+                dy = torch.ones_like(y)
+                meter.mark()
+                root = _Root.apply(y, dy)
+                del y, dy
+                root.backward()
+                b_peak = meter.mark()
+                if xl.grad is not None:
+                    in_grad = xl.grad.numel() * xl.grad.element_size()
+                del root
+            else:
+                del y
+        del xl
+        extra = [t - t0 for t, t0 in zip(totals[v], totals[0])]
+        option = {
+            "name": policy.name,
+            "saved_size": saved,
+            "recompute_time": max(0.0, statistics.median(extra)),
+            "forward_overhead": max(0, f_peak - saved),
+            "backward_overhead": max(0, b_peak - in_grad),
+        }
+        found.append((option, policy))
+    for p in params:
+        p.grad = None
+    found.sort(key=lambda f: f[0]["recompute_time"])
+    kept: list[tuple[dict[str, Any], NamedPolicy]] = []
+    least = record["saved_size"]
+    for option, policy in found:
+        if option["saved_size"] < least:
+            kept.append((option, policy))
+            least = option["saved_size"]
+    return kept

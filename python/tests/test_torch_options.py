@@ -1,0 +1,371 @@
+"""Recording options in remat.torch (issue 24): blocks recorded under a
+selective-saving policy (PyTorch's SAC contexts) inside the schedule.
+
+Schedules that use options are built here by hand or forced from the solver's
+(every recorded block switched to its option that keeps the fewest bytes), so
+that these tests exercise the executor whatever the solvers choose; the last
+tests check what the solvers choose on real models."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import test_torch_semantics as semantics
+import torch
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy
+
+import remat
+import remat.torch as rt
+from remat.torch import Policy
+
+transformers = pytest.importorskip("transformers")
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def deterministic() -> Iterator[None]:
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+# -- forcing options on a solved schedule -----------------------------------
+
+
+def with_options(chain: remat.Chain, schedule: remat.Schedule, pick: Callable[[int, list[Any]], int]) -> remat.Schedule:
+    """``schedule`` with each ``F_all^l`` of a block that has options recorded
+    with option ``pick(l, options)``, its peak and makespan replayed."""
+    d = json.loads(schedule.to_json())
+    stages = chain.stages
+    for op in d["operations"]:
+        l = op["stage"]
+        if op["op"] == "F_all" and l <= len(stages) and stages[l - 1].options:
+            o = pick(l, stages[l - 1].options)
+            if o:
+                op["option"] = o
+    ops = [(op["op"], op["stage"], op.get("option", 0)) for op in d["operations"]]
+    replay = remat.simulate(chain, ops)
+    d["peak_memory"], d["makespan"] = replay.peak_memory, replay.makespan
+    return remat.Schedule.from_json(json.dumps(d))
+
+
+def fewest_bytes(_: int, options: list[Any]) -> int:
+    return 1 + min(range(len(options)), key=lambda i: options[i]["saved_size"])
+
+
+@pytest.fixture
+def forced_options(monkeypatch: pytest.MonkeyPatch) -> list[remat.Schedule]:
+    """remat.solve as apply() calls it, with every recorded block switched to
+    its option that keeps the fewest bytes; returns the schedules it made for
+    chains with options (``Checkpointed`` measures none)."""
+    real = remat.solve
+    made: list[remat.Schedule] = []
+
+    def solve(chain: remat.Chain, memory: Any, algorithm: str = "auto", **kw: Any) -> remat.Schedule:
+        s = real(chain, memory, algorithm=algorithm, **kw)
+        if algorithm == "store-all":
+            return s
+        forced = with_options(chain, s, fewest_bytes)
+        if any(st.options for st in chain.stages):
+            made.append(forced)
+        return forced
+
+    monkeypatch.setattr(remat, "solve", solve)
+    return made
+
+
+def uses_options(schedule: remat.Schedule | None) -> bool:
+    return schedule is not None and any(o for _, _, o in schedule.operations_with_options)
+
+
+# -- the vocabulary ----------------------------------------------------------
+
+
+def test_policies_are_an_enum_and_user_policies_are_checked() -> None:
+    assert [p.value for p in Policy] == ["all", "matmuls", "input"]
+    assert rt.DEFAULT_POLICIES == (Policy.SAVE_MATMULS, Policy.SAVE_INPUT)
+    assert torch.ops.aten.mm.default in rt.MATMUL_OPS and torch.ops.aten.addmm.default in rt.MATMUL_OPS
+    assert torch.ops.aten.tanh.default not in rt.MATMUL_OPS
+    resolve = rt.policies.resolve_policies
+    assert resolve(()) == [] and resolve(None) == []
+    assert [p.name for p in resolve([Policy.SAVE_ALL, Policy.SAVE_MATMULS, Policy.SAVE_INPUT])] == ["matmuls", "input"]
+
+    def keep_tanh(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.tanh.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+    got = resolve([keep_tanh, [torch.ops.aten.mm.default], rt.policy("mine", keep_tanh)])
+    assert [p.name for p in got] == ["keep_tanh", "ops2", "mine"]
+    with pytest.raises(TypeError, match="Policy members"):
+        resolve(["matmuls"])
+    with pytest.raises(ValueError, match="OpOverload"):
+        resolve([[torch.ops.aten.mm]])  # a packet, not an overload: SAC's own check
+    with pytest.raises(ValueError, match="named 'mine'"):
+        resolve([rt.policy("mine", keep_tanh), rt.policy("mine", [torch.ops.aten.mm.default])])
+    with pytest.raises(ValueError, match="named 'all'"):
+        resolve([rt.policy("all", keep_tanh)])
+
+
+# -- the executor on hand-built schedules ------------------------------------
+
+
+def toy(seed: int = 0, n: int = 4) -> list[nn.Module]:
+    torch.manual_seed(seed)
+    return [nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Dropout(0.2), nn.Linear(32, 16)) for _ in range(n)]
+
+
+X = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+
+# Options 1 and 2 of every stage: keep the matrix products' outputs, keep nothing.
+FORWARD_PHASE = [("F_all", 1, 1), ("F_all", 2, 2), ("F_all", 3, 1), ("F_all", 4, 0), ("F_all", 5, 0)]
+FORWARD_PHASE += [("B", 5, 0), ("B", 4, 0), ("B", 3, 0), ("B", 2, 0), ("B", 1, 0)]
+BACKWARD_PHASE = [("F_ck", 1, 0), ("F_none", 2, 0), ("F_none", 3, 0), ("F_all", 4, 1), ("F_all", 5, 0)]
+BACKWARD_PHASE += [("B", 5, 0), ("B", 4, 0), ("F_ck", 1, 0), ("F_none", 2, 0), ("F_all", 3, 1), ("B", 3, 0)]
+BACKWARD_PHASE += [("F_all", 1, 2), ("F_all", 2, 1), ("B", 2, 0), ("B", 1, 0)]
+TOY_CHAIN = remat.Chain.from_dict(
+    {
+        "name": "toy",
+        "input_size": 1,
+        "stages": [
+            {
+                "forward_time": 1,
+                "backward_time": 1,
+                "output_size": 1,
+                "saved_size": 4,
+                "options": [{"saved_size": 2, "recompute_time": 0.5}, {"saved_size": 1, "recompute_time": 1}],
+            }
+        ]
+        * 4,
+    }
+)
+
+
+def toy_step(
+    stages: list[nn.Module], ops: list[tuple[str, int, int]] | None, retain: bool = False, **kw: Any
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    x = X.clone().requires_grad_(True)
+    torch.manual_seed(3)
+    if ops is None:
+        y = x
+        for s in stages:
+            y = s(y)
+    else:
+        y = rt.run_schedule(stages, ops, x, **kw)
+    loss = y.square().sum()
+    loss.backward(retain_graph=retain)
+    if retain:  # a second backward through the retained graph recomputes again
+        for s in stages:
+            s.zero_grad(set_to_none=True)
+        x.grad = None
+        loss.backward()
+    assert x.grad is not None
+    return [p.grad.clone() for s in stages for p in s.parameters() if p.grad is not None], x.grad
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["once", "retain_graph"])
+@pytest.mark.parametrize("ops", [FORWARD_PHASE, BACKWARD_PHASE], ids=["forward_phase", "backward_phase"])
+def test_a_hand_built_schedule_with_options_matches_plain(
+    ops: list[tuple[str, int, int]], retain: bool, deterministic: None
+) -> None:
+    remat.simulate(TOY_CHAIN, ops)  # a valid schedule of the model
+    plain, plain_x = toy_step(toy(), None)
+    options = [[Policy.SAVE_MATMULS, Policy.SAVE_INPUT]] * 4
+    grads, x_grad = toy_step(toy(), ops, retain, options=options)
+    assert len(grads) == len(plain) == 16
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads))
+    assert torch.equal(plain_x, x_grad)
+
+
+def test_an_option_frees_what_its_policy_does_not_keep() -> None:
+    # Four stages recorded in the forward phase: under SAVE_INPUT each keeps
+    # its output only, under option 0 everything its backward reads.
+    def held(ops: list[tuple[str, int, int]]) -> int:
+        stages = toy()
+        x = X.clone().requires_grad_(True)
+        with rt.LiveBytes() as live:
+            y = rt.run_schedule(stages, ops, x, options=[[Policy.SAVE_MATMULS, Policy.SAVE_INPUT]] * 4)
+            now = live.current
+            y.sum().backward()
+        return now
+
+    whole = [("F_all", l, 0) for l in range(1, 6)] + [("B", l, 0) for l in range(5, 0, -1)]
+    nothing = [("F_all", l, 2 if l <= 4 else 0) for l in range(1, 6)] + [("B", l, 0) for l in range(5, 0, -1)]
+    matmuls = [("F_all", l, 1 if l <= 4 else 0) for l in range(1, 6)] + [("B", l, 0) for l in range(5, 0, -1)]
+    out = 8 * 16 * 4
+    assert held(nothing) <= 4 * out + 4 * 5056 + 64  # outputs (and an RNG state per stage that draws)
+    assert held(nothing) < held(matmuls) < held(whole)
+
+
+def test_an_option_without_a_policy_is_an_error() -> None:
+    with pytest.raises(ValueError, match="option 1, for which no policy"):
+        rt.run_schedule(toy(), FORWARD_PHASE, X)
+    with pytest.raises(ValueError, match="only F_all"):
+        rt.run_schedule(toy(), [("F_ck", 1, 1), *FORWARD_PHASE[1:]], X, options=[[Policy.SAVE_INPUT]] * 4)
+
+
+def test_a_user_policy_is_measured_and_runs(deterministic: None) -> None:
+    def keep_tanh(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.tanh.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+    stages = toy()
+    chain = rt.profile(
+        nn.Sequential(*stages), X, repeat=1, policies=[keep_tanh, rt.policy("mm", [torch.ops.aten.addmm.default])]
+    )
+    names = {o["name"] for s in chain.stages for o in s.options}
+    assert names <= {"keep_tanh", "mm"} and names, chain.stages[0].options
+    for s in chain.stages:
+        assert all(o["saved_size"] < s.saved_size for o in s.options)
+    # The user's policy runs inside a schedule, gradients as plain's.
+    plain, _ = toy_step(toy(), None)
+    ops = [("F_all", l, 1 if l <= 4 else 0) for l in range(1, 6)] + [("B", l, 0) for l in range(5, 0, -1)]
+    grads, _ = toy_step(toy(), ops, options=[[keep_tanh]] * 4)
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads))
+
+
+def test_a_user_policy_through_apply(forced_options: list[remat.Schedule], deterministic: None) -> None:
+    def keep_tanh(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> bool:
+        return bool(op == torch.ops.aten.tanh.default)  # SAC takes a bool too
+
+    plain, ours = semantics.make(), semantics.make()
+    plan = rt.apply(ours, memory="35%", policies=[rt.policy("tanh", keep_tanh)])
+    torch.manual_seed(99)
+    ours(semantics.X).square().sum().backward()
+    assert plan.chain is not None and plan.schedule is not None
+    assert {o["name"] for s in plan.chain.stages for o in s.options} == {"tanh"}
+    assert uses_options(plan.schedule) and "tanh (blocks 1-6)" in plan.explain()
+    for m in (plain, ours):
+        m.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        m(semantics.X).square().sum().backward()
+    semantics.assert_same(semantics.grads(plain), semantics.grads(ours))
+
+
+def test_blocks_that_write_into_their_input(forced_options: list[remat.Schedule], deterministic: None) -> None:
+    # ReLU(inplace=True) first: the block runs on a copy, made outside SAC's
+    # contexts both when it is recorded and when its backward reruns it.
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        blocks = [
+            nn.Sequential(nn.ReLU(inplace=True), nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16)) for _ in range(5)
+        ]
+        return nn.Sequential(nn.Linear(16, 16), nn.Sequential(*blocks), nn.Linear(16, 4))
+
+    plain, ours = make(), make()
+    plan = rt.apply(ours, memory="60%", blocks="1")
+    for m in (plain, ours, ours):
+        m.zero_grad(set_to_none=True)
+        m(X).square().sum().backward()
+    assert uses_options(plan.schedule)
+    for (n, p), q in zip(plain.named_parameters(), ours.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad), n
+
+
+# -- apply() on Hugging Face models ------------------------------------------
+
+
+def gpt2() -> nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, vocab_size=512, n_positions=128, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+def llama() -> nn.Module:
+    config = transformers.LlamaConfig(
+        num_hidden_layers=4,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=128,
+        attention_dropout=0.1,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).train()
+
+
+IDS = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
+
+
+def lm_step(model: nn.Module) -> tuple[torch.Tensor, int]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    with rt.LiveBytes() as live:
+        live.exclude_parameter_gradients(model.parameters())
+        loss = model(IDS, labels=IDS).loss
+        loss.backward()
+        value = loss.detach()
+        del loss
+    return value, live.peak
+
+
+def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert p.grad is not None and q.grad is not None, name
+        assert torch.equal(p.grad, q.grad), name
+
+
+@pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("memory", ["50%", "100%"], ids=["recomputing", "storing"])
+def test_hf_model_with_options(
+    make: Callable[[], nn.Module], memory: str, forced_options: list[remat.Schedule], deterministic: None
+) -> None:
+    # Every block recorded under the option that keeps the fewest bytes: in the
+    # forward phase (at 100%) or in the backward phase too (at 50%).
+    plain, ours = make(), make()
+    plan = rt.apply(ours, memory=memory)
+    lm_step(ours)  # profiles, solves, measures the parts outside the stack
+    assert plan.chain is not None and all(s.options for s in plan.chain.stages), plan.chain.stages[0].to_dict()
+    assert uses_options(plan.schedule)
+    lp, _ = lm_step(plain)
+    lo, peak = lm_step(ours)
+    assert torch.equal(lp, lo)
+    assert_same_gradients(plain, ours)
+    predicted = plan.peak_memory
+    assert predicted is not None and abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+    text = plan.explain()
+    assert "recorded with: " in text and "(blocks 1-4)" in text, text
+
+
+def test_no_policies_is_remat_without_options(deterministic: None) -> None:
+    plain, ours = gpt2(), gpt2()
+    plan = rt.apply(ours, memory="50%", policies=())
+    lm_step(ours)
+    assert plan.policies == []
+    assert plan.chain is not None and not any(s.options for s in plan.chain.stages)
+    assert "options" not in plan.chain.to_json()
+    assert not uses_options(plan.schedule)
+    assert "recorded with" not in plan.explain()
+    lm_step(plain)
+    lm_step(ours)
+    assert_same_gradients(plain, ours)
+
+
+# -- autograd's semantics with options ---------------------------------------
+
+SEMANTICS = [
+    getattr(semantics, name)
+    for name in dir(semantics)
+    if name.startswith("test_") and getattr(semantics, name).__code__.co_argcount == 0
+]
+
+
+# They apply remat but fail on their arguments before any plan is made.
+NOT_SOLVING = {"test_bad_arguments_are_clear_errors", "test_memory_auto_on_the_cpu_says_to_give_a_size"}
+
+
+@pytest.mark.parametrize("test", SEMANTICS, ids=[t.__name__.removeprefix("test_") for t in SEMANTICS])
+def test_semantics_with_options(test: Callable[[], None], forced_options: list[remat.Schedule]) -> None:
+    """test_torch_semantics.py again, with every recorded block under an option."""
+    test()
+    assert all(uses_options(s) for s in forced_options)
+    solves = "rt.apply(" in inspect.getsource(test) or "applied(" in inspect.getsource(test)
+    if solves and test.__name__ not in NOT_SOLVING:
+        assert forced_options, "the test applied remat, yet no schedule with options ran"
