@@ -12,7 +12,11 @@ Variants, each a fresh model from the same seed, the training loop unchanged
   (``create_selective_checkpoint_contexts``) and torchtitan's policy: the
   outputs of matmuls and attention are saved, the rest recomputed;
 - ``remat @ hf`` / ``remat @ sac``: ``remat.torch.apply(model, memory=<that
-  variant's measured peak>)``.
+  variant's measured peak>)``, each block recorded whole or with one of the
+  selective-saving policies (remat's recording options, chosen per block);
+- ``remat whole blocks @ ...``: the same with ``policies=()`` (blocks recorded
+  whole or not at all, as before options);
+- ``remat @ 80% hf``: 80% of HF's peak, or the smallest budget that fits.
 
 Memory is the allocator's (``torch.cuda.max_memory_allocated``) above what a
 step starts with: parameters and their gradients (allocated and zeroed before
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import statistics
 import time
 import traceback
@@ -134,13 +139,17 @@ def run_model(name: str, args: argparse.Namespace) -> None:
             notes[n] = f"failed: {e!r}"
             traceback.print_exc()
             del models[n]
-    for ref in ("hf", "sac"):
-        if ref not in peaks:
+    targets = [(f"remat @ {r}", r, 1.0, None) for r in ("hf", "sac")]
+    targets += [(f"remat whole blocks @ {r}", r, 1.0, ()) for r in ("hf", "sac")]
+    targets.append(("remat @ 80% hf", "hf", 0.8, None))
+    for n, ref, share, policies in targets:
+        if ref not in peaks or (args.no_options and policies is None):
             continue
-        n = f"remat @ {ref}"
+        extra: dict[str, Any] = {} if policies is None else {"policies": policies}
         try:
             m = make()
-            plan = rt.apply(m, memory=peaks[ref])
+            want = int(share * peaks[ref])
+            plan = rt.apply(m, memory=want, **extra)
             try:
                 step(m)
                 step(m)
@@ -148,8 +157,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
                 plan.remove()
                 m = make()
                 fits = int(e.min_budget)
-                notes[n] = f"{remat.format_size(peaks[ref])} infeasible; ran at {remat.format_size(fits)}"
-                plan = rt.apply(m, memory=fits)
+                notes[n] = f"{remat.format_size(want)} infeasible; ran at {remat.format_size(fits)}"
+                plan = rt.apply(m, memory=fits, **extra)
                 step(m)
                 step(m)
             models[n], plans[n] = m, plan
@@ -207,8 +216,13 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=None, help="blocks (default: the shape's)")
+    ap.add_argument("--no-options", action="store_true", help="only whole-block remat (remat before issue 24)")
+    ap.add_argument("--log", action="store_true", help="print remat.torch's profiling log (the options measured)")
     ap.add_argument("--device", default="cuda", help="cuda (the table) or cpu (a smoke test of the script)")
     args = ap.parse_args()
+    if args.log:
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("remat.torch").setLevel(logging.DEBUG)
     for name in args.models:
         t0 = time.perf_counter()
         try:
