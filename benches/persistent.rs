@@ -7,6 +7,12 @@
 //!   triple loop it replaced (`tests/reference/mod.rs`), on one thread, for
 //!   the speed ratio.
 //!
+//! - `persistent-options`: recording options (issue 24) on a 200-stage
+//!   network-like chain at half of store-all's peak, 500 slots, one thread:
+//!   the chain as it is (`plain`) and with up to 3 options per stage from
+//!   `synthetic::with_options` (`options`), the slot table alone (`table`)
+//!   and the whole `solve` (exact fronts tried first, then the table).
+//!
 //! `cargo bench --bench persistent` runs everything (about 10 minutes, most of
 //! it L = 1000 and the triple loop at L = 339); a filter such as
 //! `cargo bench --bench persistent -- L=339` runs a part.
@@ -20,7 +26,7 @@ use remat::Chain;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::dp;
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
-use remat::synthetic::network_like;
+use remat::synthetic::{Rng, network_like, with_options};
 
 const SLOTS: usize = 500;
 
@@ -78,5 +84,42 @@ fn against_triple_loop(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, solves, against_triple_loop);
+/// The 200-stage chain of the options benchmark, with up to 3 options per
+/// stage (1 to 3, drawn by `with_options`; recompute times up to 1, about a
+/// third of a backward).
+fn optioned(chain: &Chain) -> Chain {
+    with_options(&mut Rng::new(24), chain, 3, 1)
+}
+
+fn options(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persistent-options");
+    group.sample_size(10);
+    let pool = ThreadPoolBuilder::new().num_threads(1).build().expect("thread pool");
+    let plain = network_like(42, 200);
+    let budget = reference::store_all_peak(&plain) / 2;
+    let with = optioned(&plain);
+    let opts =
+        SolveOptions { slots: std::num::NonZeroUsize::new(SLOTS).expect("slots > 0"), ..SolveOptions::default() };
+    let count: usize = (1..=with.len()).map(|l| with.option_count(l)).sum();
+    for (name, chain) in [("plain", &plain), ("options", &with)] {
+        let sol = solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible");
+        eprintln!(
+            "L=200/{name}: budget {budget} bytes, {count} options in all on the optioned chain, makespan {} ({})",
+            sol.schedule.makespan,
+            sol.detail.as_deref().unwrap_or("")
+        );
+    }
+    for (name, chain) in [("plain", &plain), ("options", &with)] {
+        let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
+        group.bench_with_input(BenchmarkId::new("table", format!("L=200/{name}")), &sc, |b, sc| {
+            b.iter(|| pool.install(|| persistent::Table::build(sc.clone(), None)))
+        });
+        group.bench_function(BenchmarkId::new("solve", format!("L=200/{name}")), |b| {
+            b.iter(|| pool.install(|| solve(chain, budget, Algorithm::Persistent, &opts).expect("feasible")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, solves, against_triple_loop, options);
 criterion_main!(benches);

@@ -27,7 +27,12 @@ mod common;
 use common::exact;
 
 /// Every persistent sequence of (s, t), memoised by sub-chain.
-fn sequences(chain: &Chain, s: usize, t: usize, memo: &mut HashMap<(usize, usize), Rc<Vec<Vec<Op>>>>) -> Rc<Vec<Vec<Op>>> {
+fn sequences(
+    chain: &Chain,
+    s: usize,
+    t: usize,
+    memo: &mut HashMap<(usize, usize), Rc<Vec<Vec<Op>>>>,
+) -> Rc<Vec<Vec<Op>>> {
     if let Some(v) = memo.get(&(s, t)) {
         return v.clone();
     }
@@ -123,7 +128,8 @@ fn check_chain(chain: &Chain, plain: &Chain) -> (usize, usize) {
                     replay.makespan
                 );
                 feasible += 1;
-                optioned += usize::from(sol.schedule.operations.iter().any(|op| matches!(op, Op::FAll(_, o) if *o > 0)));
+                optioned +=
+                    usize::from(sol.schedule.operations.iter().any(|op| matches!(op, Op::FAll(_, o) if *o > 0)));
             }
             Err(SolveError::Infeasible { min_budget, .. }) => {
                 assert!(oracle.is_none(), "{chain:?} at {budget}: infeasible, the class has {oracle:?}");

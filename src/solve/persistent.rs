@@ -474,11 +474,8 @@ impl Table {
         for o in 0..sc.option_count(s) {
             let r = sc.recording(s, o);
             let w = r.saved;
-            let from = sc
-                .forward_all_need_with(s, t, o)
-                .max(sc.backward_need_with(s, o))
-                .max(w)
-                .max(sub.lo.saturating_add(w));
+            let from =
+                sc.forward_all_need_with(s, t, o).max(sc.backward_need_with(s, o)).max(w).max(sub.lo.saturating_add(w));
             if from <= sc.slots.capacity {
                 relax_row(&mut acc[from..], sc.forward_time[s] + r.backward_time, sub, from - w);
             }
@@ -635,13 +632,7 @@ fn leaf_row(sc: &SlotChain, s: usize, budget: usize) -> Row {
 /// order F_all^s[0], F_all^s[1], ..., then s' = s+1..=t, whose value is the
 /// cell's (recomputed with the same float operations as the fill, so ties
 /// break the same way in both). O(t - s + options) lookups.
-pub(crate) fn choice(
-    sc: &SlotChain,
-    s: usize,
-    t: usize,
-    m: usize,
-    cost: impl Fn(usize, usize, usize) -> f64,
-) -> Start {
+pub(crate) fn choice(sc: &SlotChain, s: usize, t: usize, m: usize, cost: impl Fn(usize, usize, usize) -> f64) -> Start {
     let target = cost(s, t, m);
     if s == t {
         let o = (0..sc.option_count(s))
