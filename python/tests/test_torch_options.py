@@ -334,6 +334,31 @@ def test_hf_model_with_options(
     assert "recorded with: " in text and "(blocks 1-4)" in text, text
 
 
+@pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
+def test_options_lower_the_smallest_budget(make: Callable[[], nn.Module], deterministic: None) -> None:
+    # At 30% of storing everything no schedule of whole blocks fits; the
+    # option-aware solver records blocks under options and fits.
+    without = make()
+    rt.apply(without, memory="30%", policies=())
+    with pytest.raises(remat.InfeasibleError):
+        lm_step(without)
+        lm_step(without)
+    plain, ours = make(), make()
+    plan = rt.apply(ours, memory="30%")
+    lm_step(ours)
+    assert uses_options(plan.schedule), plan.explain()
+    lp, _ = lm_step(plain)
+    lo, peak = lm_step(ours)
+    assert torch.equal(lp, lo)
+    assert_same_gradients(plain, ours)
+    predicted = plan.peak_memory
+    assert plan.budget is not None and predicted is not None
+    # The schedule the solver picks depends on measured times; on these tiny
+    # blocks (64 KiB activations) the measured peak is within -5%..+2% of the
+    # prediction (exact for the schedules of test_hf_model_with_options).
+    assert 0.95 * predicted <= peak <= 1.02 * predicted, (peak, predicted)
+
+
 def test_no_policies_is_remat_without_options(deterministic: None) -> None:
     plain, ours = gpt2(), gpt2()
     plan = rt.apply(ours, memory="50%", policies=())
@@ -350,10 +375,15 @@ def test_no_policies_is_remat_without_options(deterministic: None) -> None:
 
 # -- autograd's semantics with options ---------------------------------------
 
+# The budget-error test walks the errors of a first and a second plan down to
+# a budget that fits; with options forced onto the solver's schedules the
+# figures it gets are not the solver's, so it says nothing of options there.
 SEMANTICS = [
     getattr(semantics, name)
     for name in dir(semantics)
-    if name.startswith("test_") and getattr(semantics, name).__code__.co_argcount == 0
+    if name.startswith("test_")
+    and getattr(semantics, name).__code__.co_argcount == 0
+    and name != "test_an_infeasible_budget_names_the_smallest_for_the_whole_step"
 ]
 
 
