@@ -566,6 +566,9 @@ _log = logging.getLogger("remat.torch")
 
 #: Runs of each variant timed together on a GPU when measuring options.
 _BACK_TO_BACK = 4
+#: GPU clock cycles the device sleeps before timed runs (about 50 ms at 2 GHz):
+#: the host's head start in queuing them.
+_HOST_HEAD_START_CYCLES = 100_000_000
 
 
 def _profile_options(
@@ -589,7 +592,8 @@ def _profile_options(
     - ``recompute_time``: the median over ``repeat`` rounds of (forward +
       backward under the policy) - (forward + backward of option 0), timed in
       the same round, floored at 0 (on a GPU, each the mean of 4 runs back to
-      back between two events: the device's time, as in a step). The model
+      back between two events, queued while the device sleeps: the device's
+      time, as in a step where the host runs ahead). The model
       has one forward time per stage, so a slower recording forward (SAC's
       dispatch per operator) is charged to the backward that consumes it: each
       ``F_all^l[o]`` has exactly one.
@@ -645,6 +649,13 @@ def _profile_options(
     totals: list[list[float]] = [[] for _ in variants]
     for k in range(repeat + 1):  # round 0 warms up
         for v, ex in enumerate(variants):
+            if meter.cuda:
+                # The device first sleeps while the host queues the runs: the
+                # events then time the device's work alone, as in a step where
+                # the host runs ahead (SAC's per-operator dispatch in Python
+                # would otherwise count, and a whole block's of it is more than
+                # what recomputing less saves on a fast GPU).
+                torch.cuda._sleep(_HOST_HEAD_START_CYCLES)
             with meter.timed():
                 for _ in range(inner):
                     once(ex)
