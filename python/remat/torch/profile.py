@@ -655,7 +655,7 @@ def _profile_options(
                 # the host runs ahead (SAC's per-operator dispatch in Python
                 # would otherwise count, and a whole block's of it is more than
                 # what recomputing less saves on a fast GPU).
-                torch.cuda._sleep(_HOST_HEAD_START_CYCLES)
+                torch.cuda._sleep(_HOST_HEAD_START_CYCLES)  # type: ignore[no-untyped-call]
             with meter.timed():
                 for _ in range(inner):
                     once(ex)
