@@ -80,12 +80,18 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
+        // No wildcard: a new kind of error must choose its exit code here
+        // (a wildcard once sent `Mispredicted`, a bug in remat, to exit 2).
         match e {
             GraphSolveError::Chain(e) => e.into(),
             GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) => Failure::infeasible(e),
             GraphSolveError::NoSolution { .. } => Failure::time_limit(e),
-            GraphSolveError::Rejected { .. } | GraphSolveError::Backend(_) => Failure { code: 70, error: e.into() },
-            _ => Failure::input(e),
+            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
+                Failure::internal(e)
+            }
+            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
+                Failure::input(e)
+            }
         }
     }
 }

@@ -76,7 +76,7 @@ pub fn run(args: Args) -> CliResult {
                 }
                 Failure::infeasible(e)
             }
-            BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
+            BudgetError::Solver(_) => Failure::internal(e),
         })?,
     };
     if args.json {
@@ -163,8 +163,7 @@ fn print_answer(a: &Answer) {
 }
 
 fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
-    let (points, stopped) =
-        joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure { code: 70, error: e.into() })?;
+    let (points, stopped) = joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(Failure::internal)?;
     if stopped == Some(Stopped::TimeLimit) {
         eprintln!(
             "warning: --pareto stopped at the time limit ({} s) after {} points; the front is incomplete (a larger \

@@ -20,44 +20,88 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use remat::{Chain, Problem};
 
-/// Exit code when the budget cannot be met.
-const EXIT_INFEASIBLE: u8 = 1;
-/// Exit code for bad input or usage (also what clap uses).
-const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code when the time limit passed before any schedule was found: not a
-/// verdict on the budget (a larger --time-limit may find one).
-const EXIT_TIME_LIMIT: u8 = 3;
+/// The exit codes of `remat`, defined once: `remat --help` lists them from
+/// [`Exit::ALL`] and [`Exit::meaning`], and the README repeats the list
+/// (tests/cli.rs checks that it matches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The command did what was asked.
+    Success = 0,
+    /// The answer is no: the budget cannot be met.
+    Infeasible = 1,
+    /// Bad input or usage (also clap's code for a bad command line), or
+    /// output that cannot be written.
+    BadInput = 2,
+    /// The time limit passed before any schedule was found: not a verdict on
+    /// the budget (a larger --time-limit may find one).
+    TimeLimit = 3,
+    /// A bug in remat (a schedule failed its replay, a solver's prediction
+    /// disagrees with it) or a failure of the LP solver it calls: `EX_SOFTWARE`
+    /// of sysexits.h.
+    Internal = 70,
+}
+
+impl Exit {
+    /// Every exit code, in the order `--help` lists them.
+    pub const ALL: [Exit; 5] = [Exit::Success, Exit::Infeasible, Exit::BadInput, Exit::TimeLimit, Exit::Internal];
+
+    /// The process exit status.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// What the code means, as `--help` says it.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Infeasible => "the budget is infeasible (the message names the smallest that works)",
+            Exit::BadInput => "bad input or usage, or output that cannot be written",
+            Exit::TimeLimit => "the time limit passed before any schedule was found (graphs)",
+            Exit::Internal => "internal error: a bug in remat, or its LP solver failed (EX_SOFTWARE)",
+        }
+    }
+}
 
 /// A failure with the exit code it maps to.
 pub struct Failure {
-    code: u8,
+    code: Exit,
     error: anyhow::Error,
 }
 
 impl Failure {
-    /// Bad input or usage: exit 2.
+    /// Bad input or usage: [`Exit::BadInput`].
     pub fn input(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_BAD_INPUT, error: error.into() }
+        Failure { code: Exit::BadInput, error: error.into() }
     }
 
-    /// The budget cannot be met: exit 1.
+    /// The budget cannot be met: [`Exit::Infeasible`].
     pub fn infeasible(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_INFEASIBLE, error: error.into() }
+        Failure { code: Exit::Infeasible, error: error.into() }
     }
 
-    /// No schedule within the time limit, and no verdict: exit 3.
+    /// No schedule within the time limit, and no verdict: [`Exit::TimeLimit`].
     pub fn time_limit(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_TIME_LIMIT, error: error.into() }
+        Failure { code: Exit::TimeLimit, error: error.into() }
+    }
+
+    /// A bug in remat or a failure of the LP solver: [`Exit::Internal`].
+    pub fn internal(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: Exit::Internal, error: error.into() }
+    }
+
+    /// The exit code this failure maps to.
+    pub fn exit(&self) -> Exit {
+        self.code
     }
 }
 
 impl From<remat::SolveError> for Failure {
     fn from(e: remat::SolveError) -> Failure {
+        // No wildcard: a new kind of error must choose its exit code here.
         match e {
             remat::SolveError::Infeasible { .. } => Failure::infeasible(e),
-            remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => {
-                Failure { code: 70, error: e.into() }
-            }
+            remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => Failure::internal(e),
+            remat::SolveError::Options(_) => Failure::input(e),
             remat::SolveError::TooLarge { remedy, .. } => {
                 let flags = match remedy {
                     remat::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
@@ -73,14 +117,13 @@ impl From<remat::SolveError> for Failure {
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
-            _ => Failure::input(e),
         }
     }
 }
 
 pub type CliResult = Result<(), Failure>;
 
-const AFTER_HELP: &str = "\
+const EXAMPLES: &str = "\
 Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
@@ -94,11 +137,21 @@ Examples:
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
-gradients and transient workspace; subtract parameters and optimizer state first.
+gradients and transient workspace; subtract parameters and optimizer state first.";
 
-Exit codes: 0 success, 1 budget infeasible (the message gives the smallest
-budget that works), 2 bad input or usage, 3 the time limit passed before any
-schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
+/// `remat --help`'s closing text: the examples, then every exit code from
+/// [`Exit::ALL`].
+fn after_help() -> String {
+    let mut text = format!("{EXAMPLES}\n\nExit codes:");
+    for exit in Exit::ALL {
+        text.push_str(&format!("\n  {:>2}  {}", exit.code(), exit.meaning()));
+    }
+    text.push_str(
+        "\n\nWith --json, an infeasible budget and a time limit also print {\"status\": \"infeasible\", \
+         \"min_budget\": ...} or {\"status\": \"time_limit\"} on stdout.",
+    );
+    text
+}
 
 /// Optimal activation rematerialization (gradient checkpointing) schedules.
 ///
@@ -107,7 +160,7 @@ schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
 /// fits a memory budget: which activations to keep, which to drop and recompute.
 /// Every schedule is replayed by an exact simulator before it is shown.
 #[derive(Parser)]
-#[command(name = "remat", version, after_help = AFTER_HELP)]
+#[command(name = "remat", version, after_help = after_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -143,9 +196,9 @@ pub fn main() -> ExitCode {
     output::flush_stdout();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure { code, error }) => {
-            eprintln!("error: {}", error_text(&error));
-            ExitCode::from(code)
+        Err(failure) => {
+            eprintln!("error: {}", error_text(&failure.error));
+            ExitCode::from(failure.exit().code())
         }
     }
 }
@@ -319,7 +372,36 @@ impl Drop for Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::overhead;
+    use super::{Exit, Failure, overhead};
+    use remat::graph::{GraphAlgorithm, GraphSolveError};
+
+    #[test]
+    fn internal_errors_exit_70_and_help_lists_every_code() {
+        // No input makes remat's solvers disagree with their replay, so the
+        // mapping is tested directly: a wildcard arm once sent this graph
+        // error, a bug in remat, to exit 2 ("bad input").
+        let graph =
+            GraphSolveError::Mispredicted { algorithm: GraphAlgorithm::Checkmate, predicted: 1.0, replayed: 2.0 };
+        assert_eq!(Failure::from(graph).exit(), Exit::Internal);
+        let chain =
+            remat::SolveError::Mispredicted { algorithm: remat::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
+        assert_eq!(Failure::from(chain).exit(), Exit::Internal);
+        let wrapped = GraphSolveError::Chain(remat::SolveError::Mispredicted {
+            algorithm: remat::Algorithm::Floating,
+            predicted: 1.0,
+            replayed: 2.0,
+        });
+        assert_eq!(Failure::from(wrapped).exit(), Exit::Internal);
+        assert_eq!(Failure::from(GraphSolveError::Backend("x".into())).exit(), Exit::Internal);
+        assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
+        assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
+        assert_eq!(Failure::from(remat::SolveError::Options("x".into())).exit(), Exit::BadInput);
+        assert_eq!(Exit::Internal.code(), 70);
+        let help = super::after_help();
+        for exit in Exit::ALL {
+            assert!(help.contains(&format!("{:>2}  {}", exit.code(), exit.meaning())), "{help}");
+        }
+    }
 
     #[test]
     fn overhead_never_prints_negative_zero() {
