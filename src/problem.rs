@@ -17,7 +17,7 @@ use crate::chain::{Chain, ChainError};
 use crate::graph::{
     ForwardGraph, GraphAlgorithm, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph,
 };
-use crate::solve::{Algorithm, SolveOptions};
+use crate::solve::Algorithm;
 
 /// A validated input: what a chain or graph file holds.
 #[derive(Clone, Debug)]
@@ -221,14 +221,11 @@ impl From<GraphAlgorithm> for Method {
     }
 }
 
-/// Options of [`solve`]: the chain solvers' and the graph solvers'.
-#[derive(Clone, Copy, Default)]
-pub struct Options<'a> {
-    /// Slots, segments and progress of the chain solvers.
-    pub chain: SolveOptions<'a>,
-    /// Backend, time limit and ticker of the LP/MILP solvers.
-    pub milp: crate::graph::milp::MilpOptions<'a>,
-}
+/// Options of [`solve`]: the chain solvers' (`chain`) and the graph solvers'
+/// (`milp`). The same type as [`GraphOptions`], so that the value a front end
+/// builds reaches the chain solvers unchanged whichever way the input is
+/// routed (a path graph once lost `exact_memory` and `segments` here).
+pub type Options<'a> = GraphOptions<'a>;
 
 /// Solves any input under `budget` bytes with `algorithm`, routed by what it
 /// is: a chain goes to [`crate::solve::solve`] (or, for a graph-only
@@ -238,16 +235,15 @@ pub struct Options<'a> {
 /// graph simulator before it is returned. The [`Outcome`]'s `why` says which
 /// path was taken (empty for a chain solved as asked).
 pub fn solve(problem: &Problem, budget: u64, method: Method, opts: &Options) -> Result<Outcome, GraphSolveError> {
-    let graph_opts = GraphOptions { milp: opts.milp, slots: opts.chain.slots, chain_progress: opts.chain.progress };
     match (problem, method) {
         (Problem::Chain(chain), Method::Chain(algorithm)) => {
             let solution = crate::solve::solve(chain, budget, algorithm, &opts.chain)?;
             Ok(Outcome::Chain { chain: chain.clone(), solution, why: String::new() })
         }
         (Problem::Chain(chain), Method::Graph(_)) => {
-            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, &graph_opts)
+            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, opts)
         }
-        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, &graph_opts),
+        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, opts),
     }
 }
 
