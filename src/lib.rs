@@ -53,6 +53,7 @@
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
 //! | [`size`] | byte sizes as people write them (`11.2GiB`) |
+//! | `cli` | the `remat` command line as a function, argument vector to exit code (feature `cli`) |
 //!
 //! # Algorithms and their cost
 //!
@@ -72,6 +73,8 @@
 #![warn(missing_docs)]
 
 pub mod chain;
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;

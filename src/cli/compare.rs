@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use remat::report::{Verdict, compare, reported};
-use remat::size::format_size;
-use remat::solve::{DEFAULT_SLOTS, SolveOptions};
+use crate::report::{Verdict, compare, reported};
+use crate::size::format_size;
+use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::output::{out, outln};
 use super::{CliResult, Failure, load_chain, size_arg};

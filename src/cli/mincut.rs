@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use remat::joint::budget::{BudgetOptions, Stopped};
-use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
-use remat::size::format_size;
+use crate::joint::budget::{BudgetOptions, Stopped};
+use crate::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
+use crate::size::format_size;
 
 use super::output::outln;
 use super::{CliResult, Failure, size_arg};

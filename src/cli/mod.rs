@@ -1,11 +1,14 @@
-//! Command-line front end. Each subcommand lives in its own module; this one
-//! holds the argument types, exit codes and the helpers they share.
+//! The `remat` command line (feature `cli`): [`run`] takes an argument
+//! vector and returns the exit code ([`Exit`]). The `remat` binary and the
+//! Python package's `remat` command (`remat._core.main`) both call it. Each
+//! subcommand lives in its own module; this one holds the argument types,
+//! exit codes and the helpers they share.
 
 mod compare;
 mod graph;
 mod min_memory;
 mod mincut;
-pub mod output;
+pub(crate) mod output;
 mod show;
 mod simulate;
 mod solve;
@@ -18,7 +21,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use remat::{Chain, Problem};
+
+use crate::{Chain, Problem};
 
 /// The exit codes of `remat`, defined once: `remat --help` lists them from
 /// [`Exit::ALL`] and [`Exit::meaning`], and the README repeats the list
@@ -63,7 +67,7 @@ impl Exit {
 }
 
 /// A failure with the exit code it maps to.
-pub struct Failure {
+pub(crate) struct Failure {
     code: Exit,
     error: anyhow::Error,
 }
@@ -95,23 +99,23 @@ impl Failure {
     }
 }
 
-impl From<remat::SolveError> for Failure {
-    fn from(e: remat::SolveError) -> Failure {
+impl From<crate::SolveError> for Failure {
+    fn from(e: crate::SolveError) -> Failure {
         // No wildcard: a new kind of error must choose its exit code here.
         match e {
-            remat::SolveError::Infeasible { .. } => Failure::infeasible(e),
-            remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => Failure::internal(e),
-            remat::SolveError::Options(_) => Failure::input(e),
-            remat::SolveError::TooLarge { remedy, .. } => {
+            crate::SolveError::Infeasible { .. } => Failure::infeasible(e),
+            crate::SolveError::Rejected { .. } | crate::SolveError::Mispredicted { .. } => Failure::internal(e),
+            crate::SolveError::Options(_) => Failure::input(e),
+            crate::SolveError::TooLarge { remedy, .. } => {
                 let flags = match remedy {
-                    remat::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
-                    remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
-                    remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
-                    remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
-                    remat::solve::Remedy::ExactMemoryAtMost(m) => {
+                    crate::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
+                    crate::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
+                    crate::solve::Remedy::Use(a) => format!("--algorithm {a}"),
+                    crate::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
+                    crate::solve::Remedy::ExactMemoryAtMost(m) => {
                         format!(
                             "--exact-memory {} or less (0: always round)",
-                            remat::size::format_size(m).replace(' ', "")
+                            crate::size::format_size(m).replace(' ', "")
                         )
                     }
                 };
@@ -121,7 +125,7 @@ impl From<remat::SolveError> for Failure {
     }
 }
 
-pub type CliResult = Result<(), Failure>;
+pub(crate) type CliResult = Result<(), Failure>;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -178,9 +182,25 @@ enum Command {
     Mincut(mincut::Args),
 }
 
-/// Runs the CLI and maps failures to exit codes.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Runs the command line on `args` (the program name first, as
+/// `std::env::args_os` gives it) and returns the exit code ([`Exit`]):
+/// parses, runs the subcommand, prints its output on stdout and any error on
+/// stderr. A reader of stdout that has gone (`remat ... | head -1`) ends the
+/// process with exit 0 (see `output::stdout_failed`).
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help, --version (exit 0) or a usage error (exit 2), printed
+            // as clap prints them; a closed stdout loses only the help text.
+            let _ = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(Exit::BadInput.code());
+        }
+    };
     let result = match cli.command {
         Command::Solve(args) => solve::run(args),
         Command::Simulate(args) => simulate::run(args),
@@ -195,12 +215,17 @@ pub fn main() -> ExitCode {
     // it did.
     output::flush_stdout();
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Success.code(),
         Err(failure) => {
             eprintln!("error: {}", error_text(&failure.error));
-            ExitCode::from(failure.exit().code())
+            failure.exit().code()
         }
     }
+}
+
+/// The `remat` binary's `main`: [`run`] on the process's arguments.
+pub fn main() -> ExitCode {
+    ExitCode::from(run(std::env::args_os()))
 }
 
 /// The error and its causes joined by `: `, each cause only when the text so
@@ -220,7 +245,7 @@ fn error_text(error: &anyhow::Error) -> String {
 
 /// Reads an input once (a path, or `-` for standard input), recognises
 /// whether it is a chain or a graph, and prints its warnings on stderr.
-pub fn load_problem(path: &Path) -> Result<Problem, Failure> {
+pub(crate) fn load_problem(path: &Path) -> Result<Problem, Failure> {
     let problem = Problem::read(path).map_err(Failure::input)?;
     for w in problem.warnings() {
         eprintln!("warning: {}: {w}", path.display());
@@ -231,14 +256,14 @@ pub fn load_problem(path: &Path) -> Result<Problem, Failure> {
 /// Reads a chain input (a forward graph that is a path counts as its chain);
 /// any other graph fails (exit 2) with a message naming `command` and what to
 /// run instead.
-pub fn load_chain(path: &Path, command: &str) -> Result<Chain, Failure> {
+pub(crate) fn load_chain(path: &Path, command: &str) -> Result<Chain, Failure> {
     load_problem(path)?.into_chain(&path.display().to_string(), command).map_err(Failure::input)
 }
 
 /// The makespan's overhead over no recomputation, as `+1.3%`; `None` when the
 /// base time is 0. Float sums in another order can land a hair below the base:
 /// that prints as `+0.0%`, not `+-0.0%`.
-pub fn overhead(makespan: f64, base: f64) -> Option<String> {
+pub(crate) fn overhead(makespan: f64, base: f64) -> Option<String> {
     (base > 0.0).then(|| {
         let pct = 100.0 * (makespan / base - 1.0);
         format!("{:+.1}%", if pct.abs() < 0.05 { 0.0 } else { pct })
@@ -249,23 +274,26 @@ pub fn overhead(makespan: f64, base: f64) -> Option<String> {
 /// standard input), checks that it was computed for `chain` when it names
 /// one, and replays it: the file's text, its operations and the replay, or a
 /// failure (exit 2) naming the file and what is wrong.
-pub fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<(String, Vec<remat::Op>, remat::Replay), Failure> {
-    let text = remat::problem::read_input(path, "schedule file").map_err(Failure::input)?;
-    let ops = remat::schedule::parse_operations(&text)
+pub(crate) fn replay_schedule_file(
+    chain: &Chain,
+    path: &Path,
+) -> Result<(String, Vec<crate::Op>, crate::Replay), Failure> {
+    let text = crate::problem::read_input(path, "schedule file").map_err(Failure::input)?;
+    let ops = crate::schedule::parse_operations(&text)
         .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
-    if let Ok(recorded) = serde_json::from_str::<remat::Schedule>(&text) {
+    if let Ok(recorded) = serde_json::from_str::<crate::Schedule>(&text) {
         recorded
             .check_chain(chain)
             .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
     }
-    let replay = remat::simulate(chain, &ops).map_err(|e| {
+    let replay = crate::simulate(chain, &ops).map_err(|e| {
         Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
     })?;
     Ok((text, ops, replay))
 }
 
 /// Fails (exit 2) when two inputs both read standard input.
-pub fn one_stdin(paths: &[&Path]) -> CliResult {
+pub(crate) fn one_stdin(paths: &[&Path]) -> CliResult {
     if paths.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         return Err(Failure::input(anyhow::anyhow!("only one input can be `-` (standard input)")));
     }
@@ -274,7 +302,7 @@ pub fn one_stdin(paths: &[&Path]) -> CliResult {
 
 /// `--exact-memory`, for the commands that solve chains.
 #[derive(clap::Args)]
-pub struct ExactArgs {
+pub(crate) struct ExactArgs {
     /// Most memory the persistent optimum exact in bytes may take (persistent,
     /// floating, auto); past it they round sizes to --slots and say "not
     /// exact". Default: the slot table's memory, at least 256 MiB. 0: always
@@ -286,29 +314,29 @@ pub struct ExactArgs {
 
 impl ExactArgs {
     /// `--exact-memory`, refused (exit 2, with the most this machine allows)
-    /// when it is more than a solve may use ([`remat::guard::exact_memory`]):
+    /// when it is more than a solve may use ([`crate::guard::exact_memory`]):
     /// checked once before any command runs a solver.
     pub fn get(&self) -> Result<Option<u64>, Failure> {
-        let opts = remat::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
-        remat::guard::exact_memory(&opts)?;
+        let opts = crate::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
+        crate::guard::exact_memory(&opts)?;
         Ok(self.exact_memory)
     }
 }
 
 /// Parses a SIZE argument for clap.
-pub fn size_arg(s: &str) -> Result<u64, String> {
-    remat::size::parse_size(s).map_err(|e| e.to_string())
+pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
+    crate::size::parse_size(s).map_err(|e| e.to_string())
 }
 
-pub use output::write_file;
+pub(crate) use output::write_file;
 
 /// The most memory slots a command accepts. Tables grow linearly with the
 /// slot count; beyond this no table could be allocated anyway, and the
 /// arithmetic on slot indices stays far from overflow.
-pub const MAX_SLOTS: usize = 1_000_000_000;
+pub(crate) const MAX_SLOTS: usize = 1_000_000_000;
 
 /// Parses `--slots` for clap: a whole number from 1 to [`MAX_SLOTS`].
-pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+pub(crate) fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
     match s.trim().parse::<u64>() {
         Ok(n) if n >= 1 && n <= MAX_SLOTS as u64 => Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1")),
         _ => Err(format!("`{s}` is not a slot count: give a whole number from 1 to {MAX_SLOTS}")),
@@ -317,10 +345,10 @@ pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
 
 /// The most budgets one sweep accepts: each runs every algorithm, and a
 /// chart cannot show more points than this anyway.
-pub const MAX_STEPS: usize = 10_000;
+pub(crate) const MAX_STEPS: usize = 10_000;
 
 /// Parses `--steps` for clap: a whole number from 1 to [`MAX_STEPS`].
-pub fn steps_arg(s: &str) -> Result<usize, String> {
+pub(crate) fn steps_arg(s: &str) -> Result<usize, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 && n <= MAX_STEPS as u64 => Ok(n as usize),
         _ => Err(format!("`{s}` is not a number of steps: give a whole number from 1 to {MAX_STEPS}")),
@@ -328,7 +356,7 @@ pub fn steps_arg(s: &str) -> Result<usize, String> {
 }
 
 /// A progress bar on stderr when it is a terminal, for long solves.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     start: std::time::Instant,
 }
@@ -373,7 +401,7 @@ impl Drop for Progress {
 #[cfg(test)]
 mod tests {
     use super::{Exit, Failure, overhead};
-    use remat::graph::{GraphAlgorithm, GraphSolveError};
+    use crate::graph::{GraphAlgorithm, GraphSolveError};
 
     #[test]
     fn internal_errors_exit_70_and_help_lists_every_code() {
@@ -384,10 +412,10 @@ mod tests {
             GraphSolveError::Mispredicted { algorithm: GraphAlgorithm::Checkmate, predicted: 1.0, replayed: 2.0 };
         assert_eq!(Failure::from(graph).exit(), Exit::Internal);
         let chain =
-            remat::SolveError::Mispredicted { algorithm: remat::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
+            crate::SolveError::Mispredicted { algorithm: crate::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
         assert_eq!(Failure::from(chain).exit(), Exit::Internal);
-        let wrapped = GraphSolveError::Chain(remat::SolveError::Mispredicted {
-            algorithm: remat::Algorithm::Floating,
+        let wrapped = GraphSolveError::Chain(crate::SolveError::Mispredicted {
+            algorithm: crate::Algorithm::Floating,
             predicted: 1.0,
             replayed: 2.0,
         });
@@ -395,7 +423,7 @@ mod tests {
         assert_eq!(Failure::from(GraphSolveError::Backend("x".into())).exit(), Exit::Internal);
         assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
         assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
-        assert_eq!(Failure::from(remat::SolveError::Options("x".into())).exit(), Exit::BadInput);
+        assert_eq!(Failure::from(crate::SolveError::Options("x".into())).exit(), Exit::BadInput);
         assert_eq!(Exit::Internal.code(), 70);
         let help = super::after_help();
         for exit in Exit::ALL {
