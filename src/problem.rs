@@ -14,10 +14,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
-use crate::graph::{
-    ForwardGraph, GraphAlgorithm, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph,
-};
-use crate::solve::Algorithm;
+use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
 
 /// A validated input: what a chain or graph file holds.
 #[derive(Clone, Debug)]
@@ -164,62 +161,9 @@ impl Problem {
     }
 }
 
-/// What a user asks to run: a chain algorithm (which a forward graph that is
-/// a path also takes, and `auto` and `exhaustive` on any graph), or a
-/// graph-only one. The command line's `--algorithm` parses into this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// A chain algorithm.
-    Chain(Algorithm),
-    /// A graph-only algorithm (`checkmate`, `checkmate-approx`).
-    Graph(GraphAlgorithm),
-}
-
-impl Method {
-    /// The name used on the command line and in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Chain(a) => a.name(),
-            Method::Graph(g) => g.name(),
-        }
-    }
-}
-
-impl std::fmt::Display for Method {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Method {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Method, String> {
-        if let Ok(g) = s.parse::<GraphAlgorithm>() {
-            return Ok(Method::Graph(g));
-        }
-        s.parse::<Algorithm>().map(Method::Chain).map_err(|_| {
-            let names: Vec<&str> = Algorithm::ALL
-                .iter()
-                .map(|a| a.name())
-                .chain(GraphAlgorithm::GRAPH_ONLY.iter().map(|g| g.name()))
-                .collect();
-            format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
-        })
-    }
-}
-
-impl From<Algorithm> for Method {
-    fn from(a: Algorithm) -> Method {
-        Method::Chain(a)
-    }
-}
-
-impl From<GraphAlgorithm> for Method {
-    fn from(g: GraphAlgorithm) -> Method {
-        Method::Graph(g)
-    }
-}
+/// What a user asks to run (defined beside the graph solvers, which take
+/// it, so that `graph` needs nothing from this module above it).
+pub use crate::graph::Method;
 
 /// Options of [`solve`]: the chain solvers' (`chain`) and the graph solvers'
 /// (`milp`). The same type as [`GraphOptions`], so that the value a front end

@@ -32,7 +32,7 @@ pub mod schedule;
 pub mod simulate;
 mod solve;
 
-pub use algorithm::GraphAlgorithm;
+pub use algorithm::{GraphAlgorithm, Method};
 pub use forward::{ForwardGraph, NotAPath};
 pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};

@@ -6,7 +6,6 @@ use std::fmt;
 use thiserror::Error;
 
 use crate::chain::Chain;
-use crate::graph::GraphAlgorithm;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
@@ -15,7 +14,7 @@ use crate::graph::plan::Staged;
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
 use crate::graph::{ForwardGraph, Graph, GraphError, GraphFile, exhaustive, joint};
-use crate::problem::Method;
+use crate::graph::{GraphAlgorithm, Method};
 use crate::size::format_size;
 use crate::solve::{Algorithm, Solution, SolveError, SolveOptions};
 
