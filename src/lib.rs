@@ -103,3 +103,16 @@ pub use solve::{Algorithm, Solution, SolveError, SolveOptions, solve};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md: the executor's), run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+
+/// The other chapters moved out of the README: any Rust example they gain
+/// is run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/design.md")]
+#[doc = include_str!("../docs/results.md")]
+#[doc = include_str!("../docs/python.md")]
+pub struct ChapterDoctests;

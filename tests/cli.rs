@@ -394,4 +394,4 @@ fn help_and_docs_list_the_same_exit_codes() {
 }
 
 /// The page whose table lists the exit codes.
-const EXIT_CODES_DOC: &str = "README.md";
+const EXIT_CODES_DOC: &str = "docs/guide.md";

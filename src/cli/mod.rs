@@ -25,7 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::{Chain, Problem};
 
 /// The exit codes of `remat`, defined once: `remat --help` lists them from
-/// [`Exit::ALL`] and [`Exit::meaning`], and the README repeats the list
+/// [`Exit::ALL`] and [`Exit::meaning`], and docs/guide.md repeats the list
 /// (tests/cli.rs checks that it matches).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {

@@ -20,7 +20,7 @@ use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
 pub struct Args {
     /// Chain file (JSON: name, input_size, stages[], optional loss), or graph
     /// file (JSON with nodes[]: a forward graph, or a joint graph with
-    /// "joint": true; see the README). `-` reads standard input.
+    /// "joint": true; see docs/guide.md). `-` reads standard input.
     chain: PathBuf,
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
