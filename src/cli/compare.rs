@@ -15,7 +15,8 @@ use super::{CliResult, Failure, load_chain, size_arg};
 /// PyTorch's checkpoint_sequential, revolve, Chen et al.'s sqrt(L) and greedy)
 /// prints the makespan, the overhead over store-all (no recomputation), the
 /// peak memory and the solve time, every schedule replayed by the exact
-/// simulator. Infeasible algorithms give the smallest budget they can meet
+/// simulator, then the gain of the fastest over the best checkpoint_sequential
+/// within the budget. Infeasible algorithms give the smallest budget they can meet
 /// (exit code 1 when none fits); exhaustive search is skipped on chains over
 /// 12 stages.
 #[derive(clap::Args)]
