@@ -53,6 +53,7 @@
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
 //! | [`size`] | byte sizes as people write them (`11.2GiB`) |
+//! | `cli` | the `remat` command line as a function, argument vector to exit code (feature `cli`) |
 //!
 //! # Algorithms and their cost
 //!
@@ -72,6 +73,8 @@
 #![warn(missing_docs)]
 
 pub mod chain;
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
@@ -100,3 +103,16 @@ pub use solve::{Algorithm, Solution, SolveError, SolveOptions, solve};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md: the executor's), run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+
+/// The other chapters moved out of the README: any Rust example they gain
+/// is run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/design.md")]
+#[doc = include_str!("../docs/results.md")]
+#[doc = include_str!("../docs/python.md")]
+pub struct ChapterDoctests;

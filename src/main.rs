@@ -1,11 +1,10 @@
-//! The `remat` command line: parse, call the library, print.
+//! The `remat` command line: the library's [`remat::cli`] (feature `cli`)
+//! on the process's arguments.
 
 #![deny(unsafe_code)]
-
-mod cli;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    cli::main()
+    remat::cli::main()
 }

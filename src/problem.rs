@@ -14,10 +14,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
-use crate::graph::{
-    ForwardGraph, GraphAlgorithm, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph,
-};
-use crate::solve::{Algorithm, SolveOptions};
+use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
 
 /// A validated input: what a chain or graph file holds.
 #[derive(Clone, Debug)]
@@ -164,71 +161,15 @@ impl Problem {
     }
 }
 
-/// What a user asks to run: a chain algorithm (which a forward graph that is
-/// a path also takes, and `auto` and `exhaustive` on any graph), or a
-/// graph-only one. The command line's `--algorithm` parses into this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// A chain algorithm.
-    Chain(Algorithm),
-    /// A graph-only algorithm (`checkmate`, `checkmate-approx`).
-    Graph(GraphAlgorithm),
-}
+/// What a user asks to run (defined beside the graph solvers, which take
+/// it, so that `graph` needs nothing from this module above it).
+pub use crate::graph::Method;
 
-impl Method {
-    /// The name used on the command line and in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Chain(a) => a.name(),
-            Method::Graph(g) => g.name(),
-        }
-    }
-}
-
-impl std::fmt::Display for Method {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Method {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Method, String> {
-        if let Ok(g) = s.parse::<GraphAlgorithm>() {
-            return Ok(Method::Graph(g));
-        }
-        s.parse::<Algorithm>().map(Method::Chain).map_err(|_| {
-            let names: Vec<&str> = Algorithm::ALL
-                .iter()
-                .map(|a| a.name())
-                .chain(GraphAlgorithm::GRAPH_ONLY.iter().map(|g| g.name()))
-                .collect();
-            format!("unknown algorithm `{s}`; expected one of: {}", names.join(", "))
-        })
-    }
-}
-
-impl From<Algorithm> for Method {
-    fn from(a: Algorithm) -> Method {
-        Method::Chain(a)
-    }
-}
-
-impl From<GraphAlgorithm> for Method {
-    fn from(g: GraphAlgorithm) -> Method {
-        Method::Graph(g)
-    }
-}
-
-/// Options of [`solve`]: the chain solvers' and the graph solvers'.
-#[derive(Clone, Copy, Default)]
-pub struct Options<'a> {
-    /// Slots, segments and progress of the chain solvers.
-    pub chain: SolveOptions<'a>,
-    /// Backend, time limit and ticker of the LP/MILP solvers.
-    pub milp: crate::graph::milp::MilpOptions<'a>,
-}
+/// Options of [`solve`]: the chain solvers' (`chain`) and the graph solvers'
+/// (`milp`). The same type as [`GraphOptions`], so that the value a front end
+/// builds reaches the chain solvers unchanged whichever way the input is
+/// routed (a path graph once lost `exact_memory` and `segments` here).
+pub type Options<'a> = GraphOptions<'a>;
 
 /// Solves any input under `budget` bytes with `algorithm`, routed by what it
 /// is: a chain goes to [`crate::solve::solve`] (or, for a graph-only
@@ -238,16 +179,15 @@ pub struct Options<'a> {
 /// graph simulator before it is returned. The [`Outcome`]'s `why` says which
 /// path was taken (empty for a chain solved as asked).
 pub fn solve(problem: &Problem, budget: u64, method: Method, opts: &Options) -> Result<Outcome, GraphSolveError> {
-    let graph_opts = GraphOptions { milp: opts.milp, slots: opts.chain.slots, chain_progress: opts.chain.progress };
     match (problem, method) {
         (Problem::Chain(chain), Method::Chain(algorithm)) => {
             let solution = crate::solve::solve(chain, budget, algorithm, &opts.chain)?;
             Ok(Outcome::Chain { chain: chain.clone(), solution, why: String::new() })
         }
         (Problem::Chain(chain), Method::Graph(_)) => {
-            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, &graph_opts)
+            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, opts)
         }
-        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, &graph_opts),
+        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, opts),
     }
 }
 

@@ -282,3 +282,54 @@ fn joint_graphs_are_read_as_given() {
         .code(1)
         .stderr(predicate::str::contains("the smallest budget it can meet is 3 B"));
 }
+
+/// `chains/rotor-fc6.json` written as a forward graph that is a path (each
+/// stage a node reading the one before): what `remat solve` takes as its
+/// chain.
+fn rotor_fc6_as_a_path_graph() -> String {
+    let chain: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("chains/rotor-fc6.json").unwrap()).unwrap();
+    let nodes: Vec<serde_json::Value> = chain["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, stage)| {
+            let mut node = stage.clone();
+            node["name"] = format!("s{i}").into();
+            node["inputs"] = if i == 0 { serde_json::json!([]) } else { serde_json::json!([format!("s{}", i - 1)]) };
+            node
+        })
+        .collect();
+    let graph = serde_json::json!({"name": "rotor-fc6", "input_size": chain["input_size"], "nodes": nodes});
+    graph.to_string()
+}
+
+/// Issue 26: a path-shaped forward graph is solved as its chain, and the
+/// chain options reach that solve unchanged (the router once rebuilt them
+/// from --slots alone: --exact-memory 0 answered "exact bytes", --segments 3
+/// gave K = 1).
+#[test]
+fn a_path_graph_keeps_exact_memory_and_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = write(&dir, "rotor-fc6-path.json", &rotor_fc6_as_a_path_graph());
+    let graph = graph.to_str().unwrap();
+    for input in ["chains/rotor-fc6.json", graph] {
+        remat()
+            .args(["solve", input, "--memory", "90MiB", "-a", "persistent", "--exact-memory", "0"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("not exact: exact answers are turned off"));
+        remat()
+            .args(["solve", input, "--memory", "1GiB", "-a", "sequential", "--segments", "3"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("K = 3 segments").and(predicate::str::contains("makespan:    46.13")));
+    }
+    // Without the flags the path graph is solved exactly, as the chain is.
+    remat()
+        .args(["solve", graph, "--memory", "90MiB", "-a", "persistent"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("exact bytes"));
+}

@@ -26,6 +26,30 @@ fn compare_lists_every_algorithm() {
     assert!(text.lines().any(|l| l.starts_with("sequential") && l.contains("K = 2 segments")), "{text}");
 }
 
+/// Issue 26: `compare` states the gain of the fastest schedule over the best
+/// checkpoint_sequential within the same budget (rotor-fc6 at 100 MiB:
+/// K = 2 at 43.62 against 41.18, 43.62 / 41.18 = +5.9% throughput), and says
+/// so when no K of checkpoint_sequential fits (87 MiB: its smallest is
+/// 91.66 MiB).
+#[test]
+fn compare_states_the_gain_over_the_best_checkpoint_sequential() {
+    remat().args(["compare", FC6, "--memory", "100MiB"]).assert().success().stdout(predicate::str::contains(
+        "gain over the best checkpoint_sequential (K = 2 segments): +5.9% throughput (43.62 -> 41.18, persistent)",
+    ));
+    let out = remat().args(["compare", FC6, "--memory", "100MiB", "--json"]).assert().success();
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let gain = &v["gain_over_sequential"];
+    assert_eq!(gain["status"], "gain", "{v}");
+    let percent = gain["throughput_gain_percent"].as_f64().unwrap();
+    let ratio = gain["sequential_makespan"].as_f64().unwrap() / gain["best_makespan"].as_f64().unwrap();
+    assert!((percent - 100.0 * (ratio - 1.0)).abs() < 1e-9 && (percent - 5.93).abs() < 0.01, "{gain}");
+    remat()
+        .args(["compare", FC6, "--memory", "87MiB"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("none of its K fits this budget; persistent does (47.42)"));
+}
+
 #[test]
 fn compare_json_and_nothing_fits() {
     let out = remat().args(["compare", FC6, "--memory", "100MiB", "--json"]).assert().success();

@@ -78,7 +78,7 @@ fn rounding_fits_the_budget_or_says_so() {
     }
 }
 
-/// With HiGHS the MILP closes these graphs in seconds (see the README); here
+/// With HiGHS the MILP closes these graphs in seconds (see docs/results.md); here
 /// only what does not depend on speed is checked: a valid schedule within
 /// budget, no worse than the warm start, no better than the LP bound, and the
 /// rounding never below a proven optimum.

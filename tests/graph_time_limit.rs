@@ -1,6 +1,6 @@
 //! `--time-limit` on real layer graphs, through the binary (issues 15 and
 //! 16): the limit covers the lift, the baselines, the MILP's build and the
-//! solver, within the margin stated in the README (the deadline itself for a
+//! solver, within the margin stated in docs/guide.md (the deadline itself for a
 //! solver that does not stop by itself, plus printing). The bounds here are
 //! generous on purpose (a shared machine); they catch a limit that is not
 //! honoured at all (before: 70 s and 3.3 GB for `--time-limit 1` on

@@ -4,7 +4,8 @@
 #   tools/test-all.sh                # everything
 #   tools/test-all.sh --python-only  # skip `cargo test` (still builds the CLI the tests compare with)
 #
-# 1. `cargo test` (the library, the command line, the README's examples);
+# 1. `cargo test` (the library, the command line, the examples of the README
+#    and of docs/guide.md);
 # 2. a virtualenv ($REMAT_VENV, default .venv) with maturin, pytest, ruff,
 #    mypy, torch, transformers and torchvision, each installed from the package registry only when
 #    missing (pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for

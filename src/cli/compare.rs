@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use remat::report::{Verdict, compare, reported};
-use remat::size::format_size;
-use remat::solve::{DEFAULT_SLOTS, SolveOptions};
+use crate::report::{Verdict, compare, reported};
+use crate::size::format_size;
+use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::output::{out, outln};
 use super::{CliResult, Failure, load_chain, size_arg};
@@ -15,7 +15,8 @@ use super::{CliResult, Failure, load_chain, size_arg};
 /// PyTorch's checkpoint_sequential, revolve, Chen et al.'s sqrt(L) and greedy)
 /// prints the makespan, the overhead over store-all (no recomputation), the
 /// peak memory and the solve time, every schedule replayed by the exact
-/// simulator. Infeasible algorithms give the smallest budget they can meet
+/// simulator, then the gain of the fastest over the best checkpoint_sequential
+/// within the budget. Infeasible algorithms give the smallest budget they can meet
 /// (exit code 1 when none fits); exhaustive search is skipped on chains over
 /// 12 stages.
 #[derive(clap::Args)]

@@ -1,20 +1,21 @@
 //! `remat solve` and `remat simulate` on graph files (forward or joint graphs,
 //! recognised by their `nodes` key), and on chain files with a graph-only
-//! algorithm. The logic lives in `remat::graph`; this prints.
+//! algorithm. The logic lives in `crate::graph`; this prints.
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remat::Problem;
-use remat::graph::GraphAlgorithm;
-use remat::graph::milp::{Backend, MilpOptions};
-use remat::graph::schedule::notation;
-use remat::graph::{Graph, GraphFile, GraphSolveError, Outcome};
-use remat::problem::Method;
-use remat::size::format_size;
-use remat::solve::Algorithm;
+
+use crate::Problem;
+use crate::graph::GraphAlgorithm;
+use crate::graph::milp::{Backend, MilpOptions};
+use crate::graph::schedule::notation;
+use crate::graph::{Graph, GraphFile, GraphSolveError, Outcome};
+use crate::problem::Method;
+use crate::size::format_size;
+use crate::solve::Algorithm;
 
 use super::Failure;
 use super::output::outln;
@@ -80,12 +81,18 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
+        // No wildcard: a new kind of error must choose its exit code here
+        // (a wildcard once sent `Mispredicted`, a bug in remat, to exit 2).
         match e {
             GraphSolveError::Chain(e) => e.into(),
             GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) => Failure::infeasible(e),
             GraphSolveError::NoSolution { .. } => Failure::time_limit(e),
-            GraphSolveError::Rejected { .. } | GraphSolveError::Backend(_) => Failure { code: 70, error: e.into() },
-            _ => Failure::input(e),
+            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
+                Failure::internal(e)
+            }
+            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
+                Failure::input(e)
+            }
         }
     }
 }
@@ -165,7 +172,7 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
             };
             outln!("solver:      {solver}");
             if let Some((name, cost)) = &solution.warm_start {
-                let what = if name == remat::graph::LIFT_NAME {
+                let what = if name == crate::graph::LIFT_NAME {
                     "the chain DP's schedule lifted to the graph".to_string()
                 } else {
                     format!("baseline {name}")
@@ -175,16 +182,16 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
             outln!("budget:      {} ({} bytes)", format_size(s.budget), s.budget);
             let gap = s.gap.map_or("unknown".to_string(), |g| format!("{:.2}%", 100.0 * g));
             let status = match s.status {
-                remat::graph::Status::Optimal => "optimal (proven)".to_string(),
-                remat::graph::Status::TimeLimit => {
+                crate::graph::Status::Optimal => "optimal (proven)".to_string(),
+                crate::graph::Status::TimeLimit => {
                     format!(
                         "time limit reached: best schedule found, proven gap {gap} (raise --time-limit to close it)"
                     )
                 }
-                remat::graph::Status::Rounded => {
+                crate::graph::Status::Rounded => {
                     format!("rounded from the LP relaxation, within {gap} of optimal (proven)")
                 }
-                remat::graph::Status::Feasible => {
+                crate::graph::Status::Feasible => {
                     format!("feasible, not proven optimal: within {gap} of optimal (proven)")
                 }
             };
@@ -223,20 +230,20 @@ pub fn simulate_graph(
     let is_path = matches!(file, GraphFile::Forward(f) if f.as_chain().is_ok());
     let graph: Graph = match file {
         GraphFile::Joint(g) => g.clone(),
-        GraphFile::Forward(f) => remat::graph::joint::derive(f)
+        GraphFile::Forward(f) => crate::graph::joint::derive(f)
             .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", graph_path.display())))?,
     };
-    let schedule_text = remat::problem::read_input(schedule_path, "schedule file").map_err(Failure::input)?;
-    let operations = match remat::graph::schedule::parse_graph_operations(&schedule_text, &graph) {
+    let schedule_text = crate::problem::read_input(schedule_path, "schedule file").map_err(Failure::input)?;
+    let operations = match crate::graph::schedule::parse_graph_operations(&schedule_text, &graph) {
         Ok(operations) => operations,
-        Err(_) if is_path && remat::schedule::parse_operations(&schedule_text).is_ok() => return Ok(false),
+        Err(_) if is_path && crate::schedule::parse_operations(&schedule_text).is_ok() => return Ok(false),
         Err(e) => return Err(Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", schedule_path.display()))),
     };
     if operations.is_empty() {
         return Err(Failure::input(anyhow::anyhow!("schedule file `{}` holds no operations", schedule_path.display())));
     }
 
-    let replay = remat::graph::simulate(&graph, &operations).map_err(|e| {
+    let replay = crate::graph::simulate(&graph, &operations).map_err(|e| {
         Failure::input(anyhow::anyhow!(
             "schedule `{}` is not valid on graph `{}`: {e}",
             schedule_path.display(),
@@ -267,7 +274,7 @@ pub fn simulate_graph(
         );
     }
     if let Some(budget) = budget {
-        if let Err(e) = remat::graph::simulate_within(&graph, &operations, budget) {
+        if let Err(e) = crate::graph::simulate_within(&graph, &operations, budget) {
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !json {

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use remat::joint::budget::{BudgetOptions, Stopped};
-use remat::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
-use remat::size::format_size;
+use crate::joint::budget::{BudgetOptions, Stopped};
+use crate::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
+use crate::size::format_size;
 
 use super::output::outln;
 use super::{CliResult, Failure, size_arg};
@@ -76,7 +76,7 @@ pub fn run(args: Args) -> CliResult {
                 }
                 Failure::infeasible(e)
             }
-            BudgetError::Solver(_) => Failure { code: 70, error: e.into() },
+            BudgetError::Solver(_) => Failure::internal(e),
         })?,
     };
     if args.json {
@@ -163,8 +163,7 @@ fn print_answer(a: &Answer) {
 }
 
 fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
-    let (points, stopped) =
-        joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure { code: 70, error: e.into() })?;
+    let (points, stopped) = joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(Failure::internal)?;
     if stopped == Some(Stopped::TimeLimit) {
         eprintln!(
             "warning: --pareto stopped at the time limit ({} s) after {} points; the front is incomplete (a larger \

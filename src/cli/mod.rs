@@ -1,11 +1,14 @@
-//! Command-line front end. Each subcommand lives in its own module; this one
-//! holds the argument types, exit codes and the helpers they share.
+//! The `remat` command line (feature `cli`): [`run`] takes an argument
+//! vector and returns the exit code ([`Exit`]). The `remat` binary and the
+//! Python package's `remat` command (`remat._core.main`) both call it. Each
+//! subcommand lives in its own module; this one holds the argument types,
+//! exit codes and the helpers they share.
 
 mod compare;
 mod graph;
 mod min_memory;
 mod mincut;
-pub mod output;
+pub(crate) mod output;
 mod show;
 mod simulate;
 mod solve;
@@ -18,69 +21,113 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use remat::{Chain, Problem};
 
-/// Exit code when the budget cannot be met.
-const EXIT_INFEASIBLE: u8 = 1;
-/// Exit code for bad input or usage (also what clap uses).
-const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code when the time limit passed before any schedule was found: not a
-/// verdict on the budget (a larger --time-limit may find one).
-const EXIT_TIME_LIMIT: u8 = 3;
+use crate::{Chain, Problem};
+
+/// The exit codes of `remat`, defined once: `remat --help` lists them from
+/// [`Exit::ALL`] and [`Exit::meaning`], and docs/guide.md repeats the list
+/// (tests/cli.rs checks that it matches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The command did what was asked.
+    Success = 0,
+    /// The answer is no: the budget cannot be met.
+    Infeasible = 1,
+    /// Bad input or usage (also clap's code for a bad command line), or
+    /// output that cannot be written.
+    BadInput = 2,
+    /// The time limit passed before any schedule was found: not a verdict on
+    /// the budget (a larger --time-limit may find one).
+    TimeLimit = 3,
+    /// A bug in remat (a schedule failed its replay, a solver's prediction
+    /// disagrees with it) or a failure of the LP solver it calls: `EX_SOFTWARE`
+    /// of sysexits.h.
+    Internal = 70,
+}
+
+impl Exit {
+    /// Every exit code, in the order `--help` lists them.
+    pub const ALL: [Exit; 5] = [Exit::Success, Exit::Infeasible, Exit::BadInput, Exit::TimeLimit, Exit::Internal];
+
+    /// The process exit status.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// What the code means, as `--help` says it.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Infeasible => "the budget is infeasible (the message names the smallest that works)",
+            Exit::BadInput => "bad input or usage, or output that cannot be written",
+            Exit::TimeLimit => "the time limit passed before any schedule was found (graphs)",
+            Exit::Internal => "internal error: a bug in remat, or its LP solver failed (EX_SOFTWARE)",
+        }
+    }
+}
 
 /// A failure with the exit code it maps to.
-pub struct Failure {
-    code: u8,
+pub(crate) struct Failure {
+    code: Exit,
     error: anyhow::Error,
 }
 
 impl Failure {
-    /// Bad input or usage: exit 2.
+    /// Bad input or usage: [`Exit::BadInput`].
     pub fn input(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_BAD_INPUT, error: error.into() }
+        Failure { code: Exit::BadInput, error: error.into() }
     }
 
-    /// The budget cannot be met: exit 1.
+    /// The budget cannot be met: [`Exit::Infeasible`].
     pub fn infeasible(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_INFEASIBLE, error: error.into() }
+        Failure { code: Exit::Infeasible, error: error.into() }
     }
 
-    /// No schedule within the time limit, and no verdict: exit 3.
+    /// No schedule within the time limit, and no verdict: [`Exit::TimeLimit`].
     pub fn time_limit(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: EXIT_TIME_LIMIT, error: error.into() }
+        Failure { code: Exit::TimeLimit, error: error.into() }
+    }
+
+    /// A bug in remat or a failure of the LP solver: [`Exit::Internal`].
+    pub fn internal(error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: Exit::Internal, error: error.into() }
+    }
+
+    /// The exit code this failure maps to.
+    pub fn exit(&self) -> Exit {
+        self.code
     }
 }
 
-impl From<remat::SolveError> for Failure {
-    fn from(e: remat::SolveError) -> Failure {
+impl From<crate::SolveError> for Failure {
+    fn from(e: crate::SolveError) -> Failure {
+        // No wildcard: a new kind of error must choose its exit code here.
         match e {
-            remat::SolveError::Infeasible { .. } => Failure::infeasible(e),
-            remat::SolveError::Rejected { .. } | remat::SolveError::Mispredicted { .. } => {
-                Failure { code: 70, error: e.into() }
-            }
-            remat::SolveError::TooLarge { remedy, .. } => {
+            crate::SolveError::Infeasible { .. } => Failure::infeasible(e),
+            crate::SolveError::Rejected { .. } | crate::SolveError::Mispredicted { .. } => Failure::internal(e),
+            crate::SolveError::Options(_) => Failure::input(e),
+            crate::SolveError::TooLarge { remedy, .. } => {
                 let flags = match remedy {
-                    remat::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
-                    remat::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
-                    remat::solve::Remedy::Use(a) => format!("--algorithm {a}"),
-                    remat::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
-                    remat::solve::Remedy::ExactMemoryAtMost(m) => {
+                    crate::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
+                    crate::solve::Remedy::FewerSlotsOr(a) => format!("--slots N with a smaller N, or --algorithm {a}"),
+                    crate::solve::Remedy::Use(a) => format!("--algorithm {a}"),
+                    crate::solve::Remedy::FewerStages => "a chain with fewer, larger stages".to_string(),
+                    crate::solve::Remedy::ExactMemoryAtMost(m) => {
                         format!(
                             "--exact-memory {} or less (0: always round)",
-                            remat::size::format_size(m).replace(' ', "")
+                            crate::size::format_size(m).replace(' ', "")
                         )
                     }
                 };
                 Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
-            _ => Failure::input(e),
         }
     }
 }
 
-pub type CliResult = Result<(), Failure>;
+pub(crate) type CliResult = Result<(), Failure>;
 
-const AFTER_HELP: &str = "\
+const EXAMPLES: &str = "\
 Examples:
   remat solve chains/rotor-fc6.json --memory 90MiB
   remat solve chains/rotor-fc6.json --memory 90MiB --json -o schedule.json
@@ -94,11 +141,21 @@ Examples:
 
 Sizes are bytes or a number with a unit: 90MiB, 8GiB, 1.5GB (kB/MB/GB are powers
 of 1000, KiB/MiB/GiB powers of 1024). The budget counts activations, saved data,
-gradients and transient workspace; subtract parameters and optimizer state first.
+gradients and transient workspace; subtract parameters and optimizer state first.";
 
-Exit codes: 0 success, 1 budget infeasible (the message gives the smallest
-budget that works), 2 bad input or usage, 3 the time limit passed before any
-schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
+/// `remat --help`'s closing text: the examples, then every exit code from
+/// [`Exit::ALL`].
+fn after_help() -> String {
+    let mut text = format!("{EXAMPLES}\n\nExit codes:");
+    for exit in Exit::ALL {
+        text.push_str(&format!("\n  {:>2}  {}", exit.code(), exit.meaning()));
+    }
+    text.push_str(
+        "\n\nWith --json, an infeasible budget and a time limit also print {\"status\": \"infeasible\", \
+         \"min_budget\": ...} or {\"status\": \"time_limit\"} on stdout.",
+    );
+    text
+}
 
 /// Optimal activation rematerialization (gradient checkpointing) schedules.
 ///
@@ -107,7 +164,7 @@ schedule was found (a graph solve; with --json, {\"status\": \"time_limit\"}).";
 /// fits a memory budget: which activations to keep, which to drop and recompute.
 /// Every schedule is replayed by an exact simulator before it is shown.
 #[derive(Parser)]
-#[command(name = "remat", version, after_help = AFTER_HELP)]
+#[command(name = "remat", version, after_help = after_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -125,9 +182,25 @@ enum Command {
     Mincut(mincut::Args),
 }
 
-/// Runs the CLI and maps failures to exit codes.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Runs the command line on `args` (the program name first, as
+/// `std::env::args_os` gives it) and returns the exit code ([`Exit`]):
+/// parses, runs the subcommand, prints its output on stdout and any error on
+/// stderr. A reader of stdout that has gone (`remat ... | head -1`) ends the
+/// process with exit 0 (see `output::stdout_failed`).
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help, --version (exit 0) or a usage error (exit 2), printed
+            // as clap prints them; a closed stdout loses only the help text.
+            let _ = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(Exit::BadInput.code());
+        }
+    };
     let result = match cli.command {
         Command::Solve(args) => solve::run(args),
         Command::Simulate(args) => simulate::run(args),
@@ -142,12 +215,17 @@ pub fn main() -> ExitCode {
     // it did.
     output::flush_stdout();
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure { code, error }) => {
-            eprintln!("error: {}", error_text(&error));
-            ExitCode::from(code)
+        Ok(()) => Exit::Success.code(),
+        Err(failure) => {
+            eprintln!("error: {}", error_text(&failure.error));
+            failure.exit().code()
         }
     }
+}
+
+/// The `remat` binary's `main`: [`run`] on the process's arguments.
+pub fn main() -> ExitCode {
+    ExitCode::from(run(std::env::args_os()))
 }
 
 /// The error and its causes joined by `: `, each cause only when the text so
@@ -167,7 +245,7 @@ fn error_text(error: &anyhow::Error) -> String {
 
 /// Reads an input once (a path, or `-` for standard input), recognises
 /// whether it is a chain or a graph, and prints its warnings on stderr.
-pub fn load_problem(path: &Path) -> Result<Problem, Failure> {
+pub(crate) fn load_problem(path: &Path) -> Result<Problem, Failure> {
     let problem = Problem::read(path).map_err(Failure::input)?;
     for w in problem.warnings() {
         eprintln!("warning: {}: {w}", path.display());
@@ -178,14 +256,14 @@ pub fn load_problem(path: &Path) -> Result<Problem, Failure> {
 /// Reads a chain input (a forward graph that is a path counts as its chain);
 /// any other graph fails (exit 2) with a message naming `command` and what to
 /// run instead.
-pub fn load_chain(path: &Path, command: &str) -> Result<Chain, Failure> {
+pub(crate) fn load_chain(path: &Path, command: &str) -> Result<Chain, Failure> {
     load_problem(path)?.into_chain(&path.display().to_string(), command).map_err(Failure::input)
 }
 
 /// The makespan's overhead over no recomputation, as `+1.3%`; `None` when the
 /// base time is 0. Float sums in another order can land a hair below the base:
 /// that prints as `+0.0%`, not `+-0.0%`.
-pub fn overhead(makespan: f64, base: f64) -> Option<String> {
+pub(crate) fn overhead(makespan: f64, base: f64) -> Option<String> {
     (base > 0.0).then(|| {
         let pct = 100.0 * (makespan / base - 1.0);
         format!("{:+.1}%", if pct.abs() < 0.05 { 0.0 } else { pct })
@@ -196,23 +274,26 @@ pub fn overhead(makespan: f64, base: f64) -> Option<String> {
 /// standard input), checks that it was computed for `chain` when it names
 /// one, and replays it: the file's text, its operations and the replay, or a
 /// failure (exit 2) naming the file and what is wrong.
-pub fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<(String, Vec<remat::Op>, remat::Replay), Failure> {
-    let text = remat::problem::read_input(path, "schedule file").map_err(Failure::input)?;
-    let ops = remat::schedule::parse_operations(&text)
+pub(crate) fn replay_schedule_file(
+    chain: &Chain,
+    path: &Path,
+) -> Result<(String, Vec<crate::Op>, crate::Replay), Failure> {
+    let text = crate::problem::read_input(path, "schedule file").map_err(Failure::input)?;
+    let ops = crate::schedule::parse_operations(&text)
         .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
-    if let Ok(recorded) = serde_json::from_str::<remat::Schedule>(&text) {
+    if let Ok(recorded) = serde_json::from_str::<crate::Schedule>(&text) {
         recorded
             .check_chain(chain)
             .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
     }
-    let replay = remat::simulate(chain, &ops).map_err(|e| {
+    let replay = crate::simulate(chain, &ops).map_err(|e| {
         Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
     })?;
     Ok((text, ops, replay))
 }
 
 /// Fails (exit 2) when two inputs both read standard input.
-pub fn one_stdin(paths: &[&Path]) -> CliResult {
+pub(crate) fn one_stdin(paths: &[&Path]) -> CliResult {
     if paths.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         return Err(Failure::input(anyhow::anyhow!("only one input can be `-` (standard input)")));
     }
@@ -221,7 +302,7 @@ pub fn one_stdin(paths: &[&Path]) -> CliResult {
 
 /// `--exact-memory`, for the commands that solve chains.
 #[derive(clap::Args)]
-pub struct ExactArgs {
+pub(crate) struct ExactArgs {
     /// Most memory the persistent optimum exact in bytes may take (persistent,
     /// floating, auto); past it they round sizes to --slots and say "not
     /// exact". Default: the slot table's memory, at least 256 MiB. 0: always
@@ -233,29 +314,29 @@ pub struct ExactArgs {
 
 impl ExactArgs {
     /// `--exact-memory`, refused (exit 2, with the most this machine allows)
-    /// when it is more than a solve may use ([`remat::guard::exact_memory`]):
+    /// when it is more than a solve may use ([`crate::guard::exact_memory`]):
     /// checked once before any command runs a solver.
     pub fn get(&self) -> Result<Option<u64>, Failure> {
-        let opts = remat::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
-        remat::guard::exact_memory(&opts)?;
+        let opts = crate::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
+        crate::guard::exact_memory(&opts)?;
         Ok(self.exact_memory)
     }
 }
 
 /// Parses a SIZE argument for clap.
-pub fn size_arg(s: &str) -> Result<u64, String> {
-    remat::size::parse_size(s).map_err(|e| e.to_string())
+pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
+    crate::size::parse_size(s).map_err(|e| e.to_string())
 }
 
-pub use output::write_file;
+pub(crate) use output::write_file;
 
 /// The most memory slots a command accepts. Tables grow linearly with the
 /// slot count; beyond this no table could be allocated anyway, and the
 /// arithmetic on slot indices stays far from overflow.
-pub const MAX_SLOTS: usize = 1_000_000_000;
+pub(crate) const MAX_SLOTS: usize = 1_000_000_000;
 
 /// Parses `--slots` for clap: a whole number from 1 to [`MAX_SLOTS`].
-pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+pub(crate) fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
     match s.trim().parse::<u64>() {
         Ok(n) if n >= 1 && n <= MAX_SLOTS as u64 => Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1")),
         _ => Err(format!("`{s}` is not a slot count: give a whole number from 1 to {MAX_SLOTS}")),
@@ -264,10 +345,10 @@ pub fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
 
 /// The most budgets one sweep accepts: each runs every algorithm, and a
 /// chart cannot show more points than this anyway.
-pub const MAX_STEPS: usize = 10_000;
+pub(crate) const MAX_STEPS: usize = 10_000;
 
 /// Parses `--steps` for clap: a whole number from 1 to [`MAX_STEPS`].
-pub fn steps_arg(s: &str) -> Result<usize, String> {
+pub(crate) fn steps_arg(s: &str) -> Result<usize, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 && n <= MAX_STEPS as u64 => Ok(n as usize),
         _ => Err(format!("`{s}` is not a number of steps: give a whole number from 1 to {MAX_STEPS}")),
@@ -275,7 +356,7 @@ pub fn steps_arg(s: &str) -> Result<usize, String> {
 }
 
 /// A progress bar on stderr when it is a terminal, for long solves.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     start: std::time::Instant,
 }
@@ -319,7 +400,36 @@ impl Drop for Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::overhead;
+    use super::{Exit, Failure, overhead};
+    use crate::graph::{GraphAlgorithm, GraphSolveError};
+
+    #[test]
+    fn internal_errors_exit_70_and_help_lists_every_code() {
+        // No input makes remat's solvers disagree with their replay, so the
+        // mapping is tested directly: a wildcard arm once sent this graph
+        // error, a bug in remat, to exit 2 ("bad input").
+        let graph =
+            GraphSolveError::Mispredicted { algorithm: GraphAlgorithm::Checkmate, predicted: 1.0, replayed: 2.0 };
+        assert_eq!(Failure::from(graph).exit(), Exit::Internal);
+        let chain =
+            crate::SolveError::Mispredicted { algorithm: crate::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
+        assert_eq!(Failure::from(chain).exit(), Exit::Internal);
+        let wrapped = GraphSolveError::Chain(crate::SolveError::Mispredicted {
+            algorithm: crate::Algorithm::Floating,
+            predicted: 1.0,
+            replayed: 2.0,
+        });
+        assert_eq!(Failure::from(wrapped).exit(), Exit::Internal);
+        assert_eq!(Failure::from(GraphSolveError::Backend("x".into())).exit(), Exit::Internal);
+        assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
+        assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
+        assert_eq!(Failure::from(crate::SolveError::Options("x".into())).exit(), Exit::BadInput);
+        assert_eq!(Exit::Internal.code(), 70);
+        let help = super::after_help();
+        for exit in Exit::ALL {
+            assert!(help.contains(&format!("{:>2}  {}", exit.code(), exit.meaning())), "{help}");
+        }
+    }
 
     #[test]
     fn overhead_never_prints_negative_zero() {

@@ -7,10 +7,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::{CliResult, Failure};
-
-/// Exit code for output that cannot be written (as for bad input: exit 2).
-const EXIT_OUTPUT: i32 = 2;
+use super::{CliResult, Exit, Failure};
 
 /// Writes formatted text to standard output; on failure ends the program (see
 /// [`stdout_failed`]). Use instead of `print!`.
@@ -58,10 +55,10 @@ pub fn flush_stdout() {
 /// only through [`write_file`]'s rename.
 pub fn stdout_failed(e: &std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
+        std::process::exit(Exit::Success.code().into());
     }
     eprintln!("error: cannot write to standard output: {e}");
-    std::process::exit(EXIT_OUTPUT);
+    std::process::exit(Exit::BadInput.code().into());
 }
 
 /// Fails (exit 2) when `output` is one of `inputs` (the same file after

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use remat::report::timeline_svg;
-use remat::schedule::Schedule;
-use remat::size::format_size;
+use crate::report::timeline_svg;
+use crate::schedule::Schedule;
+use crate::size::format_size;
 
 use super::output::outln;
 use super::{CliResult, Failure, load_chain, replay_schedule_file, size_arg, write_file};
@@ -99,6 +99,6 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-fn op_time(chain: &remat::Chain, op: remat::Op) -> f64 {
+fn op_time(chain: &crate::Chain, op: crate::Op) -> f64 {
     if op.is_forward() { chain.forward_time(op.stage()) } else { chain.backward_time(op.stage()) }
 }

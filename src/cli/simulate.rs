@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use remat::size::format_size;
-
-use remat::Problem;
+use crate::Problem;
+use crate::size::format_size;
 
 use super::output::outln;
 use super::{CliResult, Failure, load_problem, replay_schedule_file, size_arg};
@@ -46,7 +45,7 @@ pub fn run(args: Args) -> CliResult {
         && args.schedule.as_os_str() != "-"
         && is_graph_schedule(&args.schedule)
     {
-        let file = remat::graph::GraphFile::Forward(remat::graph::ForwardGraph::from_chain(chain));
+        let file = crate::graph::GraphFile::Forward(crate::graph::ForwardGraph::from_chain(chain));
         if super::graph::simulate_graph(&file, &args.chain, &args.schedule, args.memory, args.json)? {
             return Ok(());
         }
@@ -79,7 +78,7 @@ pub fn run(args: Args) -> CliResult {
     }
     if let Some(budget) = args.memory {
         // Reuse the simulator's own budget check for the message.
-        if let Err(e) = remat::simulate_within(&chain, &ops, budget) {
+        if let Err(e) = crate::simulate_within(&chain, &ops, budget) {
             return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !args.json {

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use remat::graph::{GraphSolveError, Outcome};
-use remat::problem::{Method, Options};
-use remat::schedule::{summary, wrapped_notation};
-use remat::size::format_size;
-use remat::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
-use remat::{Chain, Problem};
+use crate::graph::{GraphSolveError, Outcome};
+use crate::problem::{Method, Options};
+use crate::schedule::{summary, wrapped_notation};
+use crate::size::format_size;
+use crate::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
+use crate::{Chain, Problem};
 
 use super::output::outln;
 use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
@@ -20,7 +20,7 @@ use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
 pub struct Args {
     /// Chain file (JSON: name, input_size, stages[], optional loss), or graph
     /// file (JSON with nodes[]: a forward graph, or a joint graph with
-    /// "joint": true; see the README). `-` reads standard input.
+    /// "joint": true; see docs/guide.md). `-` reads standard input.
     chain: PathBuf,
     /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
     #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
@@ -102,7 +102,7 @@ pub fn run(args: Args) -> CliResult {
     };
     if let (Problem::Chain(chain), Method::Chain(algorithm)) = (&problem, algorithm) {
         // Before the estimate below, which is itself O(L^2).
-        remat::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
+        crate::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
     }
     if let (Problem::Chain(chain), Method::Chain(chain_algorithm)) = (&problem, algorithm)
         && let Some(bytes) = memory_estimate(chain, args.memory, chain_algorithm, &opts.chain)
@@ -110,7 +110,7 @@ pub fn run(args: Args) -> CliResult {
     {
         eprintln!("note: the {algorithm} solver's table will take about {}", format_size(bytes));
     }
-    let result = remat::problem::solve(&problem, args.memory, algorithm, &opts);
+    let result = crate::problem::solve(&problem, args.memory, algorithm, &opts);
     drop(progress);
     drop(ticker);
     let outcome = match result {

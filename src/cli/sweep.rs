@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use remat::report::{reported, sweep, tradeoff_svg};
-use remat::solve::{DEFAULT_SLOTS, SolveOptions};
+use crate::report::{reported, sweep, tradeoff_svg};
+use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::output::out;
 use super::{CliResult, Progress, load_chain, size_arg, write_file};

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use remat::zoo::{Device, Dtype, Generated, Granularity, NETWORKS, Spec, generate};
+use crate::zoo::{Device, Dtype, Generated, Granularity, NETWORKS, Spec, generate};
 
 use super::output::{out, outln};
 use super::{CliResult, Failure, write_file};

@@ -1,7 +1,7 @@
 //! General graphs (Checkmate): forward graphs, joint forward+backward graphs,
 //! their JSON forms, chain detection, the graph simulator and the solvers.
 //!
-//! Two file forms (see the README's "Graphs" section):
+//! Two file forms (see docs/guide.md, "Graphs"):
 //! - a *forward graph* ([`ForwardGraph`]): the network's layers with the stage
 //!   fields of a chain and the names of their inputs. remat derives the
 //!   backward nodes itself ([`joint::derive`]); a forward graph that is a path
@@ -32,7 +32,7 @@ pub mod schedule;
 pub mod simulate;
 mod solve;
 
-pub use algorithm::GraphAlgorithm;
+pub use algorithm::{GraphAlgorithm, Method};
 pub use forward::{ForwardGraph, NotAPath};
 pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};

@@ -6,7 +6,6 @@ use std::fmt;
 use thiserror::Error;
 
 use crate::chain::Chain;
-use crate::graph::GraphAlgorithm;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
@@ -15,25 +14,22 @@ use crate::graph::plan::Staged;
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
 use crate::graph::{ForwardGraph, Graph, GraphError, GraphFile, exhaustive, joint};
-use crate::problem::Method;
+use crate::graph::{GraphAlgorithm, Method};
 use crate::size::format_size;
-use crate::solve::{Algorithm, Progress, Solution, SolveError, SolveOptions};
+use crate::solve::{Algorithm, Solution, SolveError, SolveOptions};
 
-/// Options for [`solve`].
-#[derive(Clone, Copy)]
+/// Options for [`solve`] (and [`crate::problem::solve`], whose `Options`
+/// this is): one value from the front end to the solver, never rebuilt on the
+/// way, so every chain option (`slots`, `exact_memory`, `segments`,
+/// `progress`) reaches the chain solvers also when a graph is solved as a
+/// chain.
+#[derive(Clone, Copy, Default)]
 pub struct GraphOptions<'a> {
+    /// Slots, exact memory, segments and progress of the chain solvers (a
+    /// forward graph that is a path is solved as a chain).
+    pub chain: SolveOptions<'a>,
     /// The MILP/LP solver, its time limit and progress ticker.
     pub milp: MilpOptions<'a>,
-    /// Memory slots for the chain solvers (a path solved as a chain).
-    pub slots: std::num::NonZeroUsize,
-    /// Progress of a chain solver.
-    pub chain_progress: Option<Progress<'a>>,
-}
-
-impl Default for GraphOptions<'_> {
-    fn default() -> Self {
-        GraphOptions { milp: MilpOptions::default(), slots: crate::solve::DEFAULT_SLOTS, chain_progress: None }
-    }
 }
 
 /// A graph schedule the graph simulator has replayed within the budget.
@@ -206,7 +202,7 @@ impl From<MilpError> for GraphSolveError {
 /// Every schedule is replayed by the chain or graph simulator before it is
 /// returned. Deterministic except where a time limit stops a solver.
 pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions) -> Result<Outcome, GraphSolveError> {
-    let chain_opts = SolveOptions { slots: opts.slots, progress: opts.chain_progress, ..SolveOptions::default() };
+    let chain_opts = &opts.chain;
     let graph_outcome = |graph: Graph, algorithm: GraphAlgorithm, why: String| -> Result<Outcome, GraphSolveError> {
         let solution = solve_joint(&graph, budget, algorithm, &opts.milp)?;
         Ok(Outcome::Graph { graph, solution, why })
@@ -257,7 +253,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
                     graph_outcome(graph, algorithm, why)
                 }
                 (Method::Chain(Algorithm::Auto), Ok(chain)) => {
-                    let solution = crate::solve::solve(chain, budget, Algorithm::Auto, &chain_opts)?;
+                    let solution = crate::solve::solve(chain, budget, Algorithm::Auto, chain_opts)?;
                     let why = format!(
                         "chain solver ({}): the forward graph is a path (each node reads only the node before it), \
                          so it is solved exactly as a chain; {}",
@@ -298,7 +294,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
                 }
                 (Method::Chain(algorithm), Ok(chain)) => {
                     let why = format!("{algorithm} on the chain form of the forward graph (it is a path)");
-                    let solution = crate::solve::solve(chain, budget, algorithm, &chain_opts)?;
+                    let solution = crate::solve::solve(chain, budget, algorithm, chain_opts)?;
                     Ok(Outcome::Chain { chain: chain.clone(), solution, why })
                 }
                 (Method::Chain(algorithm), Err(not_path)) => Err(GraphSolveError::NotAChain {

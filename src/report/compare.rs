@@ -67,6 +67,70 @@ pub struct Comparison {
     pub store_all_makespan: f64,
     /// One row per algorithm, in the order asked.
     pub rows: Vec<Row>,
+    /// How much faster the fastest row is than the best
+    /// `checkpoint_sequential` within the same budget (the `sequential`
+    /// row), when the comparison has that row; see [`GainOverSequential`].
+    pub gain_over_sequential: Option<GainOverSequential>,
+}
+
+/// The fastest schedule of a comparison against the best PyTorch
+/// `checkpoint_sequential` within the same budget (the `sequential` row: the
+/// fastest number of segments K that fits), the question the Rotor paper
+/// answers with "12.8% more throughput".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum GainOverSequential {
+    /// Both fit: the gain in throughput.
+    Gain {
+        /// checkpoint_sequential's makespan at its best K.
+        sequential_makespan: f64,
+        /// Its K, as the row's detail says (`K = 2 segments`).
+        sequential_detail: Option<String>,
+        /// The fastest row's algorithm (the first of equal makespans).
+        best_algorithm: String,
+        /// Its makespan.
+        best_makespan: f64,
+        /// T_sequential / T_best - 1, in percent: the extra throughput of
+        /// training with the best schedule (0 when checkpoint_sequential is
+        /// already the fastest; the definition of [`crate::report::gain`]).
+        throughput_gain_percent: f64,
+    },
+    /// No K of checkpoint_sequential fits the budget (or it was skipped),
+    /// and this algorithm does.
+    SequentialDoesNotFit {
+        /// The fastest row's algorithm.
+        best_algorithm: String,
+        /// Its makespan.
+        best_makespan: f64,
+    },
+}
+
+/// [`GainOverSequential`] of `rows`; `None` when there is no `sequential`
+/// row or no row fits.
+fn gain_over_sequential(rows: &[Row]) -> Option<GainOverSequential> {
+    let sequential = rows.iter().find(|r| r.algorithm == Algorithm::Sequential.name())?;
+    let mut best: Option<(&Row, f64)> = None;
+    for row in rows {
+        if let Verdict::Solved { makespan, .. } = row.verdict
+            && best.is_none_or(|(_, m)| makespan < m)
+        {
+            best = Some((row, makespan));
+        }
+    }
+    let (best, best_makespan) = best?;
+    let best_algorithm = best.algorithm.clone();
+    Some(match &sequential.verdict {
+        Verdict::Solved { makespan, detail, .. } => GainOverSequential::Gain {
+            sequential_makespan: *makespan,
+            sequential_detail: detail.clone(),
+            best_algorithm,
+            best_makespan,
+            throughput_gain_percent: overhead_percent(*makespan, best_makespan).unwrap_or(0.0),
+        },
+        Verdict::Infeasible { .. } | Verdict::Skipped { .. } => {
+            GainOverSequential::SequentialDoesNotFit { best_algorithm, best_makespan }
+        }
+    })
 }
 
 /// Overhead of `makespan` over `base` in percent, `None` when `base` is 0.
@@ -174,6 +238,7 @@ pub fn compare(
         budget,
         slots: opts.slots.get(),
         store_all_makespan: chain.store_all_time(),
+        gain_over_sequential: gain_over_sequential(&rows),
         rows,
     })
 }
@@ -259,6 +324,30 @@ impl Comparison {
             }
             let _ = writeln!(out, "{}", text.trim_end());
         }
+        match &self.gain_over_sequential {
+            Some(GainOverSequential::Gain {
+                sequential_makespan,
+                sequential_detail,
+                best_algorithm,
+                best_makespan,
+                throughput_gain_percent,
+            }) => {
+                let k = sequential_detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "\ngain over the best checkpoint_sequential{k}: {throughput_gain_percent:+.1}% throughput \
+                     ({sequential_makespan:.2} -> {best_makespan:.2}, {best_algorithm})"
+                );
+            }
+            Some(GainOverSequential::SequentialDoesNotFit { best_algorithm, best_makespan }) => {
+                let _ = writeln!(
+                    out,
+                    "\ngain over checkpoint_sequential: none of its K fits this budget; {best_algorithm} does \
+                     ({best_makespan:.2})"
+                );
+            }
+            None => {}
+        }
         out
     }
 }
@@ -299,6 +388,46 @@ mod tests {
         assert_eq!(json_row("store-all")["status"], "infeasible");
         assert_eq!(json_row("store-all")["min_budget"], 42);
         assert_eq!(json_row("sequential")["makespan"], 38.0);
+    }
+
+    #[test]
+    fn the_gain_over_the_best_checkpoint_sequential_is_stated() {
+        let c = chain();
+        let cmp = compare(&c, 32, &reported(), &SolveOptions::default()).unwrap();
+        let fastest = cmp
+            .rows
+            .iter()
+            .filter_map(|r| match r.verdict {
+                Verdict::Solved { makespan, .. } => Some(makespan),
+                _ => None,
+            })
+            .fold(f64::INFINITY, f64::min);
+        let Some(GainOverSequential::Gain { sequential_makespan, best_makespan, throughput_gain_percent, .. }) =
+            cmp.gain_over_sequential.clone()
+        else {
+            panic!("{cmp:?}")
+        };
+        assert_eq!((sequential_makespan, best_makespan), (38.0, fastest));
+        assert!((throughput_gain_percent - 100.0 * (38.0 / fastest - 1.0)).abs() < 1e-9);
+        let table = cmp.table();
+        assert!(table.contains("gain over the best checkpoint_sequential (K = 2 segments): "), "{table}");
+        let json = serde_json::to_value(&cmp).unwrap();
+        assert_eq!(json["gain_over_sequential"]["status"], "gain");
+        assert_eq!(json["gain_over_sequential"]["sequential_makespan"], 38.0);
+        // Below every K of checkpoint_sequential but above the optimum's
+        // smallest budget: the table says so.
+        let seq_min = match verdict(&c, 1, Algorithm::Sequential, &SolveOptions::default()).unwrap() {
+            Verdict::Infeasible { min_budget: Some(m) } => m,
+            other => panic!("{other:?}"),
+        };
+        let opt_min = crate::solve::min_budget(&c, Algorithm::Exhaustive, &SolveOptions::default()).unwrap().unwrap();
+        assert!(opt_min < seq_min, "{opt_min} {seq_min}");
+        let cmp = compare(&c, opt_min, &reported(), &SolveOptions::default()).unwrap();
+        assert!(matches!(cmp.gain_over_sequential, Some(GainOverSequential::SequentialDoesNotFit { .. })), "{cmp:?}");
+        assert!(cmp.table().contains("none of its K fits this budget"), "{}", cmp.table());
+        // Without a sequential row, nothing is claimed.
+        let cmp = compare(&c, 32, &[Algorithm::Persistent], &SolveOptions::default()).unwrap();
+        assert_eq!(cmp.gain_over_sequential, None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod plot;
 pub mod svg;
 pub mod sweep;
 
-pub use compare::{Comparison, Verdict, compare, reported};
+pub use compare::{Comparison, GainOverSequential, Verdict, compare, reported};
 pub use gain::{SequentialGain, sequential_gain};
 pub use plot::{timeline_svg, tradeoff_svg};
 pub use sweep::{Sweep, sweep};
