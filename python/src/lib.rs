@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 mod chain;
+mod cli;
 mod schedule;
 
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
@@ -386,6 +387,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("RematError", py.get_type::<RematError>())?;
     m.add("InfeasibleError", infeasible_type)?;
+    m.add_function(wrap_pyfunction!(cli::main, m)?)?;
     m.add_function(wrap_pyfunction!(solve, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(min_memory, m)?)?;
