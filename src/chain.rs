@@ -46,14 +46,14 @@ pub struct StageOption {
     /// Optional human-readable name (`matmuls`, `input only`); not used by solvers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// w_abar^l[o]: bytes `F_all^l[o]` keeps for the backward, a^l included.
+    /// w_abar^l\[o\]: bytes `F_all^l[o]` keeps for the backward, a^l included.
     pub saved_size: u64,
-    /// r^l[o]: time `B^l` spends recomputing what this option did not keep
+    /// r^l\[o\]: time `B^l` spends recomputing what this option did not keep
     /// (added to `backward_time`).
     pub recompute_time: f64,
-    /// o_f^l[o]: transient bytes while `F_all^l[o]` runs.
+    /// o_f^l\[o\]: transient bytes while `F_all^l[o]` runs.
     pub forward_overhead: u64,
-    /// o_b^l[o]: transient bytes while `B^l` runs after `F_all^l[o]` (its
+    /// o_b^l\[o\]: transient bytes while `B^l` runs after `F_all^l[o]` (its
     /// recomputation included).
     pub backward_overhead: u64,
 }
@@ -62,9 +62,9 @@ pub struct StageOption {
 /// and the `B^l` after it use (option 0 is the stage's own fields).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Recording {
-    /// Bytes kept from `F_all^l[o]` to `B^l` (w_abar^l[o]).
+    /// Bytes kept from `F_all^l[o]` to `B^l` (w_abar^l\[o\]).
     pub saved_size: u64,
-    /// Time of `B^l` (u_b^l + r^l[o]).
+    /// Time of `B^l` (u_b^l + r^l\[o\]).
     pub backward_time: f64,
     /// Transient bytes while `F_all^l[o]` runs.
     pub forward_overhead: u64,

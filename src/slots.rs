@@ -89,13 +89,13 @@ pub struct SlotChain {
 /// [`crate::chain::Recording`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SlotRecording {
-    /// w_abar^s[o] in slots.
+    /// w_abar^s\[o\] in slots.
     pub saved: usize,
-    /// o_f^s[o] in slots (the recording forward's transient).
+    /// o_f^s\[o\] in slots (the recording forward's transient).
     pub forward_overhead: usize,
-    /// o_b^s[o] in slots.
+    /// o_b^s\[o\] in slots.
     pub backward_overhead: usize,
-    /// u_b^s + r^s[o].
+    /// u_b^s + r^s\[o\].
     pub backward_time: f64,
 }
 
@@ -154,13 +154,13 @@ impl SlotChain {
         }
     }
 
-    /// [`SlotChain::forward_all_need`] for `F_all^s[o]`: w_d^t + w_abar^s[o] + o_f^s[o].
+    /// [`SlotChain::forward_all_need`] for `F_all^s[o]`: w_d^t + w_abar^s\[o\] + o_f^s\[o\].
     pub fn forward_all_need_with(&self, s: usize, t: usize, o: usize) -> usize {
         let r = self.recording(s, o);
         self.gradient[t].saturating_add(r.saved).saturating_add(r.forward_overhead)
     }
 
-    /// [`SlotChain::backward_need`] after `F_all^s[o]`: w_d^s + w_abar^s[o] + w_d^{s-1} + o_b^s[o].
+    /// [`SlotChain::backward_need`] after `F_all^s[o]`: w_d^s + w_abar^s\[o\] + w_d^{s-1} + o_b^s\[o\].
     pub fn backward_need_with(&self, s: usize, o: usize) -> usize {
         let r = self.recording(s, o);
         self.gradient[s]

@@ -19,8 +19,8 @@
 //!   occurrences'.
 //!
 //! - the options of stage s (issue 24: the F_all branch and the leaf take
-//!   the best of them, through w_abar^s[o], o_f^s[o], o_b^s[o] and
-//!   u_b^s + r^s[o]), and those of every stage inside, through the shorter
+//!   the best of them, through w_abar^s\[o\], o_f^s\[o\], o_b^s\[o\] and
+//!   u_b^s + r^s\[o\]), and those of every stage inside, through the shorter
 //!   cells.
 //!
 //! So each position i gets a *class*: the exact figures of stage i (times by

@@ -34,15 +34,15 @@
 //!   that bound, and there min(envelope, candidate) = envelope.
 //! - Recording options (issue 24, the recurrence and its proof in
 //!   [`super::persistent`]): the leaf is the lower envelope of its options'
-//!   one-point fronts (need_o, u_f^s + (u_b^s + r^s[o])), and the F_all
-//!   branch is one candidate per option o, u_f^s + (u_b^s + r^s[o]) +
-//!   C(s+1, t, m - w_abar^s[o]) from its own threshold, each a step function
-//!   built as above (shifted by w_abar^s[o]); option 0's is written first,
+//!   one-point fronts (need_o, u_f^s + (u_b^s + r^s\[o\])), and the F_all
+//!   branch is one candidate per option o, u_f^s + (u_b^s + r^s\[o\]) +
+//!   C(s+1, t, m - w_abar^s\[o\]) from its own threshold, each a step function
+//!   built as above (shifted by w_abar^s\[o\]); option 0's is written first,
 //!   the others merged into it by their exact lower envelope (every value one
 //!   of the two's, each point kept strictly below the one before), before the
 //!   splits. So the front is still the minimum of all candidates, evaluated
 //!   at all their breakpoints with the slot DP's float sums. The caps below
-//!   still hold: a recorded abar^{s-1}[o] is at least w_a^{s-1} (validation
+//!   still hold: a recorded abar^{s-1}\[o\] is at least w_a^{s-1} (validation
 //!   raises a smaller saved size to the output), and so do the limits of
 //!   [`Fronts::build_bounded`]: B^s with any option takes at least u_b^s.
 //!   Cost: one more candidate per option of s, O(k K) for k options.
@@ -586,9 +586,9 @@ impl Fronts {
         self.distinct.len()
     }
 
-    /// How (s, t) starts at m in the optimal sequence: F_all^s[o], or
+    /// How (s, t) starts at m in the optimal sequence: F_all^s\[o\], or
     /// F_ck^s .. F_none^{s'-1}; the first candidate, in the order
-    /// F_all^s[0], F_all^s[1], ..., then s' = s+1..=t, whose value is the
+    /// F_all^s\[0\], F_all^s\[1\], ..., then s' = s+1..=t, whose value is the
     /// cell's (the slot DP's tie-break). O((t - s + options) log K).
     fn choice(&self, s: usize, t: usize, m: usize) -> crate::solve::persistent::Start {
         crate::solve::persistent::choice(&self.sc, s, t, m, |s, t, m| self.front(s, t).get(m))

@@ -15,10 +15,10 @@
 //!   paper's bound over every j < t rejects feasible splits).
 //!
 //! # Recording options (issue 24)
-//! A stage may be recorded in several ways, F_all^s[o] for o = 0, 1, ...
-//! ([the model](crate::model)): option o keeps w_abar^s[o] bytes until B^s,
-//! has transient o_f^s[o] while it runs, and makes B^s take u_b^s + r^s[o]
-//! with transient o_b^s[o]. The recurrence becomes
+//! A stage may be recorded in several ways, F_all^s\[o\] for o = 0, 1, ...
+//! ([the model](crate::model)): option o keeps w_abar^s\[o\] bytes until B^s,
+//! has transient o_f^s\[o\] while it runs, and makes B^s take u_b^s + r^s\[o\]
+//! with transient o_b^s\[o\]. The recurrence becomes
 //!
 //! ```text
 //! C(s, s, m) = min over o with m >= need(s, s, o) of  u_f^s + (u_b^s + r^s[o])
@@ -32,23 +32,23 @@
 //! (`forward_all_need_with` and `backward_need_with` of [`SlotChain`]).
 //! Why this is the optimum over persistent sequences that may record each
 //! stage with any option: a persistent sequence of (s, t) that starts with
-//! F_all^s[o] is F_all^s[o], then a persistent sequence of (s+1, t), then
-//! B^s. The option o is visible to nothing but that branch: abar^s[o] is
-//! created by F_all^s[o] and consumed by B^s, the only operations that read
-//! it, so between them it is a constant w_abar^s[o] bytes beside whatever
+//! F_all^s\[o\] is F_all^s\[o\], then a persistent sequence of (s+1, t), then
+//! B^s. The option o is visible to nothing but that branch: abar^s\[o\] is
+//! created by F_all^s\[o\] and consumed by B^s, the only operations that read
+//! it, so between them it is a constant w_abar^s\[o\] bytes beside whatever
 //! (s+1, t) does, and the sub-chain (s+1, t) reads a^s or abar^s only as its
 //! input (F_ck^{s+1} and F_all^{s+1} accept either, and a persistent
 //! sub-sequence never runs F_none^{s+1}, the one operation that would delete
 //! it), so its sequences, their memory and their times do not depend on o.
-//! The option's other effects, o_f^s[o] and the time and transient of B^s,
+//! The option's other effects, o_f^s\[o\] and the time and transient of B^s,
 //! belong to the two operations of the branch itself. So for a fixed o the
 //! branch is the old F_all branch with w_abar^s, o_f^s, o_b^s and u_b^s
 //! replaced by the option's figures, whose optimum is u_f^s + (u_b^s +
-//! r^s[o]) + C(s+1, t, m - w_abar^s[o]) under the two memory checks, by the
+//! r^s\[o\]) + C(s+1, t, m - w_abar^s\[o\]) under the two memory checks, by the
 //! old proof; the optimum over all sequences starting with an F_all of s is
 //! the minimum of these over o. The split branch records no stage s itself
 //! (F_ck^s keeps only a^s), and its sub-chains are solved optimally, options
-//! included, by induction on t - s; the leaf (s, s) is F_all^s[o] B^s for
+//! included, by induction on t - s; the leaf (s, s) is F_all^s\[o\] B^s for
 //! some o. Hence C is the persistent optimum with options, and with one
 //! option per stage the recurrence is the old one, operation for operation.
 //!
@@ -56,7 +56,7 @@
 //! candidates), infinite below a threshold and constant from some point on
 //! (every candidate is), so the storage below holds unchanged. Option 0 keeps
 //! its place as the first candidate: the read-back takes the first of
-//! F_all^s[0], F_all^s[1], ..., then the splits, whose value equals the cell.
+//! F_all^s\[0\], F_all^s\[1\], ..., then the splits, whose value equals the cell.
 //!
 //! Cost: the F_all branch of (s, t) is evaluated once per option, O(k S) for
 //! k options, against O((t - s) S) for the splits, so options cost O(k S L^2)
@@ -466,7 +466,7 @@ impl Table {
     }
 
     /// The F_all^s candidates of (s, t), one per option o of stage s:
-    /// F_all^s[o], (s+1, t) beside abar^s[o], B^s (taking u_b^s + r^s[o]).
+    /// F_all^s\[o\], (s+1, t) beside abar^s\[o\], B^s (taking u_b^s + r^s\[o\]).
     /// O(S) per option; a stage without options has the one candidate of
     /// option 0, computed as before options existed.
     fn relax_all(&self, s: usize, t: usize, sub: &Row, acc: &mut [f64]) {
@@ -562,7 +562,7 @@ impl Table {
     }
 
     /// How (s, t) starts at m in the optimal sequence (see [`Start`]). The
-    /// first candidate, in the order F_all^s[0], F_all^s[1], ..., then
+    /// first candidate, in the order F_all^s\[0\], F_all^s\[1\], ..., then
     /// s' = s+1..=t, whose value is the cell's (the tie-break of the triple
     /// loop), recomputed with the same float operations. O(t - s + options).
     fn choice(&self, s: usize, t: usize, m: usize) -> Start {
@@ -583,8 +583,8 @@ impl Table {
 /// How a sub-chain (s, t) starts in an optimal persistent sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// `All(o)`: F_all^s[o], then (s+1, t) beside abar^s[o], then B^s (for
-    /// s = t: F_all^s[o] B^s).
+    /// `All(o)`: F_all^s\[o\], then (s+1, t) beside abar^s\[o\], then B^s (for
+    /// s = t: F_all^s\[o\] B^s).
     All(usize),
     /// `Split(s')`: F_ck^s F_none^{s+1} .. F_none^{s'-1}, then (s', t)
     /// beside a^{s'-1}, then (s, s'-1).
@@ -592,14 +592,14 @@ pub(crate) enum Start {
 }
 
 /// The memory (besides a^{s-1}) and the time of the leaf (s, s) recorded
-/// with option o: F_all^s[o] then B^s.
+/// with option o: F_all^s\[o\] then B^s.
 fn leaf(sc: &SlotChain, s: usize, o: usize) -> (usize, f64) {
     let need = sc.forward_all_need_with(s, s, o).max(sc.backward_need_with(s, o));
     (need, sc.forward_time[s] + sc.recording(s, o).backward_time)
 }
 
 /// The row of the leaf (s, s) up to `budget`: at each m, the fastest option
-/// whose F_all^s[o] and B^s fit in m. A stage without options gives the
+/// whose F_all^s\[o\] and B^s fit in m. A stage without options gives the
 /// one-value row of option 0. O(k (h - l)) for k options whose needs span
 /// l..=h slots (O(1) without options).
 fn leaf_row(sc: &SlotChain, s: usize, budget: usize) -> Row {
@@ -629,7 +629,7 @@ fn leaf_row(sc: &SlotChain, s: usize, budget: usize) -> Row {
 /// How sub-chain (s, t) starts at m slots in an optimal persistent sequence,
 /// given its cost function `cost(s, t, m)` (the slot table's rows, or the
 /// exact fronts of [`crate::solve::fronts`]). The first candidate, in the
-/// order F_all^s[0], F_all^s[1], ..., then s' = s+1..=t, whose value is the
+/// order F_all^s\[0\], F_all^s\[1\], ..., then s' = s+1..=t, whose value is the
 /// cell's (recomputed with the same float operations as the fill, so ties
 /// break the same way in both). O(t - s + options) lookups.
 pub(crate) fn choice(sc: &SlotChain, s: usize, t: usize, m: usize, cost: impl Fn(usize, usize, usize) -> f64) -> Start {
@@ -760,7 +760,7 @@ pub fn min_peak_slots(sc: &SlotChain) -> usize {
     min_peak_of_family(sc, true)
 }
 
-/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s[o] then
+/// [`min_peak_slots`] for the persistent family (`keep_all`: F_all^s\[o\] then
 /// the rest is a choice at every s < t, for every option o) or for revolve's,
 /// which is the same recurrence without that choice (it only ever
 /// checkpoints, and records its leaves with option 0: a baseline). O(L^3).
