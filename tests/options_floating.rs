@@ -21,6 +21,9 @@
 //! - **auto** on chains with options returns schedules that replay, and the
 //!   guards keep exhaustive search from running away on chains with many
 //!   options.
+//! - **Repeated stages that differ only in their options** do not share the
+//!   floating DP's rows (issue 25's sharing keys stages by their own
+//!   figures), and its work estimate counts the F_all options.
 
 use remat::slots::{SlotChain, Slots};
 use remat::solve::{Algorithm, SolveError, SolveOptions, auto_choice, baselines, exhaustive, floating, solve};
@@ -345,4 +348,54 @@ fn exhaustive_limits_count_options() {
     let two = Chain::new("two", plain.input_size(), stages, plain.loss().clone()).unwrap();
     assert_eq!(exhaustive::equivalent_stages(&two), 11);
     assert_ne!(auto_choice(&two, 1 << 20, &SolveOptions::default()).algorithm, Algorithm::Exhaustive);
+}
+
+/// Repeated stages that differ only in their options: the floating DP that
+/// shares rows between equal groups (issue 25) must not share theirs. The
+/// shared plan equals the plain one at every budget, and its estimate counts
+/// the F_all options it evaluates (the progress total is the work done).
+#[test]
+fn repeated_stages_with_different_options_are_not_shared() {
+    use remat::chain::{Stage, StageOption};
+    let option = |saved: u64, recompute: f64| StageOption {
+        name: None,
+        saved_size: saved,
+        recompute_time: recompute,
+        forward_overhead: 0,
+        backward_overhead: 1,
+    };
+    let mut stages = vec![Stage::simple(1.0, 2.0, 4, 9); 12];
+    for (l, s) in stages.iter_mut().enumerate() {
+        s.options = match l {
+            3 => vec![option(4, 0.5)],
+            8 => vec![option(5, 0.25), option(4, 3.0)],
+            _ => vec![option(6, 1.0)],
+        };
+    }
+    let chain = Chain::new("stack-options", 4, stages, Stage::zero_loss()).unwrap();
+    let top = 200;
+    let slots = Slots::with_slot(top, 1);
+    let plan = floating::Plan::new(SlotChain::new(&chain, slots));
+    let est = plan.estimate();
+    let upper = floating::upper_estimate_shared(&chain, slots);
+    assert!(est.work <= upper.work && est.table_bytes <= upper.table_bytes, "{est:?} {upper:?}");
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let progress = |d: u64, total: u64| {
+        assert_eq!(total, est.work);
+        done.store(d, std::sync::atomic::Ordering::Relaxed);
+    };
+    let shared = plan.fill(Some(&progress));
+    assert_eq!(done.load(std::sync::atomic::Ordering::Relaxed), est.work);
+    let plain = floating::Plan::new_plain(SlotChain::new(&chain, slots)).fill(None);
+    let mut feasible = 0;
+    for m in 0..=top as usize {
+        let (a, b) = (shared.makespan(m), plain.makespan(m));
+        assert!(a.to_bits() == b.to_bits(), "at {m}: shared {a}, plain {b}");
+        if let Some(ops) = shared.sequence(m) {
+            let replay = simulate_within(&chain, &ops, m as u64).unwrap();
+            assert!(same(replay.makespan, a));
+            feasible += 1;
+        }
+    }
+    assert!(feasible > 50, "{feasible}");
 }
