@@ -15,7 +15,8 @@ unchanged (``model(ids, labels=ids).loss.backward()``):
 - ``remat @ hf, no options``: the same with ``policies=()`` (blocks recorded
   whole or not at all, remat before issue 24);
 - ``remat @ 80% hf``: remat with options at 80% of it (or the smallest budget
-  that fits, reported, when 80% is below it; ``--no-80`` leaves it out).
+  that fits, reported, when 80% is below it; ``--no-80`` leaves it out);
+- with ``--above 1.25``: remat with and without options at 125% of it.
 
 Besides the measured step, each remat variant's *predicted* overhead is
 printed: the schedule's makespan less storing everything, on the chain remat
@@ -28,7 +29,8 @@ measures and plans); step times are medians of ``--rounds`` rounds in which
 every variant runs one step (interleaved, so a busy machine slows them alike).
 Gradients of every variant are compared with plain's.
 
-    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5] [--repeat 5] [--no-80]
+    python benchmarks/hf_models.py [--model gpt2|llama] [--batch 4] [--seq 128] [--rounds 5] [--repeat 5]
+                                   [--above X] [--no-80]
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per block when remat profiles (default 5)")
+    ap.add_argument(
+        "--above",
+        type=float,
+        default=None,
+        help="also remat with and without options at this multiple of HF's peak (e.g. 1.25)",
+    )
     ap.add_argument("--no-80", action="store_true", help="leave out remat at 80%% of HF's peak")
     args = ap.parse_args()
     load_before = os.getloadavg()
@@ -111,6 +119,10 @@ def main() -> None:
         ("remat @ hf", peaks["hf"], rt.DEFAULT_POLICIES),
         ("remat @ hf, no options", peaks["hf"], ()),
     ]
+    if args.above:
+        pct = f"{100 * args.above:.0f}% hf"
+        remats.append((f"remat @ {pct}", int(args.above * peaks["hf"]), rt.DEFAULT_POLICIES))
+        remats.append((f"remat @ {pct}, no options", int(args.above * peaks["hf"]), ()))
     if not args.no_80:
         remats.append(("remat @ 80% hf", int(0.8 * peaks["hf"]), rt.DEFAULT_POLICIES))
     for name, budget, policies in remats:
