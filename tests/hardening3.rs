@@ -556,3 +556,18 @@ fn distinct_chain(dir: &Path, len: usize) -> PathBuf {
         &format!(r#"{{"name": "d", "input_size": 1000, "stages": [{}]}}"#, stages.join(", ")),
     )
 }
+
+/// A chain of zero sizes at a budget of u64::MAX bytes with one slot: the
+/// exact fronts reach a sub-problem cap of usize::MAX, and the end of a split's range saturates
+/// there instead of overflowing (found by tests/fuzz.rs once `uniform` shifted
+/// its choice of algorithm).
+#[test]
+fn persistent_fronts_at_the_largest_budget() {
+    let chain = remat::Chain::from_json(
+        r#"{"name": "fuzz", "input_size": 0, "stages": [{"forward_time": 0, "backward_time": 0, "output_size": 0, "saved_size": 0}]}"#,
+    )
+    .unwrap();
+    let opts = remat::SolveOptions { slots: std::num::NonZeroUsize::MIN, ..remat::SolveOptions::default() };
+    let s = remat::solve(&chain, u64::MAX, remat::Algorithm::Persistent, &opts).unwrap();
+    assert_eq!((s.schedule.makespan, s.schedule.peak_memory), (0.0, 0));
+}

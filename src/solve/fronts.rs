@@ -528,7 +528,9 @@ impl Fronts {
             // The candidate is never below `bound`; from the first point of
             // the envelope at or below it on, it cannot improve anything.
             let bound = fwd + right.tail() + left.tail();
-            let stop = env.get(env.partition_point(|p| p.1 > bound)).map_or(cap + 1, |p| p.0);
+            // `cap` is usize::MAX for an unbounded sub-problem (a zero-sized
+            // chain at budget 0 reaches it): the end saturates there.
+            let stop = env.get(env.partition_point(|p| p.1 > bound)).map_or(cap.saturating_add(1), |p| p.0);
             if stop <= from {
                 continue;
             }
