@@ -424,12 +424,12 @@ fn group_thresholds(sc: &SlotChain, lay: &Layout, threshold: &[usize], s: usize,
 }
 
 /// True when groups of `sc` may share rows by [`Distinct::with_input`]'s
-/// keys: when no stage has options. Those keys hold each stage's own
-/// figures; two stages that differ only in their options would share rows
-/// that differ (their D cells choose among different F_all options). Once
-/// `Distinct` keys options too, this can answer true throughout. O(L).
-fn shares_groups(sc: &SlotChain) -> bool {
-    sc.options.iter().all(Vec::is_empty)
+/// keys: always, now that those keys hold each stage's options as well as its
+/// own figures (two stages that differ only in their options are not the same
+/// group; `tests/options_floating.rs` checks it). Kept as the one place that
+/// says so. O(1).
+fn shares_groups(_sc: &SlotChain) -> bool {
+    true
 }
 
 /// A chain in slots with every cell's smallest feasible m: enough to answer
