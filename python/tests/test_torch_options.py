@@ -18,6 +18,7 @@ import test_torch_semantics as semantics
 import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy
+from torch_models import assert_same_gradients, gpt2, llama, lm_step
 
 import remat
 import remat.torch as rt
@@ -266,50 +267,6 @@ def test_blocks_that_write_into_their_input(forced_options: list[remat.Schedule]
 
 
 # -- apply() on Hugging Face models ------------------------------------------
-
-
-def gpt2() -> nn.Module:
-    config = transformers.GPT2Config(
-        n_layer=4, n_embd=64, n_head=4, vocab_size=512, n_positions=128, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1
-    )
-    torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(config).train()
-
-
-def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        num_hidden_layers=4,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-        max_position_embeddings=128,
-        attention_dropout=0.1,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
-
-
-IDS = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
-
-
-def lm_step(model: nn.Module) -> tuple[torch.Tensor, int]:
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(7)
-    with rt.LiveBytes() as live:
-        live.exclude_parameter_gradients(model.parameters())
-        loss = model(IDS, labels=IDS).loss
-        loss.backward()
-        value = loss.detach()
-        del loss
-    return value, live.peak
-
-
-def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        assert p.grad is not None and q.grad is not None, name
-        assert torch.equal(p.grad, q.grad), name
 
 
 @pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])

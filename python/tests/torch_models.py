@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+import remat.torch as rt
+
 # The test models are small: one thread is faster than two on a shared machine,
 # and every comparison runs both sides with the same setting.
 torch.set_num_threads(1)
@@ -93,3 +95,59 @@ def deep_mlp(width: int = 256, depth: int = 16, batch: int = 256) -> Case:
     g = torch.Generator().manual_seed(8)
     x = torch.randn(batch, width, generator=g)
     return Case("deep_mlp", make, x, torch.randint(0, 10, (batch,), generator=g), nn.CrossEntropyLoss())
+
+
+# -- Hugging Face language models (transformers is imported when one is built) --
+
+
+def gpt2() -> nn.Module:
+    """A 4-block GPT-2 from its config (random weights, dropout on), in train mode."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, vocab_size=512, n_positions=128, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+def llama() -> nn.Module:
+    """A 4-block Llama from its config (random weights, attention dropout), in train mode."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        num_hidden_layers=4,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=128,
+        attention_dropout=0.1,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).train()
+
+
+IDS = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
+
+
+def lm_step(model: nn.Module, ids: torch.Tensor = IDS) -> tuple[torch.Tensor, int]:
+    """One step from a fixed RNG state: the loss and the peak of live bytes
+    (parameter gradients excluded, as remat's budget excludes them)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    with rt.LiveBytes() as live:
+        live.exclude_parameter_gradients(model.parameters())
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        value = loss.detach()
+        del loss
+    return value, live.peak
+
+
+def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
+    """Every parameter of ``a`` and ``b`` has a gradient, bit for bit the same."""
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert p.grad is not None and q.grad is not None, name
+        assert torch.equal(p.grad, q.grad), name
