@@ -57,12 +57,13 @@ use crate::slots::SlotChain;
 /// (34 MB of keys); above it they count every cell, as before sharing.
 pub const ESTIMATE_MAX_STAGES: usize = 4096;
 
-/// A fast hasher for the (u64) keys interned here: a multiply and a
-/// rotation (the keys are small integers, the map is private).
+/// A fast hasher for private maps of small integer keys that are never
+/// iterated (its output changes nothing but speed): a multiply and a rotation
+/// per word. The keys interned here, and exhaustive search's packed states.
 #[derive(Default)]
-struct KeyHasher(u64);
+pub(crate) struct FastHasher(u64);
 
-impl Hasher for KeyHasher {
+impl Hasher for FastHasher {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -74,9 +75,13 @@ impl Hasher for KeyHasher {
     fn write_u64(&mut self, x: u64) {
         self.0 = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
     }
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
 }
 
-type KeyMap<K> = HashMap<K, u32, BuildHasherDefault<KeyHasher>>;
+type KeyMap<K> = HashMap<K, u32, BuildHasherDefault<FastHasher>>;
 
 /// The distinct sub-chains of one chain (in one rounding).
 #[derive(Clone, Debug)]

@@ -30,11 +30,12 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::simulate::Held;
+use crate::solve::distinct::FastHasher;
 
 /// Largest chain (number of stages L, without the loss) the search accepts.
 /// Few of the 3^(L+2) states are reachable: L = 14 takes about a second on a
@@ -158,32 +159,10 @@ impl Figures {
     }
 }
 
-/// A hasher for packed states (a multiply and a rotation per word): the
-/// search's maps are private and never iterated, so the hasher changes
-/// nothing but speed (SipHash on 128-bit states made the search measurably
-/// slower than on the 64-bit states of a chain without options).
-#[derive(Default)]
-struct StateHasher(u64);
-
-impl Hasher for StateHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
-    }
-    fn write_u128(&mut self, x: u128) {
-        self.write_u64(x as u64);
-        self.write_u64((x >> 64) as u64);
-    }
-}
-
-type StateMap<V> = HashMap<State, V, BuildHasherDefault<StateHasher>>;
+// SipHash on 128-bit states made the search measurably slower than on the
+// 64-bit states of a chain without options; the maps are private and never
+// iterated, so the hasher changes nothing but speed.
+type StateMap<V> = HashMap<State, V, BuildHasherDefault<FastHasher>>;
 
 /// Every move out of `state`: (operation, next state, memory while it runs, time).
 /// With `nested`, only forwards whose input is the highest activation held.
