@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 import transformers
+from hf_models import apply_fitting  # benchmarks/, beside this script
 
 import remat
 import remat.torch as rt
@@ -147,20 +148,9 @@ def run_model(name: str, args: argparse.Namespace) -> None:
             continue
         extra: dict[str, Any] = {} if policies is None else {"policies": policies}
         try:
-            m = make()
-            want = int(share * peaks[ref])
-            plan = rt.apply(m, memory=want, **extra)
-            try:
-                step(m)
-                step(m)
-            except remat.InfeasibleError as e:
-                plan.remove()
-                m = make()
-                fits = int(e.min_budget)
-                notes[n] = f"{remat.format_size(want)} infeasible; ran at {remat.format_size(fits)}"
-                plan = rt.apply(m, memory=fits, **extra)
-                step(m)
-                step(m)
+            m, plan, note = apply_fitting(make, step, int(share * peaks[ref]), **extra)
+            if note:
+                notes[n] = note
             models[n], plans[n] = m, plan
             peaks[n] = peak(m)
         except Exception as e:

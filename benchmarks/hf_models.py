@@ -41,6 +41,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,6 +67,29 @@ def config(name: str, layers: int | None) -> tuple[Any, Any]:
         attention_dropout=0.1,
     )
     return transformers.LlamaForCausalLM, c
+
+
+def apply_fitting(
+    make: Callable[[], Any], step: Callable[[Any], None], budget: int, **kwargs: Any
+) -> tuple[Any, rt.AppliedPlan, str | None]:
+    """A fresh model under ``remat.torch.apply(memory=budget, **kwargs)`` after
+    two steps (the first profiles and plans). Where the budget is infeasible,
+    a fresh model at the smallest budget the error names, and a note saying so.
+    Returns the model, its plan and the note (None when the budget fitted)."""
+    m = make()
+    plan = rt.apply(m, memory=budget, **kwargs)
+    try:
+        step(m)
+        step(m)
+        return m, plan, None
+    except remat.InfeasibleError as e:
+        plan.remove()
+        fits = int(e.min_budget)
+        m = make()
+        plan = rt.apply(m, memory=fits, **kwargs)
+        step(m)
+        step(m)
+        return m, plan, f"{remat.format_size(budget)} infeasible; ran at {remat.format_size(fits)}"
 
 
 def main() -> None:
@@ -126,19 +150,9 @@ def main() -> None:
     if not args.no_80:
         remats.append(("remat @ 80% hf", int(0.8 * peaks["hf"]), rt.DEFAULT_POLICIES))
     for name, budget, policies in remats:
-        m = make()
-        plan = rt.apply(m, memory=budget, policies=policies, repeat=args.repeat)
-        try:
-            step(m)
-            step(m)
-        except remat.InfeasibleError as e:
-            plan.remove()
-            m = make()
-            fits = int(e.min_budget)
-            notes[name] = f"{remat.format_size(budget)} infeasible; ran at {remat.format_size(fits)}"
-            plan = rt.apply(m, memory=fits, policies=policies, repeat=args.repeat)
-            step(m)
-            step(m)
+        m, plan, note = apply_fitting(make, step, budget, policies=policies, repeat=args.repeat)
+        if note:
+            notes[name] = note
         models[name], plans[name] = m, plan
         peaks[name] = peak(m)
     times: dict[str, list[float]] = {name: [] for name in models}
