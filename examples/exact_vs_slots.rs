@@ -14,15 +14,10 @@
 use std::path::Path;
 use std::time::Instant;
 
+use remat::report::sweep::store_all_peak;
 use remat::slots::{SlotChain, Slots};
 use remat::solve::{Algorithm, SolveOptions, persistent, solve};
-use remat::{Chain, Op, simulate_within};
-
-fn store_all_peak(chain: &Chain) -> u64 {
-    let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
-    remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
-}
+use remat::{Chain, simulate_within};
 
 /// Makespan (replayed) and seconds of the slot DP itself, or why none.
 fn slot_dp(chain: &Chain, budget: u64, slots: usize) -> (Result<f64, String>, f64) {

@@ -9,15 +9,10 @@
 //! baseline, and the options remat chose. Every schedule is replayed by the
 //! simulator within its budget.
 
+use remat::report::sweep::store_all_peak;
 use remat::solve::{Algorithm, SolveOptions, solve};
 use remat::zoo::{Spec, generate};
 use remat::{Chain, Op, simulate_within};
-
-fn store_all_peak(chain: &Chain) -> u64 {
-    let n = chain.len() + 1;
-    let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
-    remat::simulate(chain, &ops).expect("store-all is valid").peak_memory
-}
 
 /// The replayed makespan and operations of `algorithm`, or why none.
 fn run(chain: &Chain, budget: u64, algorithm: Algorithm) -> Result<(f64, Vec<Op>), String> {
