@@ -199,8 +199,25 @@ pub struct Schedule {
     pub makespan: f64,
     /// Largest memory in use while an operation runs, in bytes.
     pub peak_memory: u64,
+    /// Micro-batches a pipeline rank holds at once (issue 28): the schedule
+    /// was planned so that `peak_memory + (in_flight - 1) x residue` fits
+    /// `budget`. 1, and left out of the JSON, for plain training.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub in_flight: usize,
+    /// The bytes the schedule stores just before its first backward,
+    /// [`crate::simulate::Replay::residue`]; written when `in_flight` > 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residue: Option<u64>,
     /// The operation sequence.
     pub operations: Vec<Op>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Schedule {
@@ -471,6 +488,8 @@ mod tests {
             budget: 10,
             makespan: 2.0,
             peak_memory: 5,
+            in_flight: 1,
+            residue: None,
             operations: ops.clone(),
         };
         let j = serde_json::to_string(&s).unwrap();

@@ -77,6 +77,27 @@ pub struct Replay {
     pub steps: Vec<Step>,
 }
 
+impl Replay {
+    /// The residue: bytes stored (no transient) just before the first
+    /// backward, B^{L+1}; what a pipeline rank keeps of this micro-batch
+    /// while it runs the others (see [the model](crate::model)). O(number of
+    /// operations).
+    pub fn residue(&self) -> u64 {
+        match self.steps.iter().position(|s| matches!(s.op, Op::B(_))) {
+            Some(0) | None => self.initial.total(),
+            Some(i) => self.steps[i - 1].after.total(),
+        }
+    }
+
+    /// The memory of a pipeline rank holding `in_flight` micro-batches that
+    /// each run this schedule: the peak plus `in_flight - 1` residues
+    /// (saturating; `in_flight` 0 or 1 gives the peak).
+    pub fn rank_peak(&self, in_flight: usize) -> u64 {
+        let others = (in_flight.max(1) - 1) as u64;
+        self.peak_memory.saturating_add(self.residue().saturating_mul(others))
+    }
+}
+
 /// Why a sequence is not a valid schedule.
 #[derive(Debug, Error, PartialEq)]
 pub enum SimulateError {

@@ -138,6 +138,18 @@ fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult
 
 /// ``slots``: a whole number from 1 to 2**64 - 1 (more slots than bytes is
 /// exact); None (not given) is the default, 500.
+/// ``in_flight``: micro-batches a pipeline rank holds at once, a whole
+/// number of at least 1 (None: 1).
+fn in_flight_arg(in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
+    match in_flight {
+        None => Ok(std::num::NonZeroUsize::MIN),
+        Some(obj) => {
+            let n = whole_arg(obj, "in_flight", 1, 1 << 20)?;
+            Ok(std::num::NonZeroUsize::new(n as usize).expect("at least 1"))
+        }
+    }
+}
+
 fn slots_arg(slots: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
     let Some(slots) = slots else { return Ok(remat::solve::DEFAULT_SLOTS) };
     let n = whole_arg(slots, "slots", 1, usize::MAX as u64)?;
@@ -167,6 +179,14 @@ fn slots_arg(slots: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsiz
 /// 256 MiB. ``0``: always round (fastest). ResNet-1001 (339 stages) at half of
 /// store-all takes about 750 MB and 25 s exact, 1 s rounded.
 ///
+/// ``in_flight`` (pipeline parallelism): micro-batches a rank holds at once
+/// (GPipe: all; 1F1B: ``P - k`` on rank ``k`` of ``P``, at most the
+/// micro-batches). The schedule of one micro-batch is then the fastest whose
+/// ``peak_memory + (in_flight - 1) * residue`` fits ``memory``, the residue
+/// being what it keeps between its forward and its backward; the schedule's
+/// ``rank_peak`` is that sum. Supported by ``"auto"``, ``"persistent"``,
+/// ``"exhaustive"`` and the baselines (``"floating"`` raises ``ValueError``).
+///
 /// The returned schedule has been replayed by the exact simulator: its
 /// ``makespan`` and ``peak_memory`` are the replay's. Deterministic. Runs
 /// without the GIL, so other Python threads go on while it solves.
@@ -175,9 +195,10 @@ fn slots_arg(slots: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsiz
 /// algorithm fits, ``ValueError`` for a bad size, algorithm or option.
 #[pyfunction]
 #[pyo3(
-    signature = (chain, memory, algorithm = "auto", slots = None, *, segments = None, exact_memory = None),
-    text_signature = "(chain, memory, algorithm='auto', slots=500, *, segments=None, exact_memory=None)"
+    signature = (chain, memory, algorithm = "auto", slots = None, *, segments = None, exact_memory = None, in_flight = None),
+    text_signature = "(chain, memory, algorithm='auto', slots=500, *, segments=None, exact_memory=None, in_flight=1)"
 )]
+#[allow(clippy::too_many_arguments)]
 fn solve(
     py: Python<'_>,
     chain: &Bound<'_, PyChain>,
@@ -186,8 +207,10 @@ fn solve(
     slots: Option<&Bound<'_, PyAny>>,
     segments: Option<&Bound<'_, PyAny>>,
     exact_memory: Option<&Bound<'_, PyAny>>,
+    in_flight: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PySchedule> {
     let budget = size_arg(memory, "memory")?;
+    let in_flight = in_flight_arg(in_flight)?;
     let exact_memory = exact_memory_arg(exact_memory)?;
     let algorithm = algorithm_arg(algorithm)?;
     let slots = slots_arg(slots)?;
@@ -199,7 +222,7 @@ fn solve(
     }
     let chain = &chain.get().inner;
     let result = py.detach(|| {
-        let opts = SolveOptions { slots, segments, exact_memory, ..SolveOptions::default() };
+        let opts = SolveOptions { slots, segments, exact_memory, in_flight, ..SolveOptions::default() };
         remat::solve(chain, budget, algorithm, &opts)
     });
     let solution = result.map_err(|e| solve_error(py, e))?;
@@ -259,11 +282,12 @@ fn simulate(
 /// With ``algorithm`` (as in ``solve``): the smallest budget at which that
 /// algorithm finds a schedule with ``slots`` memory slots (``solve`` at that
 /// budget succeeds), or None when no budget works with these options.
-/// ``exact_memory`` is ``solve``'s.
+/// ``exact_memory`` and ``in_flight`` are ``solve``'s; with ``in_flight`` > 1
+/// and no ``algorithm``, the smallest budget ``"auto"`` meets.
 #[pyfunction]
 #[pyo3(
-    signature = (chain, algorithm = None, *, slots = None, exact_memory = None),
-    text_signature = "(chain, algorithm=None, *, slots=500, exact_memory=None)"
+    signature = (chain, algorithm = None, *, slots = None, exact_memory = None, in_flight = None),
+    text_signature = "(chain, algorithm=None, *, slots=500, exact_memory=None, in_flight=1)"
 )]
 fn min_memory(
     py: Python<'_>,
@@ -271,15 +295,21 @@ fn min_memory(
     algorithm: Option<&str>,
     slots: Option<&Bound<'_, PyAny>>,
     exact_memory: Option<&Bound<'_, PyAny>>,
+    in_flight: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<u64>> {
     let slots = slots_arg(slots)?;
     let exact_memory = exact_memory_arg(exact_memory)?;
-    let algorithm = algorithm.map(algorithm_arg).transpose()?;
+    let in_flight = in_flight_arg(in_flight)?;
+    let mut algorithm = algorithm.map(algorithm_arg).transpose()?;
+    if in_flight.get() > 1 && algorithm.is_none() {
+        // With micro-batches in flight, what auto meets.
+        algorithm = Some(Algorithm::Auto);
+    }
     let chain = &chain.get().inner;
     match algorithm {
         None => py.detach(|| any_min_budget(chain)).map(|a| Some(a.upper)).map_err(|e| solve_error(py, e)),
         Some(algorithm) => {
-            let opts = SolveOptions { slots, exact_memory, ..SolveOptions::default() };
+            let opts = SolveOptions { slots, exact_memory, in_flight, ..SolveOptions::default() };
             py.detach(|| min_budget(chain, algorithm, &opts)).map_err(|e| solve_error(py, e))
         }
     }

@@ -117,6 +117,30 @@ impl PySchedule {
         self.inner.peak_memory
     }
 
+    /// Micro-batches a pipeline rank holds at once, as planned (1 for plain
+    /// training): ``rank_peak`` fits ``budget``.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight
+    }
+
+    /// Bytes the schedule keeps between its forward and its backward (stored
+    /// just before its first backward ``B^{L+1}``), when planned for more
+    /// than one micro-batch in flight; else None (see ``Replay.residue``).
+    #[getter]
+    fn residue(&self) -> Option<u64> {
+        self.inner.residue
+    }
+
+    /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
+    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``
+    /// (``peak_memory`` for one micro-batch); at most ``budget``.
+    #[getter]
+    fn rank_peak(&self) -> u64 {
+        let others = (self.inner.in_flight.max(1) - 1) as u64;
+        self.inner.peak_memory.saturating_add(self.inner.residue.unwrap_or(0).saturating_mul(others))
+    }
+
     /// The operations in order, as ``(kind, stage)`` pairs (an ``F_all``'s
     /// recording option left out: see ``operations_with_options``).
     #[getter]
@@ -243,6 +267,23 @@ impl PyReplay {
     #[getter]
     fn peak_memory(&self) -> u64 {
         self.inner.peak_memory
+    }
+
+    /// Bytes stored (no transient) just before the first backward,
+    /// ``B^{L+1}``: what a pipeline rank keeps of this micro-batch while it
+    /// runs the others.
+    #[getter]
+    fn residue(&self) -> u64 {
+        self.inner.residue()
+    }
+
+    /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
+    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``.
+    fn rank_peak(&self, in_flight: usize) -> PyResult<u64> {
+        if in_flight == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("in_flight must be at least 1 (got 0)"));
+        }
+        Ok(self.inner.rank_peak(in_flight))
     }
 
     /// 0-based index of the (first) operation reaching the peak.

@@ -50,6 +50,14 @@ pub struct Args {
     slots: std::num::NonZeroUsize,
     #[command(flatten)]
     exact: super::ExactArgs,
+    /// Micro-batches a pipeline rank holds at once (GPipe: all of them;
+    /// 1F1B: P - k on rank k of P, at most the micro-batches; `remat pipeline`
+    /// works it out per rank). The schedule of one micro-batch is then planned
+    /// so that its peak plus N - 1 residues fits the budget, the residue being
+    /// what it keeps between its forward and its backward. Chains only, with
+    /// auto, persistent, exhaustive or a baseline. Default 1: no pipeline.
+    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N")]
+    in_flight: std::num::NonZeroUsize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
     #[arg(long)]
@@ -86,6 +94,14 @@ pub fn run(args: Args) -> CliResult {
         super::output::refuse_input(path, "--output", &[&args.chain])?;
     }
     let problem = load_problem(&args.chain)?;
+    if args.in_flight.get() > 1 && !matches!(problem, Problem::Chain(_)) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--in-flight {} applies to chains only ({} is a graph): split the network into pipeline stages that \
+             are chains",
+            args.in_flight,
+            args.chain.display()
+        )));
+    }
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
@@ -97,6 +113,7 @@ pub fn run(args: Args) -> CliResult {
             progress: Some(&update),
             segments: args.segments,
             exact_memory: args.exact.get()?,
+            in_flight: args.in_flight,
         },
         milp: args.graph.milp_options(Some(&tick)),
     };
@@ -216,6 +233,18 @@ fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: st
         s.peak_memory,
         solution.replay.peak_index + 1
     );
+    if s.in_flight > 1 {
+        let residue = solution.replay.residue();
+        let rank = solution.replay.rank_peak(s.in_flight);
+        outln!(
+            "in flight:   {} micro-batches; residue {} ({residue} bytes) each; rank peak {} ({rank} bytes) = peak + \
+             {} x residue",
+            s.in_flight,
+            format_size(residue),
+            format_size(rank),
+            s.in_flight - 1
+        );
+    }
     outln!("schedule:    {} operations", s.operations.len());
     outln!("first pass:  {}", summary(&s.operations, chain.len()));
     outln!("{}", wrapped_notation(&s.operations, NOTATION_WIDTH));

@@ -15,6 +15,9 @@ use crate::solve::{
 /// schedule can meet).
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
     crate::guard::min_budget(chain, algorithm, opts)?;
+    if opts.in_flight.get() > 1 {
+        return crate::solve::in_flight::min_budget_for(chain, algorithm, opts);
+    }
     match algorithm {
         Algorithm::Persistent => {
             dp::Persistent::check(chain, opts.slots.get())?;

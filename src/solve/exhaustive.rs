@@ -246,11 +246,14 @@ impl Ord for Entry {
 
 /// Dijkstra from the start state to delta^0 with a monotone label update.
 /// Returns the best label and its operation sequence.
+/// With `residue_cap`, B^{L+1} runs only from states storing at most that
+/// many bytes (see [`fastest_in_flight`]); `u64::MAX` for no limit.
 fn search(
     chain: &Chain,
     nested: bool,
     step: impl Fn(Label, u64, f64) -> Option<Label>,
     start_label: Label,
+    residue_cap: u64,
 ) -> Option<(Label, Vec<Op>)> {
     let n = chain.len() + 1;
     let start = with_grad(with_held(0, 0, Held::Plain), n);
@@ -276,6 +279,9 @@ fn search(
             return Some((label, ops));
         }
         moves(&fig, state, nested, &mut buf);
+        if residue_cap != u64::MAX && grad(state) == n && stored(&fig, state) > residue_cap {
+            buf.retain(|m| m.0 != Op::B(n));
+        }
         for &(op, next, peak, time) in &buf {
             let Some(cand) = step(label, peak, time) else { continue };
             let better = match best.get(&next) {
@@ -314,7 +320,65 @@ fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)
         return None;
     }
     let step = |l: Label, peak: u64, time: f64| (peak <= budget).then_some(Label { bytes: 0, time: l.time + time });
-    search(chain, nested, step, Label { bytes: 0, time: 0.0 }).map(|(l, ops)| (l.time, ops))
+    search(chain, nested, step, Label { bytes: 0, time: 0.0 }, u64::MAX).map(|(l, ops)| (l.time, ops))
+}
+
+/// The fastest valid sequence for a pipeline rank holding `in_flight`
+/// micro-batches at once: its peak plus `in_flight - 1` times its residue
+/// (the bytes it stores just before B^{L+1}, see
+/// [`crate::solve::in_flight`]) is at most `budget`. `None` when no sequence
+/// fits. `in_flight` = 1 is [`fastest`].
+///
+/// Exact over every schedule: for each residue R a sequence can have (the
+/// bytes of a state from which B^{L+1} runs, collected by a first walk over
+/// the forward states), the fastest sequence whose peak is at most
+/// `budget - (in_flight - 1) R` and which reaches B^{L+1} from a state of at
+/// most R bytes; the answer is the fastest of these (the smallest R among
+/// equals). A sequence with residue R' is feasible exactly in the search
+/// for R = R', and a sequence found for R has residue at most R, so it fits.
+/// Cost: one search per distinct residue, each as [`fastest`].
+pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option<(f64, Vec<Op>)> {
+    if in_flight <= 1 {
+        return fastest(chain, budget);
+    }
+    let others = in_flight as u64 - 1;
+    let n = chain.len() + 1;
+    let fig = Figures::new(chain);
+    let start = with_grad(with_held(0, 0, Held::Plain), n);
+    // Every state with delta^{L+1} (before any backward) whose forwards fit
+    // the budget alone, and the residues of those B^{L+1} can run from.
+    let mut residues = std::collections::BTreeSet::new();
+    let mut seen: StateMap<()> = StateMap::default();
+    let mut stack = vec![start];
+    seen.insert(start, ());
+    let mut buf = Vec::new();
+    while let Some(state) = stack.pop() {
+        moves(&fig, state, false, &mut buf);
+        for &(op, next, peak, _) in &buf {
+            if peak > budget {
+                continue;
+            }
+            if op == Op::B(n) {
+                residues.insert(stored(&fig, state));
+            } else if seen.insert(next, ()).is_none() {
+                stack.push(next);
+            }
+        }
+    }
+    let mut best: Option<(f64, Vec<Op>)> = None;
+    for residue in residues {
+        let Some(left) = budget.checked_sub(residue.saturating_mul(others)) else { break };
+        if stored(&fig, start) > left {
+            break;
+        }
+        let step = |l: Label, peak: u64, time: f64| (peak <= left).then_some(Label { bytes: 0, time: l.time + time });
+        if let Some((label, ops)) = search(chain, false, step, Label { bytes: 0, time: 0.0 }, residue) {
+            if best.as_ref().is_none_or(|b| label.time < b.0) {
+                best = Some((label.time, ops));
+            }
+        }
+    }
+    best
 }
 
 /// The smallest peak memory of any valid sequence (the smallest feasible
@@ -331,7 +395,7 @@ pub fn min_peak_nested(chain: &Chain) -> (u64, Vec<Op>) {
 fn min_peak_in(chain: &Chain, nested: bool) -> (u64, Vec<Op>) {
     let initial = stored(&Figures::new(chain), with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     let step = |l: Label, peak: u64, time: f64| Some(Label { bytes: l.bytes.max(peak), time: l.time + time });
-    let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 })
+    let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 }, u64::MAX)
         .expect("recomputing from a^0 for every backward is always valid");
     debug_assert_eq!(crate::simulate::simulate(chain, &ops).map(|r| r.peak_memory).ok(), Some(label.bytes));
     (label.bytes, ops)

@@ -605,6 +605,29 @@ impl Fronts {
         let top = self.top(budget)?;
         Some(crate::solve::persistent::sequence(&self.sc, top, |s, t, m| self.choice(s, t, m)))
     }
+
+    /// The chain in one-byte slots the fronts were built for.
+    pub(crate) fn slot_chain(&self) -> &SlotChain {
+        &self.sc
+    }
+
+    /// The largest m besides a^{s-1} at which a sub-chain (s, t) is exact:
+    /// the budget less w_a^0, less w_a^{s-1} for s > 1 (see the module
+    /// documentation). O(1).
+    pub(crate) fn exact_up_to(&self, s: usize) -> usize {
+        self.cell_cap(s)
+    }
+
+    /// The breakpoints of C(s, t, .) up to m = `cap`, by increasing m. O(K).
+    pub(crate) fn steps(&self, s: usize, t: usize, cap: usize) -> Vec<(usize, f64)> {
+        self.front(s, t).0.iter().copied().take_while(|p| p.0 <= cap).collect()
+    }
+
+    /// The persistent sequence of sub-chain (s, t) from m bytes besides
+    /// a^{s-1} (C(s, t, m) must be finite). O(L log K) per F_all or F_ck.
+    pub(crate) fn sub_sequence(&self, s: usize, t: usize, m: usize) -> Vec<Op> {
+        crate::solve::persistent::sequence_of(&self.sc, s, t, m, |s, t, m| self.choice(s, t, m))
+    }
 }
 
 /// The candidate of one split as a function of m: `fwd + right(m - w) +

@@ -25,6 +25,7 @@ pub mod exhaustive;
 pub mod fit;
 pub mod floating;
 pub mod fronts;
+pub mod in_flight;
 pub mod options;
 pub mod persistent;
 
@@ -87,6 +88,9 @@ fn solve_unverified(
     opts: &SolveOptions,
 ) -> Result<Solution, SolveError> {
     crate::guard::solve(chain, budget, algorithm, opts)?;
+    if opts.in_flight.get() > 1 {
+        return in_flight::solve(chain, budget, algorithm, opts);
+    }
     let (ops, slot_size, predicted) = match algorithm {
         Algorithm::Persistent => {
             let answer = exact::persistent(chain, budget, opts)?;
@@ -189,7 +193,32 @@ pub(crate) fn checked(
     slot_size: u64,
     predicted: f64,
 ) -> Result<Solution, SolveError> {
-    let replay = simulate_within(chain, &ops, budget).map_err(|source| SolveError::Rejected { algorithm, source })?;
+    checked_in_flight(chain, budget, algorithm, ops, slot_size, predicted, 1)
+}
+
+/// [`checked`] for a pipeline rank holding `in_flight` micro-batches: the
+/// replay's [`Replay::rank_peak`] must fit `budget`.
+pub(crate) fn checked_in_flight(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    ops: Vec<Op>,
+    slot_size: u64,
+    predicted: f64,
+    in_flight: usize,
+) -> Result<Solution, SolveError> {
+    let rejected = |source| SolveError::Rejected { algorithm, source };
+    let replay = if in_flight <= 1 {
+        simulate_within(chain, &ops, budget).map_err(rejected)?
+    } else {
+        let replay = crate::simulate::simulate(chain, &ops).map_err(rejected)?;
+        let needed = replay.rank_peak(in_flight);
+        if needed > budget {
+            let index = replay.peak_index;
+            return Err(rejected(crate::simulate::SimulateError::OverBudget { index, op: ops[index], needed, budget }));
+        }
+        replay
+    };
     let tolerance = 1e-9 * replay.makespan.abs().max(1.0);
     if (predicted - replay.makespan).abs() > tolerance {
         return Err(SolveError::Mispredicted { algorithm, predicted, replayed: replay.makespan });
@@ -200,6 +229,8 @@ pub(crate) fn checked(
         budget,
         makespan: replay.makespan,
         peak_memory: replay.peak_memory,
+        in_flight: in_flight.max(1),
+        residue: (in_flight > 1).then(|| replay.residue()),
         operations: ops,
     };
     Ok(Solution { schedule, replay, slot_size, solver_makespan: predicted, detail: None, reason: None })

@@ -25,11 +25,22 @@ pub struct SolveOptions<'a> {
     /// longer chains, in more time (ResNet-1001's 339 stages at half of
     /// store-all: about 750 MB and 25 s, against 1 s rounded).
     pub exact_memory: Option<u64>,
+    /// Micro-batches a pipeline rank holds at once (issue 28, default 1):
+    /// the schedule is planned so that its peak plus `in_flight - 1` times
+    /// its residue fits the budget ([`crate::solve::in_flight`]). Supported
+    /// by `persistent`, `exhaustive`, `auto` and the baselines.
+    pub in_flight: NonZeroUsize,
 }
 
 impl Default for SolveOptions<'_> {
     fn default() -> Self {
-        SolveOptions { slots: DEFAULT_SLOTS, progress: None, segments: None, exact_memory: None }
+        SolveOptions {
+            slots: DEFAULT_SLOTS,
+            progress: None,
+            segments: None,
+            exact_memory: None,
+            in_flight: NonZeroUsize::MIN,
+        }
     }
 }
 

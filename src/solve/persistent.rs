@@ -578,6 +578,35 @@ impl Table {
         }
         Some(sequence(&self.sc, m_slots - self.sc.output[0], |s, t, m| self.choice(s, t, m)))
     }
+
+    /// The chain in slots the table was filled for.
+    pub(crate) fn slot_chain(&self) -> &SlotChain {
+        &self.sc
+    }
+
+    /// The breakpoints of C(s, t, .) up to m = `cap`: each (m, C(s, t, m))
+    /// where the row drops, by increasing m (the row's exact step function,
+    /// as [`crate::solve::fronts`] stores it). O(length of the row).
+    pub(crate) fn steps(&self, s: usize, t: usize, cap: usize) -> Vec<(usize, f64)> {
+        let row = self.row(s, t);
+        let mut out: Vec<(usize, f64)> = Vec::new();
+        for (i, &c) in row.vals.iter().enumerate() {
+            let m = row.lo + i;
+            if m > cap {
+                break;
+            }
+            if out.last().is_none_or(|p| c < p.1) {
+                out.push((m, c));
+            }
+        }
+        out
+    }
+
+    /// The persistent sequence of sub-chain (s, t) from m slots besides
+    /// a^{s-1} (C(s, t, m) must be finite). O(L) per F_all or F_ck.
+    pub(crate) fn sub_sequence(&self, s: usize, t: usize, m: usize) -> Vec<Op> {
+        sequence_of(&self.sc, s, t, m, |s, t, m| self.choice(s, t, m))
+    }
 }
 
 /// How a sub-chain (s, t) starts in an optimal persistent sequence.
@@ -672,12 +701,23 @@ pub(crate) fn choice(sc: &SlotChain, s: usize, t: usize, m: usize, cost: impl Fn
 /// following `choice(s, t, m)` (see [`choice`]) down the sub-chains, without
 /// recursion. O(L) choices.
 pub(crate) fn sequence(sc: &SlotChain, m: usize, choice: impl Fn(usize, usize, usize) -> Start) -> Vec<Op> {
+    sequence_of(sc, 1, sc.n, m, choice)
+}
+
+/// [`sequence`] of the sub-chain (s, t) from `m` slots besides a^{s-1}.
+pub(crate) fn sequence_of(
+    sc: &SlotChain,
+    s: usize,
+    t: usize,
+    m: usize,
+    choice: impl Fn(usize, usize, usize) -> Start,
+) -> Vec<Op> {
     enum Task {
         Solve(usize, usize, usize),
         Emit(Op),
     }
     let mut ops = Vec::new();
-    let mut stack = vec![Task::Solve(1, sc.n, m)];
+    let mut stack = vec![Task::Solve(s, t, m)];
     while let Some(task) = stack.pop() {
         let (s, t, m) = match task {
             Task::Emit(op) => {

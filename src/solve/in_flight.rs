@@ -1,0 +1,623 @@
+//! Micro-batches in flight (issue 28): the fastest persistent schedule of one
+//! micro-batch on a pipeline rank that holds `n` micro-batches at once.
+//!
+//! Under a pipeline schedule (GPipe, 1F1B) a rank runs the forward passes of
+//! several micro-batches before their backward passes. Between the two, each
+//! micro-batch keeps its **residue** R: the bytes its schedule holds just
+//! before its first backward operation `B^{L+1}` (the input a^0, delta^{L+1}
+//! and everything the first forward pass stored), see
+//! [the model](crate::model). While one micro-batch runs its schedule, the
+//! other n - 1 hold their residues, so the rank needs
+//!
+//! ```text
+//! (n - 1) R + peak <= M
+//! ```
+//!
+//! and the problem is the fastest schedule under that constraint; n = 1 is
+//! the plain problem. R and the peak both depend on the schedule, so the
+//! budget is not simply lowered by a constant.
+//!
+//! # The recurrence
+//! In a persistent schedule of (1, L+1) the first forward pass is its
+//! **spine**: the chain of starts of (s, L+1) for s = 1, then s + 1 after an
+//! F_all^s, or s' after a split F_ck^s .. F_none^{s'-1}, down to the leaf
+//! F_all^{L+1}. What the spine stores (abar^s\[o\] for an F_all, a^{s'-1} for a
+//! split, abar^{L+1} at the leaf), with a^0 and delta^{L+1}, is exactly what
+//! is held when B^{L+1} starts, the residue. Everything else the schedule
+//! does is a left part (s, s'-1) of a split, which runs after the spine's
+//! stores right of it are freed and does not add to the residue, so it is
+//! solved by the plain persistent table C ([`super::persistent`], or exactly
+//! in bytes by [`super::fronts`]).
+//!
+//! So the spine from s is described by three numbers: its need N (the C-style
+//! memory besides a^{s-1} it runs in), the residue r it stores from s on, and
+//! its time. For each s, from L+1 down to 1, the **spine front** F(s) is the
+//! set of (N, r, time) not dominated in all three, built from the same
+//! candidates as C(s, L+1, .), each keeping its residue:
+//!
+//! ```text
+//! leaf (s = L+1), option o:  (need(s, s, o),  w_abar^s[o] + w_d^{L+1},  u_f^s + (u_b^s + r^s[o]))
+//! F_all^s[o], p in F(s+1):    (max(need(s, L+1, o), w + N_p),  w + r_p,  (u_f^s + (u_b^s + r^s[o])) + time_p)
+//!                             with w = w_abar^s[o]
+//! split s', p in F(s'),       (m,  w + r_p,  (fwd + time_p) + C(s, s'-1, m))
+//!   for m = max(need_fwd, w + N_p) and every breakpoint of C(s, s'-1, .) above it,  w = w_a^{s'-1}
+//! ```
+//!
+//! (the memory checks are [`super::persistent`]'s). Since the rank's memory
+//! (n - 1)(w_a^0 + r) + w_a^0 + N grows with N and r, and the time with each
+//! part, a dominated point never gives a better schedule, and each candidate
+//! is a real schedule (its left part is C's at m), so the answer
+//!
+//! ```text
+//! min { time : (N, r, time) in F(1),  (n - 1)(w_a^0 + r) + w_a^0 + N <= M }
+//! ```
+//!
+//! is the persistent optimum under the constraint. Why: take an optimal
+//! persistent schedule; by induction from the leaf, its spine from s is at
+//! least as slow as some point of F(s) with no larger N and r (the left parts
+//! replaced by C's optimum at the m they ran in, which is no slower, and
+//! the spine's own operations the same). For n = 1 the minimum over F(1) at
+//! N <= M - w_a^0 is C(1, L+1, M - w_a^0), since every candidate of C's
+//! recurrence is among the spine's; `solve` with one micro-batch does not
+//! come here at all.
+//!
+//! Exactness: with the exact fronts (one-byte slots) every size is exact, so
+//! the answer is exact in bytes; with S slots, sizes are rounded up as in
+//! the slot DP, so the schedule still fits in bytes (the simulator checks it).
+//! Exhaustive search ([`super::exhaustive::fastest_in_flight`]) judges it in
+//! the tests.
+//!
+//! # Cost
+//! A split s' of s combines |F(s')| spine points with the breakpoints of
+//! C(s, s'-1, .): O(sum over s, s' of |F(s')| K) candidates for fronts of K
+//! points, each front kept Pareto by a sort and a staircase, O(c log c) for c
+//! candidates, on top of the table C itself. Memory O(sum |F(s)|).
+
+use std::collections::BTreeMap;
+
+use crate::chain::Chain;
+use crate::schedule::Op;
+use crate::slots::{SlotChain, Slots};
+use crate::solve::dp::SlotDp;
+use crate::solve::exact::{self, Answer};
+use crate::solve::fronts::Fronts;
+use crate::solve::persistent::Table;
+use crate::solve::{
+    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, check_exhaustive_size, checked_in_flight, dp,
+    exhaustive,
+};
+
+/// What the spine reads of the plain persistent optimum C: the slot table or
+/// the exact fronts.
+pub(crate) trait Cells {
+    /// The chain in the units of the table (slots, or bytes for the fronts).
+    fn slot_chain(&self) -> &SlotChain;
+    /// The breakpoints of C(s, t, .) up to `cap`, by increasing m.
+    fn steps(&self, s: usize, t: usize, cap: usize) -> Vec<(usize, f64)>;
+    /// The sequence of (s, t) at m.
+    fn sub_sequence(&self, s: usize, t: usize, m: usize) -> Vec<Op>;
+    /// The largest m besides a^{s-1} at which sub-chains (s, .) are read.
+    fn cap(&self, s: usize) -> usize;
+}
+
+impl Cells for Table {
+    fn slot_chain(&self) -> &SlotChain {
+        Table::slot_chain(self)
+    }
+    fn steps(&self, s: usize, t: usize, cap: usize) -> Vec<(usize, f64)> {
+        Table::steps(self, s, t, cap)
+    }
+    fn sub_sequence(&self, s: usize, t: usize, m: usize) -> Vec<Op> {
+        Table::sub_sequence(self, s, t, m)
+    }
+    fn cap(&self, s: usize) -> usize {
+        let sc = Table::slot_chain(self);
+        let held = if s == 1 { sc.output[0] } else { sc.output[0].saturating_add(sc.output[s - 1]) };
+        sc.slots.capacity.saturating_sub(held)
+    }
+}
+
+impl Cells for Fronts {
+    fn slot_chain(&self) -> &SlotChain {
+        Fronts::slot_chain(self)
+    }
+    fn steps(&self, s: usize, t: usize, cap: usize) -> Vec<(usize, f64)> {
+        Fronts::steps(self, s, t, cap)
+    }
+    fn sub_sequence(&self, s: usize, t: usize, m: usize) -> Vec<Op> {
+        Fronts::sub_sequence(self, s, t, m)
+    }
+    fn cap(&self, s: usize) -> usize {
+        self.exact_up_to(s)
+    }
+}
+
+/// How a spine point starts (s, L+1).
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// F_all^s\[o\], then the point `next` of F(s+1) (none at the leaf), then B^s.
+    All { option: usize, next: usize },
+    /// F_ck^s .. F_none^{split-1}, the point `next` of F(split), then the left
+    /// part (s, split-1) at m = the point's need.
+    Split { split: usize, next: usize },
+}
+
+/// A point of a spine front: need N, residue r (in the table's units) and
+/// time, not dominated in all three by another point of the front.
+#[derive(Clone, Copy, Debug)]
+struct Point {
+    need: usize,
+    residue: usize,
+    time: f64,
+    how: How,
+}
+
+/// The spine fronts F(1), ..., F(L+1) of a chain (see the module
+/// documentation).
+pub(crate) struct Spine {
+    fronts: Vec<Vec<Point>>,
+    /// w_a^0 in the table's units.
+    input: usize,
+}
+
+/// The rank's memory bound for a spine point of F(1): (n - 1)(w_a^0 + r) +
+/// w_a^0 + N, saturating.
+fn rank_memory(input: usize, p: &Point, in_flight: usize) -> usize {
+    let residue = input.saturating_add(p.residue);
+    residue.saturating_mul(in_flight - 1).saturating_add(input).saturating_add(p.need)
+}
+
+impl Spine {
+    /// Builds every spine front from the plain optimum `cells`. Time and
+    /// memory: see the module documentation.
+    pub(crate) fn build(cells: &impl Cells) -> Spine {
+        let sc = cells.slot_chain();
+        let n = sc.n;
+        let mut fronts: Vec<Vec<Point>> = vec![Vec::new(); n + 2];
+        for s in (1..=n).rev() {
+            let cap = cells.cap(s);
+            let mut cand = Vec::new();
+            if s == n {
+                for o in 0..sc.option_count(s) {
+                    let r = sc.recording(s, o);
+                    cand.push(Point {
+                        need: sc.forward_all_need_with(s, s, o).max(sc.backward_need_with(s, o)),
+                        residue: r.saved.saturating_add(sc.gradient[n]),
+                        time: sc.forward_time[s] + r.backward_time,
+                        how: How::All { option: o, next: usize::MAX },
+                    });
+                }
+            } else {
+                for o in 0..sc.option_count(s) {
+                    let r = sc.recording(s, o);
+                    let w = r.saved;
+                    let floor = sc.forward_all_need_with(s, n, o).max(sc.backward_need_with(s, o)).max(w);
+                    let head = sc.forward_time[s] + r.backward_time;
+                    for (next, p) in fronts[s + 1].iter().enumerate() {
+                        cand.push(Point {
+                            need: floor.max(w.saturating_add(p.need)),
+                            residue: w.saturating_add(p.residue),
+                            time: head + p.time,
+                            how: How::All { option: o, next },
+                        });
+                    }
+                }
+                let mut need_fwd = sc.forward_ck_need(s, n);
+                let mut fwd_time = sc.forward_time[s];
+                for split in s + 1..=n {
+                    let j = split - 1;
+                    if j > s {
+                        need_fwd = need_fwd.max(sc.forward_none_need(j, n));
+                        fwd_time += sc.forward_time[j];
+                    }
+                    let w = sc.output[j];
+                    let left = cells.steps(s, j, cap);
+                    if left.is_empty() {
+                        continue;
+                    }
+                    for (next, p) in fronts[split].iter().enumerate() {
+                        let base = need_fwd.max(w).max(w.saturating_add(p.need));
+                        if base > cap {
+                            continue;
+                        }
+                        let head = fwd_time + p.time;
+                        let residue = w.saturating_add(p.residue);
+                        let first = left.partition_point(|q| q.0 <= base);
+                        let at_base = (first > 0).then(|| (base, left[first - 1].1));
+                        for (m, c) in at_base.into_iter().chain(left[first..].iter().copied()) {
+                            cand.push(Point { need: m, residue, time: head + c, how: How::Split { split, next } });
+                        }
+                    }
+                }
+            }
+            fronts[s] = pareto(cand, cap);
+        }
+        Spine { fronts, input: sc.output[0] }
+    }
+
+    /// The fastest point of F(1) whose rank memory with `in_flight`
+    /// micro-batches is at most `capacity`, as (time, index). The first in
+    /// the front's order (by need, then residue) among equally fast ones. O(|F(1)|).
+    fn best(&self, capacity: usize, in_flight: usize) -> Option<(f64, usize)> {
+        let mut best: Option<(f64, usize)> = None;
+        for (i, p) in self.fronts[1].iter().enumerate() {
+            if rank_memory(self.input, p, in_flight) <= capacity && best.is_none_or(|b| p.time < b.0) {
+                best = Some((p.time, i));
+            }
+        }
+        best
+    }
+
+    /// The smallest rank memory of any point of F(1) with `in_flight`
+    /// micro-batches. O(|F(1)|).
+    fn min_memory(&self, in_flight: usize) -> Option<usize> {
+        self.fronts[1].iter().map(|p| rank_memory(self.input, p, in_flight)).min()
+    }
+
+    /// The operations of point `index` of F(1). O(L) per F_all or F_ck.
+    fn sequence(&self, cells: &impl Cells, index: usize) -> Vec<Op> {
+        let mut ops = Vec::new();
+        // The left parts run after the spine's backward from their split on,
+        // in reverse order of their splits: B^{L+1} .. B^{s'}, then (s, s'-1).
+        let mut after: Vec<Vec<Op>> = Vec::new();
+        let (mut s, mut i) = (1, index);
+        loop {
+            let p = self.fronts[s][i];
+            match p.how {
+                How::All { option, next } => {
+                    ops.push(Op::FAll(s, option));
+                    after.push(vec![Op::B(s)]);
+                    if next == usize::MAX {
+                        break;
+                    }
+                    (s, i) = (s + 1, next);
+                }
+                How::Split { split, next } => {
+                    ops.push(Op::FCk(s));
+                    ops.extend((s + 1..split).map(Op::FNone));
+                    after.push(cells.sub_sequence(s, split - 1, p.need));
+                    (s, i) = (split, next);
+                }
+            }
+        }
+        ops.extend(after.into_iter().rev().flatten());
+        ops
+    }
+}
+
+/// The points of `cand` with need at most `cap` that no other point
+/// dominates (no larger need, residue and time, one of them smaller); among
+/// equal points the first. Sorted by need, then residue. O(c log c).
+fn pareto(mut cand: Vec<Point>, cap: usize) -> Vec<Point> {
+    cand.retain(|p| p.need <= cap && p.time.is_finite());
+    // Stable: equal points keep the order they were generated in.
+    cand.sort_by(|a, b| a.need.cmp(&b.need).then(a.residue.cmp(&b.residue)).then(a.time.total_cmp(&b.time)));
+    // The points kept so far, as a staircase: residue -> the least time at
+    // that residue or below, strictly decreasing as the residue grows.
+    let mut stair: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for p in cand {
+        if stair.range(..=p.residue).next_back().is_some_and(|(_, &t)| t <= p.time) {
+            continue;
+        }
+        let beaten: Vec<usize> = stair.range(p.residue..).take_while(|(_, t)| **t >= p.time).map(|(&r, _)| r).collect();
+        for r in beaten {
+            stair.remove(&r);
+        }
+        stair.insert(p.residue, p.time);
+        out.push(p);
+    }
+    out
+}
+
+/// The fastest persistent schedule at `budget` bytes with `in_flight`
+/// micro-batches in flight, exact in bytes where the plain persistent solve
+/// is ([`exact::persistent`]: the fronts when they fit, else the slot table at
+/// `opts.slots` slots), with the makespan it predicts. Errors: those of the
+/// slot DP's checks; an infeasible budget names [`min_budget`]'s.
+pub(crate) fn persistent(
+    chain: &Chain,
+    budget: u64,
+    in_flight: usize,
+    opts: &SolveOptions,
+) -> Result<Answer, SolveError> {
+    let slots = opts.slots.get();
+    dp::Persistent::check(chain, slots)?;
+    let table = crate::solve::persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots)));
+    dp::check_memory(Algorithm::Persistent, table, chain.len(), slots)?;
+    let infeasible = || SolveError::Infeasible {
+        algorithm: Algorithm::Persistent,
+        budget,
+        min_budget: min_budget(chain, in_flight, opts),
+    };
+    let limit = exact::limit(opts, || exact::fronts_limit(chain, budget, slots));
+    match Fronts::build_guarded(chain, budget, limit, exact::work_limit(opts), f64::INFINITY) {
+        Ok(fronts) => {
+            let spine = Spine::build(&fronts);
+            let capacity = usize::try_from(budget).unwrap_or(usize::MAX);
+            let Some((makespan, index)) = spine.best(capacity, in_flight) else { return Err(infeasible()) };
+            let ops = spine.sequence(&fronts, index);
+            let note = format!(
+                "{} micro-batches in flight; {}",
+                in_flight,
+                exact::exact_note(fronts.points() + spine.fronts.iter().map(Vec::len).sum::<usize>())
+            );
+            Ok(Answer { ops, slot_size: 1, makespan, note })
+        }
+        Err(e) => {
+            let sc = SlotChain::new(chain, Slots::new(budget, slots));
+            let disc = sc.slots;
+            let table = Table::build(sc, opts.progress);
+            let spine = Spine::build(&table);
+            let Some((makespan, index)) = spine.best(disc.capacity, in_flight) else { return Err(infeasible()) };
+            let ops = spine.sequence(&table, index);
+            let note = format!("{in_flight} micro-batches in flight; {}", exact::rounded_note(&e, opts));
+            Ok(Answer { ops, slot_size: disc.slot, makespan, note })
+        }
+    }
+}
+
+/// The smallest budget at which [`persistent`] with `in_flight`
+/// micro-batches returns a schedule: exact when the fronts fit at `in_flight`
+/// times the smallest persistent peak (a budget every chain meets: the
+/// smallest peak's schedule has a residue at most its peak), else the
+/// smallest the slot table meets, by [`crate::slots::smallest_feasible_budget`].
+/// `None` when none is found.
+pub(crate) fn min_budget(chain: &Chain, in_flight: usize, opts: &SolveOptions) -> Option<u64> {
+    let slots = opts.slots.get();
+    let peak = dp::min_peak_exact::<dp::Persistent>(chain);
+    let lower = peak.saturating_add(chain.output_size(0).saturating_mul(in_flight as u64 - 1));
+    let upper = peak.saturating_mul(in_flight as u64);
+    let limit = exact::limit(opts, || exact::fronts_limit(chain, upper, slots));
+    if let Ok(fronts) = Fronts::build_guarded(chain, upper, limit, exact::work_limit(opts), f64::INFINITY) {
+        return Spine::build(&fronts).min_memory(in_flight).map(|m| m as u64);
+    }
+    let feasible = |budget: u64| {
+        let sc = SlotChain::new(chain, Slots::new(budget, slots));
+        let disc = sc.slots;
+        let table = Table::build(sc, None);
+        Spine::build(&table).best(disc.capacity, in_flight).is_some()
+    };
+    crate::slots::smallest_feasible_budget(lower, slots, feasible)
+}
+
+/// `auto` with micro-batches in flight runs exhaustive search only on
+/// chains of at most this many stages (options counted as
+/// [`exhaustive::equivalent_stages`] does): it searches once per residue a
+/// schedule can have, tens to hundreds of times a plain search.
+pub const AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES: usize = 6;
+
+/// [`crate::solve::solve`] with `opts.in_flight` > 1 micro-batches in flight:
+/// the fastest schedule of `algorithm` whose peak plus `in_flight - 1`
+/// residues fits `budget`, replayed ([`Replay::rank_peak`]).
+///
+/// - `persistent`: the optimum of its class ([`persistent`]);
+/// - `exhaustive`: the optimum over every schedule
+///   ([`exhaustive::fastest_in_flight`]);
+/// - `auto`: exhaustive search up to [`AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES`]
+///   stages, else the fastest of the persistent optimum and the
+///   [`AUTO_BASELINES`] (ties to persistent);
+/// - a baseline: its schedule at the largest budget of its own whose rank
+///   memory fits, found by bisection (what a user of that tool would try);
+/// - `floating`: refused (its table does not track the residue).
+///
+/// [`Replay::rank_peak`]: crate::simulate::Replay::rank_peak
+pub(crate) fn solve(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Solution, SolveError> {
+    let k = opts.in_flight.get();
+    match algorithm {
+        Algorithm::Persistent => {
+            let answer = persistent(chain, budget, k, opts)?;
+            let mut solution =
+                checked_in_flight(chain, budget, algorithm, answer.ops, answer.slot_size, answer.makespan, k)?;
+            solution.detail = Some(answer.note);
+            Ok(solution)
+        }
+        Algorithm::Exhaustive => {
+            check_exhaustive_size(chain)?;
+            match exhaustive::fastest_in_flight(chain, budget, k) {
+                Some((time, ops)) => checked_in_flight(chain, budget, algorithm, ops, 1, time, k),
+                None => Err(SolveError::Infeasible { algorithm, budget, min_budget: exhaustive_min_budget(chain, k) }),
+            }
+        }
+        Algorithm::Floating => Err(floating_refused()),
+        Algorithm::Auto => auto(chain, budget, opts),
+        baseline => baseline_in_flight(chain, budget, baseline, opts),
+    }
+}
+
+fn floating_refused() -> SolveError {
+    SolveError::Options(
+        "the floating DP does not plan for micro-batches in flight (its table does not track the residue); use \
+         the persistent DP, exhaustive search or auto, or one micro-batch in flight"
+            .to_string(),
+    )
+}
+
+/// `auto` with micro-batches in flight (see [`solve`]).
+fn auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    let k = opts.in_flight.get();
+    let equivalent = exhaustive::equivalent_stages(chain);
+    if equivalent <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES {
+        let mut solution = solve(chain, budget, Algorithm::Exhaustive, opts)?;
+        solution.reason = Some(format!(
+            "{} stages, {k} micro-batches in flight: exact search over every memory state, once per residue, is cheap",
+            chain.len()
+        ));
+        return Ok(solution);
+    }
+    let mut best = match solve(chain, budget, Algorithm::Persistent, opts) {
+        Ok(solution) => Some(solution),
+        Err(SolveError::Infeasible { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let mut won_by_baseline = false;
+    for &b in AUTO_BASELINES {
+        let candidate = match solve(chain, budget, b, opts) {
+            Ok(solution) => solution,
+            Err(SolveError::Infeasible { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if best.as_ref().is_none_or(|x| candidate.schedule.makespan < x.schedule.makespan) {
+            best = Some(candidate);
+            won_by_baseline = true;
+        }
+    }
+    let Some(mut solution) = best else {
+        return Err(SolveError::Infeasible {
+            algorithm: Algorithm::Auto,
+            budget,
+            min_budget: min_budget(chain, k, opts),
+        });
+    };
+    solution.schedule.algorithm = Algorithm::Auto.name().to_string();
+    solution.reason = Some(if won_by_baseline {
+        format!("{k} micro-batches in flight: a baseline was faster than the persistent optimum rounded to slots")
+    } else {
+        format!(
+            "{k} micro-batches in flight: the persistent optimum under (n - 1) x residue + peak, at least as fast as \
+             every baseline (the floating DP does not plan for micro-batches in flight)"
+        )
+    });
+    Ok(solution)
+}
+
+/// A baseline at the largest budget of its own (found by bisection, to
+/// 1/2^20 of `budget`) whose rank memory with `opts.in_flight` micro-batches
+/// fits `budget`, the fastest such schedule seen. O(20) solves of the baseline.
+fn baseline_in_flight(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Solution, SolveError> {
+    let k = opts.in_flight.get();
+    let plain = SolveOptions { in_flight: std::num::NonZeroUsize::MIN, ..*opts };
+    // Some(true): fits; Some(false): over the budget; None: the baseline has
+    // nothing at that budget of its own.
+    let attempt = |b: u64| -> Result<(Option<bool>, Option<Solution>), SolveError> {
+        match crate::solve::solve(chain, b, algorithm, &plain) {
+            Ok(s) => {
+                let fits = s.replay.rank_peak(k) <= budget;
+                Ok((Some(fits), fits.then_some(s)))
+            }
+            Err(SolveError::Infeasible { .. }) => Ok((None, None)),
+            Err(e) => Err(e),
+        }
+    };
+    let mut best: Option<(Solution, u64)> = None;
+    let (first, found) = attempt(budget)?;
+    if first.is_none() {
+        return Err(SolveError::Infeasible { algorithm, budget, min_budget: None });
+    }
+    if let Some(s) = found {
+        best = Some((s, budget));
+    } else {
+        let (mut lo, mut hi) = (0u64, budget);
+        let step = (budget >> 20).max(1);
+        while hi - lo > step {
+            let mid = lo + (hi - lo) / 2;
+            match attempt(mid)? {
+                (Some(true), Some(s)) => {
+                    if best.as_ref().is_none_or(|b| s.schedule.makespan < b.0.schedule.makespan) {
+                        best = Some((s, mid));
+                    }
+                    lo = mid;
+                }
+                (Some(false), _) => hi = mid,
+                _ => lo = mid,
+            }
+        }
+    }
+    let Some((found, inner)) = best else {
+        return Err(SolveError::Infeasible { algorithm, budget, min_budget: None });
+    };
+    let mut solution = checked_in_flight(
+        chain,
+        budget,
+        algorithm,
+        found.schedule.operations,
+        found.slot_size,
+        found.solver_makespan,
+        k,
+    )?;
+    let inner_note = if inner == budget {
+        String::new()
+    } else {
+        format!("planned for {} of its own so that {k} micro-batches fit; ", crate::size::format_size(inner))
+    };
+    solution.detail =
+        Some(format!("{inner_note}{}", found.detail.unwrap_or_default()).trim_end_matches("; ").to_string());
+    Ok(solution)
+}
+
+/// The smallest budget at which exhaustive search finds a schedule with
+/// `in_flight` micro-batches: bisection between the smallest peak of any
+/// schedule (a lower bound) and `in_flight` times it (met by that schedule,
+/// whose residue is at most its peak). O(log M) searches.
+fn exhaustive_min_budget(chain: &Chain, in_flight: usize) -> Option<u64> {
+    let (peak, _) = exhaustive::min_peak(chain);
+    let (mut lo, mut hi) = (peak - 1, peak.saturating_mul(in_flight as u64));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if exhaustive::fastest_in_flight(chain, mid, in_flight).is_some() { hi = mid } else { lo = mid }
+    }
+    Some(hi)
+}
+
+/// [`crate::solve::min_budget`] with `opts.in_flight` > 1: exact for
+/// `exhaustive`, the persistent DP's (exact where its fronts fit) for
+/// `persistent` and for `auto` beyond its exhaustive range, `None` for the
+/// baselines (their bisection has no smallest budget to name).
+pub(crate) fn min_budget_for(
+    chain: &Chain,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<Option<u64>, SolveError> {
+    let k = opts.in_flight.get();
+    match algorithm {
+        Algorithm::Exhaustive => {
+            check_exhaustive_size(chain)?;
+            Ok(exhaustive_min_budget(chain, k))
+        }
+        Algorithm::Auto if exhaustive::equivalent_stages(chain) <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES => {
+            Ok(exhaustive_min_budget(chain, k))
+        }
+        Algorithm::Persistent | Algorithm::Auto => {
+            dp::Persistent::check(chain, opts.slots.get())?;
+            Ok(min_budget(chain, k, opts))
+        }
+        Algorithm::Floating => Err(floating_refused()),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(need: usize, residue: usize, time: f64) -> Point {
+        Point { need, residue, time, how: How::All { option: 0, next: usize::MAX } }
+    }
+
+    #[test]
+    fn pareto_keeps_exactly_the_undominated() {
+        let cand = vec![
+            point(5, 5, 5.0),
+            point(5, 5, 5.0), // equal: the first is kept
+            point(4, 6, 4.0),
+            point(6, 4, 6.0),
+            point(6, 6, 6.0), // dominated by (5, 5, 5)
+            point(7, 1, 9.0),
+            point(7, 9, 3.0),
+            point(9, 9, 9.0),  // dominated
+            point(20, 0, 0.0), // above the cap
+        ];
+        let kept: Vec<(usize, usize, f64)> = pareto(cand, 10).iter().map(|p| (p.need, p.residue, p.time)).collect();
+        assert_eq!(kept, vec![(4, 6, 4.0), (5, 5, 5.0), (6, 4, 6.0), (7, 1, 9.0), (7, 9, 3.0)]);
+    }
+}
