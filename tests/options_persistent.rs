@@ -13,7 +13,6 @@
 mod reference;
 
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use reference::store_all_peak;
 use remat::slots::{SlotChain, Slots};
@@ -24,52 +23,13 @@ use remat::synthetic::{Rng, network_like, small_chain, stack, with_options};
 use remat::{Chain, Op, simulate, simulate_within};
 
 mod common;
-use common::exact;
-
-/// Every persistent sequence of (s, t), memoised by sub-chain.
-fn sequences(
-    chain: &Chain,
-    s: usize,
-    t: usize,
-    memo: &mut HashMap<(usize, usize), Rc<Vec<Vec<Op>>>>,
-) -> Rc<Vec<Vec<Op>>> {
-    if let Some(v) = memo.get(&(s, t)) {
-        return v.clone();
-    }
-    let mut out = Vec::new();
-    let rest = if s < t { sequences(chain, s + 1, t, memo) } else { Rc::new(vec![Vec::new()]) };
-    for o in 0..chain.option_count(s) {
-        for r in rest.iter() {
-            let mut ops = vec![Op::FAll(s, o)];
-            ops.extend_from_slice(r);
-            ops.push(Op::B(s));
-            out.push(ops);
-        }
-    }
-    for split in s + 1..=t {
-        let mut prefix = vec![Op::FCk(s)];
-        prefix.extend((s + 1..split).map(Op::FNone));
-        let right = sequences(chain, split, t, memo);
-        let left = sequences(chain, s, split - 1, memo);
-        for r in right.iter() {
-            for l in left.iter() {
-                let mut ops = prefix.clone();
-                ops.extend_from_slice(r);
-                ops.extend_from_slice(l);
-                out.push(ops);
-            }
-        }
-    }
-    let out = Rc::new(out);
-    memo.insert((s, t), out.clone());
-    out
-}
+use common::{exact, persistent_sequences};
 
 /// (peak, makespan) of every persistent sequence of `chain` that the
 /// simulator accepts (all of them should be).
 fn persistent_class(chain: &Chain) -> Vec<(u64, f64)> {
     let n = chain.len() + 1;
-    let all = sequences(chain, 1, n, &mut HashMap::new());
+    let all = persistent_sequences(chain, 1, n, &mut HashMap::new());
     all.iter()
         .map(|ops| {
             let r = simulate(chain, ops).unwrap_or_else(|e| panic!("{chain:?}: {ops:?}: {e}"));

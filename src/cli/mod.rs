@@ -9,6 +9,7 @@ mod graph;
 mod min_memory;
 mod mincut;
 pub(crate) mod output;
+mod pipeline;
 mod show;
 mod simulate;
 mod solve;
@@ -180,6 +181,7 @@ enum Command {
     Show(show::Args),
     Zoo(zoo::Args),
     Mincut(mincut::Args),
+    Pipeline(pipeline::Args),
 }
 
 /// Runs the command line on `args` (the program name first, as
@@ -206,6 +208,7 @@ where
         Command::Simulate(args) => simulate::run(args),
         Command::MinMemory(args) => min_memory::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Pipeline(args) => pipeline::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::Show(args) => show::run(args),
         Command::Zoo(args) => zoo::run(args),

@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod gain;
+pub mod pipeline;
 pub mod plot;
 pub mod svg;
 pub mod sweep;

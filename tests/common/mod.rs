@@ -1,6 +1,9 @@
 //! Helpers shared by the oracle tests (each test crate uses a part of them).
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use remat::solve::SolveOptions;
 use remat::{Chain, Op, simulate_within};
 
@@ -59,4 +62,46 @@ pub fn joint_graph_json(name: &str, primal_bytes: u64, forward: Vec<String>) -> 
         prev = format!("d{i}");
     }
     format!(r#"{{"name": "{name}", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(",\n"))
+}
+
+/// Every persistent sequence of (s, t), memoised by sub-chain: for each
+/// sub-chain either F_all^s[o] (each option o), (s+1, t), B^s, or F_ck^s
+/// F_none^{s+1} .. F_none^{s'-1}, (s', t), (s, s'-1) for each split s', and
+/// (s, s) as F_all^s[o] B^s (the persistent DP's class, enumerated).
+pub fn persistent_sequences(
+    chain: &Chain,
+    s: usize,
+    t: usize,
+    memo: &mut HashMap<(usize, usize), Rc<Vec<Vec<Op>>>>,
+) -> Rc<Vec<Vec<Op>>> {
+    if let Some(v) = memo.get(&(s, t)) {
+        return v.clone();
+    }
+    let mut out = Vec::new();
+    let rest = if s < t { persistent_sequences(chain, s + 1, t, memo) } else { Rc::new(vec![Vec::new()]) };
+    for o in 0..chain.option_count(s) {
+        for r in rest.iter() {
+            let mut ops = vec![Op::FAll(s, o)];
+            ops.extend_from_slice(r);
+            ops.push(Op::B(s));
+            out.push(ops);
+        }
+    }
+    for split in s + 1..=t {
+        let mut prefix = vec![Op::FCk(s)];
+        prefix.extend((s + 1..split).map(Op::FNone));
+        let right = persistent_sequences(chain, split, t, memo);
+        let left = persistent_sequences(chain, s, split - 1, memo);
+        for r in right.iter() {
+            for l in left.iter() {
+                let mut ops = prefix.clone();
+                ops.extend_from_slice(r);
+                ops.extend_from_slice(l);
+                out.push(ops);
+            }
+        }
+    }
+    let out = Rc::new(out);
+    memo.insert((s, t), out.clone());
+    out
 }
