@@ -372,10 +372,10 @@ pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option
             break;
         }
         let step = |l: Label, peak: u64, time: f64| (peak <= left).then_some(Label { bytes: 0, time: l.time + time });
-        if let Some((label, ops)) = search(chain, false, step, Label { bytes: 0, time: 0.0 }, residue) {
-            if best.as_ref().is_none_or(|b| label.time < b.0) {
-                best = Some((label.time, ops));
-            }
+        if let Some((label, ops)) = search(chain, false, step, Label { bytes: 0, time: 0.0 }, residue)
+            && best.as_ref().is_none_or(|b| label.time < b.0)
+        {
+            best = Some((label.time, ops));
         }
     }
     best

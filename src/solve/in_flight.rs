@@ -204,6 +204,8 @@ impl Spine {
                 }
                 let mut need_fwd = sc.forward_ck_need(s, n);
                 let mut fwd_time = sc.forward_time[s];
+                // `split` names the point's How::Split as well as the front.
+                #[allow(clippy::needless_range_loop)]
                 for split in s + 1..=n {
                     let j = split - 1;
                     if j > s {
