@@ -70,7 +70,7 @@
 //! | `checkmate` | the optimum staged schedule of a graph (MILP) | exponential worst case | O(n^2) variables |
 //! | `checkmate-approx` | LP relaxation with two-phase rounding | polynomial (one LP) | O(n^2) variables |
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod chain;
 #[cfg(feature = "cli")]
@@ -78,6 +78,9 @@ pub mod cli;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
+// The solvers' limits: each entry point guards itself; public only for the
+// Python bindings and tests, which check --exact-memory up front.
+#[doc(hidden)]
 pub mod guard;
 pub mod joint;
 pub mod model {
@@ -90,6 +93,9 @@ pub mod simulate;
 pub mod size;
 pub mod slots;
 pub mod solve;
+// Generators of random and network-like chains: for tests, benches and
+// examples, not part of the API.
+#[doc(hidden)]
 pub mod synthetic;
 pub mod zoo;
 

@@ -1,6 +1,6 @@
 //! Checkmate's approximation (MLSys 2020, §5): solve the LP relaxation of the
 //! MILP, round the checkpoint matrix `S*` deterministically (`S = 1[S* > 0.5]`)
-//! and complete R with two-phase rounding ([`Staged::complete`]).
+//! and complete R with two-phase rounding (`plan::Staged::complete`).
 //!
 //! Rounding keeps every correctness constraint but not the budget, so the
 //! rounded schedule is replayed by the exact simulator and kept only if it

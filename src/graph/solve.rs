@@ -186,7 +186,7 @@ impl From<MilpError> for GraphSolveError {
 ///   chain solvers; a joint graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
 ///   (given, or derived from a forward graph) by exhaustive search; any other
 ///   forward graph first by the chain DP of its
-///   blocks lifted to the graph ([`lift`]), then by the Checkmate MILP
+///   blocks lifted to the graph (`lift`), then by the Checkmate MILP
 ///   warm-started from the better of that and the baselines, and the faster
 ///   replay is returned (never the slower of the two); when the MILP is too
 ///   large for the guard or its build for the time limit, the lifted
@@ -407,7 +407,7 @@ impl Known<'_> {
     }
 }
 
-/// The `algorithm` of a schedule lifted from the chain DP ([`lift`]).
+/// The `algorithm` of a schedule lifted from the chain DP (`lift`).
 pub const LIFT_NAME: &str = "chain-lift";
 
 /// `checkmate` and `auto` on a forward graph that is not a path: the lifted
@@ -429,8 +429,8 @@ fn checkmate_forward(
 /// The Checkmate MILP of `graph` under `budget`, never returning worse than
 /// the lifted schedule (`lifted`, for a forward graph) or the best baseline:
 /// - a known schedule that recomputes nothing is optimal: no MILP;
-/// - a MILP the guard refuses ([`crate::guard::milp`]) or whose build alone is
-///   estimated to outlast the time limit ([`crate::guard::milp_build_seconds`])
+/// - a MILP the guard refuses (`guard::milp`) or whose build alone is
+///   estimated to outlast the time limit (`guard::milp_build_seconds`)
 ///   is skipped, and the best known schedule returned with a note (for a
 ///   refused MILP only when `auto`); otherwise the guard's refusal;
 /// - else the MILP, warm-started from the cheaper known schedule whose MILP

@@ -7,7 +7,7 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Rotor's persistent dynamic program (Alg. 3/4, corrected): exact in bytes
-    /// where its fronts fit ([`crate::solve::exact`]), else O(S L^3) over slots.
+    /// where its fronts fit (`solve::exact`), else O(S L^3) over slots.
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,

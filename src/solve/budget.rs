@@ -74,7 +74,7 @@ pub struct AnyMinimum {
 /// minimum alone is only an upper bound.
 ///
 /// Refuses first, with [`SolveError::TooLarge`], a chain on which this would
-/// not finish ([`crate::guard::any_min_budget`]): every front end (the CLI,
+/// not finish (`guard::any_min_budget`): every front end (the CLI,
 /// Python) gets the same guard.
 pub fn any_min_budget(chain: &Chain) -> Result<AnyMinimum, SolveError> {
     crate::guard::any_min_budget(chain)?;

@@ -6,10 +6,10 @@
 //!
 //! One file per concept: [`algorithm`] (the catalogue), [`options`], [`error`],
 //! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
-//! estimates), [`dp`] (the interface of the slot DPs and what is written once
+//! estimates), `dp` (the interface of the slot DPs and what is written once
 //! over it), and one module per algorithm: [`persistent`], [`floating`],
-//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay;
-//! [`fronts`] is the persistent program exact in bytes, and [`exact`] decides
+//! [`exhaustive`], [`baselines`]; `fit` fits a DP to a budget by replay;
+//! `fronts` is the persistent program exact in bytes, and `exact` decides
 //! when `solve` answers with it (persistent, floating and auto all do where
 //! its fronts fit) and when with the slot table.
 
@@ -18,12 +18,16 @@ pub mod auto;
 pub mod baselines;
 pub mod budget;
 pub mod distinct;
+// The slot DPs' internals: public for tests and benches only.
+#[doc(hidden)]
 pub mod dp;
 pub mod error;
-pub mod exact;
+pub(crate) mod exact;
 pub mod exhaustive;
-pub mod fit;
+pub(crate) mod fit;
 pub mod floating;
+// The exact-in-bytes persistent program: public for tests and benches only.
+#[doc(hidden)]
 pub mod fronts;
 pub mod options;
 pub mod persistent;
