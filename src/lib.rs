@@ -75,6 +75,7 @@
 pub mod chain;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod error;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
@@ -100,6 +101,7 @@ pub mod synthetic;
 pub mod zoo;
 
 pub use chain::{Chain, ChainError, Stage};
+pub use error::ErrorKind;
 pub use problem::{Problem, ProblemError};
 pub use schedule::{Op, Schedule};
 pub use simulate::{Replay, SimulateError, simulate, simulate_within};

@@ -14,6 +14,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
+use crate::error::ErrorKind;
 use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
 
 /// A validated input: what a chain or graph file holds.
@@ -73,6 +74,14 @@ pub enum ProblemError {
         /// Why it cannot be read as a chain.
         why: String,
     },
+}
+
+impl ProblemError {
+    /// Always [`ErrorKind::Input`]: the file cannot be read, or it is not a
+    /// valid chain or graph where one is expected.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Input
+    }
 }
 
 /// Reads a whole input as text: a file, or standard input when `path` is `-`

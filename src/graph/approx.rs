@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::graph::milp::{self, MilpError, MilpOptions};
 use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate};
@@ -59,6 +60,20 @@ pub enum ApproxError {
     /// A rounded plan failed its replay: a bug in remat.
     #[error("internal error: a rounded plan failed its replay ({0}); please report this")]
     Invalid(GraphSimulateError),
+}
+
+impl ApproxError {
+    /// What kind of failure this is: every rounded schedule over the budget
+    /// is [`ErrorKind::Infeasible`] (for rounding: the exact MILP may still
+    /// find one), a rounded plan its replay rejects [`ErrorKind::Internal`],
+    /// an LP failure that of [`MilpError::kind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApproxError::Lp(e) => e.kind(),
+            ApproxError::OverBudget { .. } => ErrorKind::Infeasible,
+            ApproxError::Invalid(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 /// Rounds a fractional `S*` and completes R (two-phase rounding).

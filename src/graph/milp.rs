@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use good_lp::{Constraint, Expression, ProblemVariables, ResolutionError, Solution, SolverModel, Variable, variable};
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::graph::Graph;
 use crate::graph::plan::Staged;
 
@@ -150,6 +151,19 @@ pub enum MilpError {
         /// Its message.
         message: String,
     },
+}
+
+impl MilpError {
+    /// What kind of failure this is: an infeasible problem is
+    /// [`ErrorKind::Infeasible`], the time limit [`ErrorKind::TimeLimit`], a
+    /// failed solver [`ErrorKind::Internal`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MilpError::Infeasible => ErrorKind::Infeasible,
+            MilpError::NoSolution { .. } => ErrorKind::TimeLimit,
+            MilpError::Backend { .. } => ErrorKind::Internal,
+        }
+    }
 }
 
 /// What the solver found.

@@ -6,6 +6,7 @@ use std::fmt;
 use thiserror::Error;
 
 use crate::chain::Chain;
+use crate::error::ErrorKind;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
@@ -170,6 +171,32 @@ pub enum GraphSolveError {
         /// What the simulator measured.
         replayed: f64,
     },
+}
+
+impl GraphSolveError {
+    /// What kind of failure this is: a chain solve's error keeps its kind
+    /// ([`SolveError::kind`]); no schedule within the budget (also every LP
+    /// rounding over it) is [`ErrorKind::Infeasible`]; the time limit
+    /// [`ErrorKind::TimeLimit`]; a schedule its replay rejects, a
+    /// mispredicted makespan and a failed LP solver [`ErrorKind::Internal`];
+    /// an invalid graph, a chain algorithm on a graph that is not a chain and
+    /// a graph too large for the algorithm [`ErrorKind::Input`].
+    pub fn kind(&self) -> ErrorKind {
+        // No wildcard: a new variant must choose its kind here (a wildcard
+        // once sent `Mispredicted`, a bug in remat, to "bad input").
+        match self {
+            GraphSolveError::Chain(e) => e.kind(),
+            GraphSolveError::Rounding(e) => e.kind(),
+            GraphSolveError::Infeasible { .. } => ErrorKind::Infeasible,
+            GraphSolveError::NoSolution { .. } => ErrorKind::TimeLimit,
+            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
+                ErrorKind::Internal
+            }
+            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
+                ErrorKind::Input
+            }
+        }
+    }
 }
 
 impl From<MilpError> for GraphSolveError {

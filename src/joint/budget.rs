@@ -31,6 +31,7 @@ use thiserror::Error;
 use super::graph::{JointGraph, OpClass, Role};
 use super::maxflow::INFINITE;
 use super::mincut::{Analysis, CutRule, cut, cut_with_value, recompute_set};
+use crate::error::ErrorKind;
 
 /// Why a budgeted partition has no answer.
 #[derive(Debug, Error, PartialEq)]
@@ -46,6 +47,17 @@ pub enum BudgetError {
     /// The ILP solver failed.
     #[error("the ILP solver failed: {0}")]
     Solver(String),
+}
+
+impl BudgetError {
+    /// What kind of failure this is: no saved set within the budget is
+    /// [`ErrorKind::Infeasible`], a failed ILP solver [`ErrorKind::Internal`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BudgetError::Infeasible { .. } => ErrorKind::Infeasible,
+            BudgetError::Solver(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 /// A budgeted answer.

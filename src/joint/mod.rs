@@ -29,6 +29,8 @@ pub mod mincut;
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::error::ErrorKind;
+
 pub use budget::BudgetError;
 pub use graph::{JointError, JointGraph, Node, OpClass, Role};
 pub use mincut::{Analysis, BanReason, Partition};
@@ -90,6 +92,17 @@ pub enum PartitionError {
     /// The budget has no answer.
     #[error(transparent)]
     Budget(#[from] BudgetError),
+}
+
+impl PartitionError {
+    /// What kind of failure this is: a rejected graph is
+    /// [`ErrorKind::Input`], a budget's failure that of [`BudgetError::kind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            PartitionError::Graph(_) => ErrorKind::Input,
+            PartitionError::Budget(e) => e.kind(),
+        }
+    }
 }
 
 /// Partitions a validated graph: the min-cut, or with `memory` the least
