@@ -108,6 +108,31 @@ impl PartitionError {
 /// Partitions a validated graph: the min-cut, or with `memory` the least
 /// recompute cost within that many saved activation bytes; with the baselines
 /// beside it.
+///
+/// # Examples
+///
+/// ```
+/// use remat::joint::{BudgetError, JointGraph, partition};
+///
+/// // y = tanh(tanh(x)) and its backward, as `remat.torch.export_joint` writes it.
+/// let graph = JointGraph::from_json(r#"{"name": "tanh_tanh", "nodes": [
+///   {"name": "x", "role": "primal", "bytes": 4096},
+///   {"name": "dy", "role": "tangent", "bytes": 4096},
+///   {"name": "t1", "role": "forward", "op": "pointwise", "inputs": ["x"], "bytes": 4096},
+///   {"name": "t2", "role": "forward", "op": "pointwise", "inputs": ["t1"], "bytes": 4096},
+///   {"name": "g2", "role": "backward", "op": "pointwise", "inputs": ["dy", "t2"], "bytes": 4096},
+///   {"name": "g1", "role": "backward", "op": "pointwise", "inputs": ["g2", "t1"], "bytes": 4096}
+/// ], "outputs": ["t2"], "gradients": ["g1"]}"#)?;
+/// let answer = partition(&graph, None)?;
+/// assert!(answer.chosen.saved_bytes <= answer.save_all.saved_bytes);
+/// // Within the smallest budget the saved activations fit; below it, no answer.
+/// let smallest = answer.smallest_budget;
+/// assert!(partition(&graph, Some(smallest))?.chosen.activation_bytes <= smallest);
+/// if smallest > 0 {
+///     assert!(matches!(partition(&graph, Some(smallest - 1)), Err(BudgetError::Infeasible { .. })));
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
     partition_with(graph, memory, &budget::BudgetOptions::default())
 }

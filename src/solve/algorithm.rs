@@ -109,6 +109,21 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// Parses the names `remat --algorithm` takes ([`Algorithm::name`]).
+///
+/// # Examples
+///
+/// ```
+/// use remat::Algorithm;
+///
+/// let a: Algorithm = "floating".parse()?;
+/// assert_eq!(a, Algorithm::Floating);
+/// assert_eq!(a.to_string().parse::<Algorithm>()?, a);
+/// // A graph algorithm is not a chain algorithm: the error says what to use.
+/// let e = "checkmate".parse::<Algorithm>().unwrap_err();
+/// assert!(e.contains("solves graphs, not chains"), "{e}");
+/// # Ok::<(), String>(())
+/// ```
 impl FromStr for Algorithm {
     type Err = String;
 

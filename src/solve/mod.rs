@@ -74,6 +74,25 @@ pub struct Solution {
 /// tables grow with the budget, and the smallest budget's may be over the
 /// memory limit) the answer is a [`SolveError::TooLarge`] that names that
 /// budget and what to change.
+///
+/// # Examples
+///
+/// ```
+/// use remat::{Algorithm, Chain, SolveOptions, simulate, solve};
+///
+/// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+/// let solution = solve(&chain, 700, Algorithm::Persistent, &SolveOptions::default())?;
+/// // The figures are the simulator's: replaying the operations gives them again.
+/// let replay = simulate(&chain, &solution.schedule.operations)?;
+/// assert_eq!(replay.makespan, solution.schedule.makespan);
+/// assert!(solution.schedule.peak_memory <= 700);
+/// // Below the smallest budget the error names it.
+/// let e = solve(&chain, 600, Algorithm::Persistent, &SolveOptions::default()).unwrap_err();
+/// assert!(e.to_string().contains("the smallest budget it can meet is 700 B"), "{e}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
     match solve_unverified(chain, budget, algorithm, opts) {
         Err(SolveError::Infeasible { algorithm, budget, min_budget: Some(min) }) => {

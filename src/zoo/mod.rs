@@ -563,6 +563,24 @@ fn slug_resolved(spec: &Spec, r: &Resolved) -> String {
 
 /// Generates the chain or forward graph `spec` asks for, with its provenance
 /// in the metadata. Deterministic.
+///
+/// # Examples
+///
+/// ```
+/// use remat::solve::min_budget;
+/// use remat::zoo::{Spec, generate};
+/// use remat::{Algorithm, SolveOptions, simulate, solve};
+///
+/// let chain = generate(&Spec { batch: 8, ..Spec::new("resnet18") })?.chain().expect("a chain").clone();
+/// // The smallest budget checkpoint_sequential meets, and remat's schedule there.
+/// let opts = SolveOptions::default();
+/// let budget = min_budget(&chain, Algorithm::Sequential, &opts)?.expect("some K fits");
+/// let solution = solve(&chain, budget, Algorithm::Auto, &opts)?;
+/// let sequential = solve(&chain, budget, Algorithm::Sequential, &opts)?;
+/// assert!(solution.schedule.makespan <= sequential.schedule.makespan);
+/// assert_eq!(simulate(&chain, &solution.schedule.operations)?.makespan, solution.schedule.makespan);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn generate(spec: &Spec) -> Result<Generated, ZooError> {
     let r = resolve(spec)?;
     if spec.options && spec.graph.is_some() {
