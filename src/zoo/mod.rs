@@ -40,16 +40,16 @@ macro_rules! named {
     };
 }
 
-pub mod densenet;
+pub(crate) mod densenet;
 pub mod device;
-pub mod gpt2;
-pub mod inception;
+pub(crate) mod gpt2;
+pub(crate) mod inception;
 pub(crate) mod json;
 pub mod lower;
 pub mod net;
-pub mod resnet;
-pub mod unet;
-pub mod vgg;
+pub(crate) mod resnet;
+pub(crate) mod unet;
+pub(crate) mod vgg;
 
 use std::fmt;
 
