@@ -53,7 +53,16 @@
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
 //! | [`size`] | byte sizes as people write them (`11.2GiB`) |
+//! | [`error`] | [`ErrorKind`]: whether a failure is a verdict, bad input, a time limit or a bug |
 //! | `cli` | the `remat` command line as a function, argument vector to exit code (feature `cli`) |
+//!
+//! # Errors
+//!
+//! Every top-level error ([`SolveError`], [`graph::GraphSolveError`],
+//! [`ProblemError`], [`joint::PartitionError`]) says its [`ErrorKind`] through
+//! `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
+//! remat. Front ends choose from the kind alone: the `remat` command its exit
+//! code (1, 2, 3, 70), the Python package its exception.
 //!
 //! # Algorithms and their cost
 //!
