@@ -90,7 +90,7 @@ pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
 
 /// LP relaxation + two-phase rounding of `graph` under `budget` bytes (module
 /// documentation). Each LP gets `opts`' time limit.
-pub fn solve(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
+pub fn round_relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
     let start = Instant::now();
     let (lp_bound, first) = milp::relaxation(graph, budget, opts)?;
     let mut smallest_peak = u64::MAX;

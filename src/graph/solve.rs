@@ -579,7 +579,7 @@ fn checkmate(
         out.warm_start = warm_start.clone();
         Ok((out, joined(format!("the MILP {reason}, so this is {}", known.describe()))))
     };
-    let sol = match milp::solve(graph, budget, warm.as_ref().map(|w| &w.0), &remaining()) {
+    let sol = match milp::solve_milp(graph, budget, warm.as_ref().map(|w| &w.0), &remaining()) {
         Ok(sol) => sol,
         Err(MilpError::Infeasible) => {
             if best_known.is_some() {
@@ -659,7 +659,7 @@ pub fn solve_joint(
         GraphAlgorithm::Checkmate => {
             checkmate(graph, budget, None, false, std::time::Instant::now(), opts).map(|(solution, _)| solution)
         }
-        GraphAlgorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
+        GraphAlgorithm::CheckmateApprox => match approx::round_relaxation(graph, budget, opts) {
             Ok(r) => {
                 let predicted = r.replay.makespan;
                 let mut out = checked(
@@ -729,7 +729,7 @@ pub fn approx_min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget>
         if time_limit.is_some_and(|t| t.is_zero()) {
             return None;
         }
-        Some(approx::solve(graph, b, &MilpOptions { time_limit, ..*opts }).is_ok())
+        Some(approx::round_relaxation(graph, b, &MilpOptions { time_limit, ..*opts }).is_ok())
     };
     if works(exact.bytes)? {
         return Some(exact);

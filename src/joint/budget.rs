@@ -110,9 +110,13 @@ impl Default for BudgetOptions {
     }
 }
 
-/// [`solve_with`] with the default options (a 60 s limit per ILP).
-pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Result<BudgetSolution, BudgetError> {
-    solve_with(graph, analysis, budget, &BudgetOptions::default())
+/// [`least_recompute_with`] with the default options (a 60 s limit per ILP).
+pub fn least_recompute(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    budget: Option<u64>,
+) -> Result<BudgetSolution, BudgetError> {
+    least_recompute_with(graph, analysis, budget, &BudgetOptions::default())
 }
 
 /// The saved set of least recompute cost within `budget` activation bytes
@@ -125,7 +129,7 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
 /// and among sets of least cost returns one of fewest bytes; if it runs past
 /// the time limit, the Lagrangian set is returned with `optimal: false` and
 /// its bound.
-pub fn solve_with(
+pub fn least_recompute_with(
     graph: &JointGraph,
     analysis: &Analysis,
     budget: Option<u64>,
@@ -447,7 +451,7 @@ pub fn pareto_with(
         if time_limit.is_some_and(|t| t <= 0.0) {
             return Ok(Front { points, stopped: Some(Stopped::TimeLimit) });
         }
-        let point = solve_with(graph, analysis, budget, &BudgetOptions { time_limit })?;
+        let point = least_recompute_with(graph, analysis, budget, &BudgetOptions { time_limit })?;
         let bytes: u64 = (0..point.saved.len()).filter(|&i| point.saved[i]).map(|i| budget_bytes(graph, i)).sum();
         points.push(point);
         if bytes <= smallest {

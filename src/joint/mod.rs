@@ -147,7 +147,7 @@ pub fn partition_with(
     let (method, saved, optimal, bound_seconds) = match memory {
         None => (Method::MinCut, mincut::min_cut(graph, &analysis), None, None),
         Some(m) => {
-            let solution = budget::solve_with(graph, &analysis, Some(m), options)?;
+            let solution = budget::least_recompute_with(graph, &analysis, Some(m), options)?;
             (Method::Budget, solution.saved, Some(solution.optimal), Some(solution.bound_seconds))
         }
     };
