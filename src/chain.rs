@@ -463,6 +463,30 @@ impl Chain {
     /// A `saved_size` below `output_size` (it happens in real measurements:
     /// abar^l contains a^l by definition) is raised to `output_size` with a
     /// warning, available from [`Chain::warnings`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use remat::{Chain, Stage};
+    ///
+    /// let stage = |forward_time: f64| Stage {
+    ///     name: None,
+    ///     forward_time,
+    ///     backward_time: 2.0 * forward_time,
+    ///     output_size: 100,
+    ///     saved_size: 300,
+    ///     gradient_size: 100,
+    ///     forward_overhead: 0,
+    ///     backward_overhead: 0,
+    ///     options: Vec::new(),
+    /// };
+    /// let loss = Stage { forward_time: 0.0, backward_time: 0.0, output_size: 0, saved_size: 0, ..stage(0.0) };
+    /// let chain = Chain::new("two-layers", 100, vec![stage(1.0), stage(1.0)], loss.clone())?;
+    /// assert_eq!(chain.len(), 2);
+    /// // Invalid numbers are refused, never solved.
+    /// assert!(Chain::new("bad", 100, vec![stage(f64::NAN)], loss).is_err());
+    /// # Ok::<(), remat::ChainError>(())
+    /// ```
     pub fn new(name: impl Into<String>, input_size: u64, stages: Vec<Stage>, loss: Stage) -> Result<Chain, ChainError> {
         let mut chain = Chain { name: name.into(), input_size, stages, loss, metadata: None, warnings: Vec::new() };
         chain.validate()?;
@@ -473,6 +497,22 @@ impl Chain {
     ///
     /// Errors name the offending field by its path, e.g.
     /// `stages[2].output_size (stage 3): invalid value: integer -5, expected u64`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use remat::Chain;
+    ///
+    /// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+    /// assert_eq!((chain.name(), chain.len()), ("two-layers", 2));
+    /// // A bad field is named by its path.
+    /// let e = Chain::from_json(r#"{"input_size": 1, "stages": [{"forward_time": 1, "backward_time": 1,
+    ///     "output_size": -5, "saved_size": 1}]}"#).unwrap_err();
+    /// assert!(e.to_string().contains("stages[0].output_size"), "{e}");
+    /// # Ok::<(), remat::ChainError>(())
+    /// ```
     pub fn from_json(text: &str) -> Result<Chain, ChainError> {
         let Object(parsed): Object<ChainJson> = from_json_strict(text, "stages", "stage", "chain")
             .map_err(|(path, message)| ChainError::Format { path, message })?;

@@ -53,7 +53,16 @@
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
 //! | [`size`] | byte sizes as people write them (`11.2GiB`) |
+//! | [`error`] | [`ErrorKind`]: whether a failure is a verdict, bad input, a time limit or a bug |
 //! | `cli` | the `remat` command line as a function, argument vector to exit code (feature `cli`) |
+//!
+//! # Errors
+//!
+//! Every top-level error ([`SolveError`], [`graph::GraphSolveError`],
+//! [`ProblemError`], [`joint::PartitionError`]) says its [`ErrorKind`] through
+//! `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
+//! remat. Front ends choose from the kind alone: the `remat` command its exit
+//! code (1, 2, 3, 70), the Python package its exception.
 //!
 //! # Algorithms and their cost
 //!
@@ -70,14 +79,18 @@
 //! | `checkmate` | the optimum staged schedule of a graph (MILP) | exponential worst case | O(n^2) variables |
 //! | `checkmate-approx` | LP relaxation with two-phase rounding | polynomial (one LP) | O(n^2) variables |
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod chain;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod error;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
+// The solvers' limits: each entry point guards itself; public only for the
+// Python bindings and tests, which check --exact-memory up front.
+#[doc(hidden)]
 pub mod guard;
 pub mod joint;
 pub mod model {
@@ -90,10 +103,14 @@ pub mod simulate;
 pub mod size;
 pub mod slots;
 pub mod solve;
+// Generators of random and network-like chains: for tests, benches and
+// examples, not part of the API.
+#[doc(hidden)]
 pub mod synthetic;
 pub mod zoo;
 
 pub use chain::{Chain, ChainError, Stage};
+pub use error::ErrorKind;
 pub use problem::{Problem, ProblemError};
 pub use schedule::{Op, Schedule};
 pub use simulate::{Replay, SimulateError, simulate, simulate_within};

@@ -14,6 +14,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
+use crate::error::ErrorKind;
 use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
 
 /// A validated input: what a chain or graph file holds.
@@ -73,6 +74,14 @@ pub enum ProblemError {
         /// Why it cannot be read as a chain.
         why: String,
     },
+}
+
+impl ProblemError {
+    /// Always [`ErrorKind::Input`]: the file cannot be read, or it is not a
+    /// valid chain or graph where one is expected.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Input
+    }
 }
 
 /// Reads a whole input as text: a file, or standard input when `path` is `-`
@@ -178,6 +187,29 @@ pub type Options<'a> = GraphOptions<'a>;
 /// other graph to the MILP). Every schedule is replayed by the exact chain or
 /// graph simulator before it is returned. The [`Outcome`]'s `why` says which
 /// path was taken (empty for a chain solved as asked).
+///
+/// # Examples
+///
+/// A forward graph with a skip connection (not a chain), solved on its
+/// joint graph:
+///
+/// ```
+/// use remat::graph::{Outcome, simulate_within};
+/// use remat::problem::{self, Method, Options, Problem};
+///
+/// let problem = Problem::from_json(r#"{"name": "skip", "input_size": 100, "nodes": [
+///     {"name": "a", "inputs": [], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
+///     {"name": "b", "inputs": ["a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
+///     {"name": "c", "inputs": ["b", "a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 200}
+/// ]}"#, "skip.json")?;
+/// let method: Method = "auto".parse()?;
+/// let outcome = problem::solve(&problem, 10_000, method, &Options::default())?;
+/// let Outcome::Graph { graph, solution, .. } = outcome else { panic!("not a chain") };
+/// // Replayed by the graph simulator: the same makespan, within the budget.
+/// let replay = simulate_within(&graph, &solution.schedule.operations, 10_000)?;
+/// assert_eq!(replay.makespan, solution.schedule.makespan);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn solve(problem: &Problem, budget: u64, method: Method, opts: &Options) -> Result<Outcome, GraphSolveError> {
     match (problem, method) {
         (Problem::Chain(chain), Method::Chain(algorithm)) => {

@@ -419,6 +419,21 @@ pub enum ScheduleParseError {
 /// operations, or the paper's notation (`F_ck^1 F_none^2 ... B^1`, separated by
 /// spaces, commas or newlines), runs such as `F_none^2..35` and `B^35..2`
 /// included.
+///
+/// # Examples
+///
+/// ```
+/// use remat::Op;
+/// use remat::schedule::{compact_notation, parse_operations};
+///
+/// let ops = parse_operations("F_ck^1 F_none^2..3 B^3 F_all^2, B^2 B^1")?;
+/// assert_eq!(ops[..3], [Op::FCk(1), Op::FNone(2), Op::FNone(3)]);
+/// assert_eq!(ops.len(), 7);
+/// // The notation remat prints reads back as the same operations.
+/// assert_eq!(parse_operations(&compact_notation(&ops))?, ops);
+/// assert!(parse_operations("F_ck^0").is_err());
+/// # Ok::<(), remat::schedule::ScheduleParseError>(())
+/// ```
 pub fn parse_operations(text: &str) -> Result<Vec<Op>, ScheduleParseError> {
     let trimmed = text.trim_start();
     let json_err = |e: serde_path_to_error::Error<serde_json::Error>| ScheduleParseError::Json {

@@ -138,6 +138,24 @@ pub enum SimulateError {
 /// or the first invalid operation and why.
 ///
 /// Runs in O(L + number of operations).
+///
+/// # Examples
+///
+/// ```
+/// use remat::schedule::parse_operations;
+/// use remat::{Chain, simulate};
+///
+/// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+/// // Store-all: every forward keeps what its backward needs.
+/// let replay = simulate(&chain, &parse_operations("F_all^1..3 B^3..1")?)?;
+/// assert_eq!((replay.makespan, replay.peak_memory), (6.0, 900));
+/// // A backward before its forward is refused, naming the operation.
+/// let e = simulate(&chain, &parse_operations("F_all^1 B^1")?).unwrap_err();
+/// assert!(e.to_string().starts_with("operation 2 (B^1)"), "{e}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
     let n = chain.len() + 1; // the loss is stage n
     let mut held = vec![Held::Absent; n + 1];

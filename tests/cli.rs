@@ -393,5 +393,28 @@ fn help_and_docs_list_the_same_exit_codes() {
     assert_eq!(table, codes, "{EXIT_CODES_DOC}'s exit-code table and `remat --help` differ");
 }
 
+/// Each kind of library error exits with its documented code: the CLI maps
+/// an error's kind (`ErrorKind`), never its variants, to the exit code, so
+/// this table is the whole mapping; the codes are the ones docs/guide.md
+/// lists (`help_and_docs_list_the_same_exit_codes`).
+#[test]
+fn each_error_kind_exits_with_its_documented_code() {
+    use remat::ErrorKind;
+    use remat::cli::Exit;
+    let documented =
+        [(ErrorKind::Infeasible, 1), (ErrorKind::Input, 2), (ErrorKind::TimeLimit, 3), (ErrorKind::Internal, 70)];
+    assert_eq!(documented.map(|(k, _)| k), ErrorKind::ALL, "every kind has a documented code");
+    for (kind, code) in documented {
+        assert_eq!(Exit::from(kind).code(), code, "{kind}");
+        assert_eq!(kind.name().parse::<ErrorKind>(), Ok(kind));
+    }
+    assert_eq!(Exit::from(ErrorKind::Internal), Exit::Internal, "EX_SOFTWARE, 'please report it'");
+    // And through the binary: a verdict exits 1, bad input 2.
+    let dir = tempfile::tempdir().unwrap();
+    let path = chain_with(dir.path(), STAGE);
+    remat().args(["solve", path.to_str().unwrap(), "--memory", "1"]).assert().code(1);
+    remat().args(["solve", path.to_str().unwrap(), "--memory", "1GiB", "--slots", "0"]).assert().code(2);
+}
+
 /// The page whose table lists the exit codes.
 const EXIT_CODES_DOC: &str = "docs/guide.md";

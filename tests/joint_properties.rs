@@ -163,7 +163,8 @@ fn the_budget_ilp_finds_the_least_recompute_cost_that_fits() {
                     "seed {seed} at {m}: proven but not optimal"
                 );
             }
-            let ours = budget::solve(&g, &a, Some(m)).unwrap_or_else(|e| panic!("seed {seed} at {m}: {e}\n{text}"));
+            let ours =
+                budget::least_recompute(&g, &a, Some(m)).unwrap_or_else(|e| panic!("seed {seed} at {m}: {e}\n{text}"));
             assert!(ours.optimal, "seed {seed}");
             assert!(bytes(&ours.saved) <= m && allowed(&ours.saved), "seed {seed} at {m}");
             let cost = mincut::evaluate(&g, &a, &ours.saved).recompute_seconds;
@@ -171,7 +172,7 @@ fn the_budget_ilp_finds_the_least_recompute_cost_that_fits() {
         }
         if smallest > 0 {
             assert_eq!(
-                budget::solve(&g, &a, Some(smallest - 1)).unwrap_err(),
+                budget::least_recompute(&g, &a, Some(smallest - 1)).unwrap_err(),
                 budget::BudgetError::Infeasible { budget: smallest - 1, smallest }
             );
         }

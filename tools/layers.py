@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom first. A module may use its own layer and every layer below it.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("leaves: sizes, the model's text", ["size", "model"]),
+    ("leaves: sizes, the model's text, the kinds of errors", ["size", "model", "error"]),
     ("the model's data and its judge", ["chain", "schedule", "simulate", "slots"]),
     ("operator-level joint graphs (self-contained)", ["joint"]),
     ("the chain solvers", ["solve"]),

@@ -23,7 +23,11 @@ backward). Typical use::
 Sizes are bytes (an int) or strings with a unit (``"8GiB"``, ``"11.2GiB"``).
 No schedule within the budget raises :class:`InfeasibleError`, whose
 ``min_budget`` is the smallest budget that works; bad input raises
-``ValueError`` naming the field at fault.
+``ValueError`` naming the field at fault; a bug in remat (a schedule its own
+simulator rejects, a mispredicted makespan) raises :class:`InternalError`, a
+``RuntimeError``. Both are :class:`RematError` subclasses. The kind of each
+library error picks the exception, as it picks the exit code of the ``remat``
+command (1, 2, 70).
 
 For PyTorch, ``remat.torch`` measures an ``nn.Sequential`` as a chain and
 trains it under a budget (it needs ``torch``; install ``remat[torch]``).
@@ -33,6 +37,7 @@ from remat._core import (
     DEFAULT_SLOTS,
     Chain,
     InfeasibleError,
+    InternalError,
     RematError,
     Replay,
     Schedule,
@@ -51,6 +56,7 @@ __all__ = [
     "DEFAULT_SLOTS",
     "Chain",
     "InfeasibleError",
+    "InternalError",
     "RematError",
     "Replay",
     "Schedule",

@@ -28,6 +28,10 @@ Algorithm: TypeAlias = Literal[
 class RematError(Exception):
     """Base class of remat's own errors."""
 
+class InternalError(RematError, RuntimeError):
+    """A bug in remat, not in the input (a schedule its simulator rejects, a
+    mispredicted makespan) or a failure of the ILP solver it calls."""
+
 class InfeasibleError(RematError):
     """No schedule fits the memory budget."""
 
@@ -188,4 +192,5 @@ def compare(
 def parse_size(size: Size) -> int: ...
 def format_size(bytes: int) -> str: ...
 def partition_joint(graph_json: str, memory: int | str | None = None) -> dict[str, Any]: ...
+def _exception_for(kind: str) -> type[Exception]: ...
 def main(argv: list[str]) -> int: ...

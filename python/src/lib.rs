@@ -2,22 +2,28 @@
 //!
 //! Thin on purpose: every figure comes from the Rust library (solvers, the
 //! exact simulator, size parsing); this crate only converts arguments and
-//! results and maps errors to Python exceptions:
-//! - no schedule within the budget: `remat.InfeasibleError` (a
+//! results and maps errors to Python exceptions by their kind
+//! ([`remat::ErrorKind`], the same kind that picks the CLI's exit code;
+//! [`exception_type`] is the whole mapping):
+//! - infeasible, no schedule within the budget: `remat.InfeasibleError` (a
 //!   `remat.RematError`) with `.min_budget`, `.algorithm` and `.budget`;
-//! - bad input (a chain field, a size, an algorithm name, an invalid
+//! - input (a chain field, a size, an algorithm name, an option, an invalid
 //!   schedule): `ValueError` with the library's message;
-//! - a solver's schedule that its replay rejects (a bug in remat):
-//!   `remat.RematError`.
+//! - internal, a bug in remat (a solver's schedule that its replay rejects, a
+//!   mispredicted makespan) or a failed ILP solver: `remat.InternalError`, a
+//!   `remat.RematError` and a `RuntimeError`;
+//! - a time limit without a schedule: `remat.RematError` itself.
 #![deny(unsafe_code)]
 
 mod chain;
 mod cli;
 mod schedule;
 
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyType};
+use remat::ErrorKind;
 use remat::report::{compare as compare_all, reported};
 use remat::simulate::SimulateError;
 use remat::size::{format_size as format_bytes, parse_size as parse_bytes};
@@ -30,8 +36,8 @@ pyo3::create_exception!(
     remat,
     RematError,
     PyException,
-    "Base class of remat's own errors. Raised as such when a solver's schedule fails its replay \
-     (a bug in remat: please report it)."
+    "Base class of remat's own errors (InfeasibleError, InternalError). Raised as such when a \
+     time limit passes before any schedule is found."
 );
 pyo3::create_exception!(
     remat,
@@ -42,6 +48,57 @@ pyo3::create_exception!(
      (or, from ``simulate``, the schedule) fits, when known; ``algorithm`` (str or None), the \
      algorithm asked; ``budget`` (int), the budget asked, in bytes. The message says the same in words."
 );
+
+/// `remat.InternalError`'s docstring.
+const INTERNAL_ERROR_DOC: &str = "A bug in remat, not in the input: a solver's schedule that remat's own \
+     simulator rejects, a solver's makespan that its replay contradicts, or a failure of the ILP solver \
+     remat calls. Please report it with the input. A RematError and a RuntimeError.";
+
+/// `remat.InternalError(RematError, RuntimeError)`, made once: a class with
+/// two bases, which `create_exception!` cannot declare.
+static INTERNAL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn internal_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let ty = INTERNAL_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        let bases = (py.get_type::<RematError>(), py.get_type::<PyRuntimeError>());
+        let namespace = PyDict::new(py);
+        namespace.set_item("__doc__", INTERNAL_ERROR_DOC)?;
+        namespace.set_item("__module__", "remat")?;
+        let class = py.get_type::<PyType>().call1(("InternalError", bases, namespace))?;
+        Ok(class.cast_into::<PyType>()?.unbind())
+    })?;
+    Ok(ty.bind(py).clone())
+}
+
+/// The Python exception class of each kind of library error: the one
+/// mapping, documented in this crate's header and `remat/__init__.py`.
+fn exception_type(py: Python<'_>, kind: ErrorKind) -> PyResult<Bound<'_, PyType>> {
+    Ok(match kind {
+        ErrorKind::Infeasible => py.get_type::<InfeasibleError>(),
+        ErrorKind::Input => py.get_type::<PyValueError>(),
+        ErrorKind::TimeLimit => py.get_type::<RematError>(),
+        ErrorKind::Internal => internal_error_type(py)?,
+    })
+}
+
+/// A library error of `kind` as the Python exception of that kind, with
+/// `message`. (An `InfeasibleError` with its figures: [`infeasible`].)
+fn kind_error(py: Python<'_>, kind: ErrorKind, message: String) -> PyErr {
+    match exception_type(py, kind) {
+        Ok(ty) => PyErr::from_type(ty, message),
+        Err(e) => e,
+    }
+}
+
+/// The exception class ``remat`` raises for an error of ``kind``
+/// (``"infeasible"``, ``"input"``, ``"time_limit"``, ``"internal"``): for
+/// tests of the mapping, since no input makes remat's solvers contradict
+/// their replay.
+#[pyfunction]
+fn _exception_for<'py>(py: Python<'py>, kind: &str) -> PyResult<Bound<'py, PyType>> {
+    let kind: ErrorKind = kind.parse().map_err(PyValueError::new_err)?;
+    exception_type(py, kind)
+}
 
 /// An `InfeasibleError` carrying its figures as attributes.
 fn infeasible(py: Python<'_>, message: String, algorithm: Option<&str>, budget: u64, min: Option<u64>) -> PyErr {
@@ -59,16 +116,14 @@ fn infeasible(py: Python<'_>, message: String, algorithm: Option<&str>, budget: 
     }
 }
 
-/// The Python exception for a library `SolveError`, as the CLI maps them to
-/// exit codes: infeasible (1) is `InfeasibleError`, a remat bug (70) is
-/// `RematError`, everything else (2, bad input or options) `ValueError`.
+/// The Python exception for a library `SolveError`: that of its kind
+/// ([`exception_type`]), an `InfeasibleError` with its figures.
 fn solve_error(py: Python<'_>, e: SolveError) -> PyErr {
     match e {
         SolveError::Infeasible { algorithm, budget, min_budget } => {
             infeasible(py, e.to_string(), Some(algorithm.name()), budget, min_budget)
         }
-        SolveError::Rejected { .. } | SolveError::Mispredicted { .. } => RematError::new_err(e.to_string()),
-        _ => PyValueError::new_err(e.to_string()),
+        e => kind_error(py, e.kind(), e.to_string()),
     }
 }
 
@@ -372,8 +427,9 @@ fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
 /// ``save_all`` and ``recompute_all`` partitions, the bans). With ``memory``
 /// (bytes or a size string) the saved activations fit that budget at the
 /// least recompute cost; random ops are never recomputed. Raises
-/// ``ValueError`` for a malformed graph and ``RematError`` when no partition
-/// fits the budget. Releases the GIL.
+/// ``ValueError`` for a malformed graph, ``InfeasibleError`` (with
+/// ``.min_budget``) when no partition fits the budget and ``InternalError``
+/// when the ILP solver fails. Releases the GIL.
 #[pyfunction]
 #[pyo3(signature = (graph_json, memory=None))]
 fn partition_joint<'py>(
@@ -383,8 +439,10 @@ fn partition_joint<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let memory = memory.map(|m| size_arg(m, "memory")).transpose()?;
     let answer = py.detach(|| remat::joint::partition_json(graph_json, memory)).map_err(|e| match e {
-        remat::joint::PartitionError::Graph(e) => PyValueError::new_err(e.to_string()),
-        other => RematError::new_err(other.to_string()),
+        remat::joint::PartitionError::Budget(remat::joint::BudgetError::Infeasible { budget, smallest }) => {
+            infeasible(py, e.to_string(), None, budget, Some(smallest))
+        }
+        e => kind_error(py, e.kind(), e.to_string()),
     })?;
     let text = serde_json::to_string(&answer).expect("answers serialize");
     json_loads(py, &text)
@@ -417,6 +475,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("RematError", py.get_type::<RematError>())?;
     m.add("InfeasibleError", infeasible_type)?;
+    m.add("InternalError", internal_error_type(py)?)?;
+    m.add_function(wrap_pyfunction!(_exception_for, m)?)?;
     m.add_function(wrap_pyfunction!(cli::main, m)?)?;
     m.add_function(wrap_pyfunction!(solve, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;

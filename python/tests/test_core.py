@@ -389,6 +389,42 @@ def test_infeasible_error_carries_the_smallest_budget(fc6: remat.Chain, algorith
         remat.solve(fc6, e.min_budget - 1, algorithm)
 
 
+def test_each_kind_of_error_raises_its_documented_exception(fc6: remat.Chain) -> None:
+    """The kind of a library error picks the exception (as it picks the
+    command's exit code): infeasible is InfeasibleError, input ValueError,
+    internal (a bug in remat) InternalError, a RuntimeError."""
+    with pytest.raises(remat.InfeasibleError):
+        remat.solve(fc6, 10 * MIB, "persistent")
+    # An option the library itself refuses (SolveError::Options, of kind input).
+    with pytest.raises(ValueError, match="segments"):
+        remat.solve(fc6, "1GiB", "sequential", segments=10**6)
+    # A joint graph: a budget below the smallest is infeasible, with its figures.
+    text = (ROOT / "tests" / "data" / "joint" / "mlp_block.json").read_text()
+    smallest = remat.partition_joint(text)["smallest_budget"]
+    if smallest > 0:
+        with pytest.raises(remat.InfeasibleError) as info:
+            remat.partition_joint(text, smallest - 1)
+        assert info.value.min_budget == smallest
+        assert info.value.budget == smallest - 1
+    with pytest.raises(ValueError):
+        remat.partition_joint("{}")
+    # No input makes remat's solvers contradict their replay: the mapping
+    # itself is checked, kind by kind.
+    assert remat._core._exception_for("infeasible") is remat.InfeasibleError
+    assert remat._core._exception_for("input") is ValueError
+    assert remat._core._exception_for("internal") is remat.InternalError
+    assert remat._core._exception_for("time_limit") is remat.RematError
+    with pytest.raises(ValueError, match="not an error kind"):
+        remat._core._exception_for("bug")
+    assert issubclass(remat.InternalError, RuntimeError)
+    assert issubclass(remat.InternalError, remat.RematError)
+    assert not issubclass(remat.InternalError, ValueError)
+    assert remat.InternalError.__module__ == "remat"
+    assert "bug in remat" in (remat.InternalError.__doc__ or "")
+    with pytest.raises(remat.InternalError, match="report"):
+        raise remat.InternalError("please report this")
+
+
 def test_min_memory_matches_the_command_line(fc6: remat.Chain, resnet50: remat.Chain) -> None:
     for path, chain in [(FC6, fc6), (RESNET50, resnet50)]:
         for algorithm in ["persistent", "auto"]:

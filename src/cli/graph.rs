@@ -81,18 +81,11 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
-        // No wildcard: a new kind of error must choose its exit code here
-        // (a wildcard once sent `Mispredicted`, a bug in remat, to exit 2).
+        // The exit code is the error's kind's (`GraphSolveError::kind`); a
+        // chain error also names the flags that change it.
         match e {
             GraphSolveError::Chain(e) => e.into(),
-            GraphSolveError::Infeasible { .. } | GraphSolveError::Rounding(_) => Failure::infeasible(e),
-            GraphSolveError::NoSolution { .. } => Failure::time_limit(e),
-            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
-                Failure::internal(e)
-            }
-            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
-                Failure::input(e)
-            }
+            e => Failure::of(e.kind(), e),
         }
     }
 }

@@ -67,16 +67,15 @@ pub fn run(args: Args) -> CliResult {
     }
     let answer = match &args.saved {
         Some(names) => joint::partition_saved(&graph, names).map_err(Failure::input)?,
-        None => joint::partition_with(&graph, args.memory, &options).map_err(|e| match e {
-            BudgetError::Infeasible { budget, smallest } => {
-                if args.json {
-                    // Scripts sweeping budgets get the answer on stdout too, as from `remat solve`.
-                    let out = serde_json::json!({"status": "infeasible", "budget": budget, "min_budget": smallest});
-                    outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
-                }
-                Failure::infeasible(e)
+        None => joint::partition_with(&graph, args.memory, &options).map_err(|e| {
+            if let BudgetError::Infeasible { budget, smallest } = e
+                && args.json
+            {
+                // Scripts sweeping budgets get the answer on stdout too, as from `remat solve`.
+                let out = serde_json::json!({"status": "infeasible", "budget": budget, "min_budget": smallest});
+                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
             }
-            BudgetError::Solver(_) => Failure::internal(e),
+            Failure::of(e.kind(), e)
         })?,
     };
     if args.json {
@@ -163,7 +162,8 @@ fn print_answer(a: &Answer) {
 }
 
 fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
-    let (points, stopped) = joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(Failure::internal)?;
+    let (points, stopped) =
+        joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure::of(e.kind(), e))?;
     if stopped == Some(Stopped::TimeLimit) {
         eprintln!(
             "warning: --pareto stopped at the time limit ({} s) after {} points; the front is incomplete (a larger \

@@ -67,6 +67,19 @@ impl Exit {
     }
 }
 
+/// The exit code of each kind of library error: the one place the CLI maps
+/// errors to codes (every library error says its kind, [`crate::ErrorKind`]).
+impl From<crate::ErrorKind> for Exit {
+    fn from(kind: crate::ErrorKind) -> Exit {
+        match kind {
+            crate::ErrorKind::Infeasible => Exit::Infeasible,
+            crate::ErrorKind::Input => Exit::BadInput,
+            crate::ErrorKind::TimeLimit => Exit::TimeLimit,
+            crate::ErrorKind::Internal => Exit::Internal,
+        }
+    }
+}
+
 /// A failure with the exit code it maps to.
 pub(crate) struct Failure {
     code: Exit,
@@ -74,6 +87,11 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
+    /// A library error of `kind`, with the exit code of that kind.
+    pub fn of(kind: crate::ErrorKind, error: impl Into<anyhow::Error>) -> Failure {
+        Failure { code: kind.into(), error: error.into() }
+    }
+
     /// Bad input or usage: [`Exit::BadInput`].
     pub fn input(error: impl Into<anyhow::Error>) -> Failure {
         Failure { code: Exit::BadInput, error: error.into() }
@@ -84,16 +102,6 @@ impl Failure {
         Failure { code: Exit::Infeasible, error: error.into() }
     }
 
-    /// No schedule within the time limit, and no verdict: [`Exit::TimeLimit`].
-    pub fn time_limit(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: Exit::TimeLimit, error: error.into() }
-    }
-
-    /// A bug in remat or a failure of the LP solver: [`Exit::Internal`].
-    pub fn internal(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: Exit::Internal, error: error.into() }
-    }
-
     /// The exit code this failure maps to.
     pub fn exit(&self) -> Exit {
         self.code
@@ -102,11 +110,9 @@ impl Failure {
 
 impl From<crate::SolveError> for Failure {
     fn from(e: crate::SolveError) -> Failure {
-        // No wildcard: a new kind of error must choose its exit code here.
+        // The exit code is the kind's; a refusal as too large also names the
+        // flags that change it.
         match e {
-            crate::SolveError::Infeasible { .. } => Failure::infeasible(e),
-            crate::SolveError::Rejected { .. } | crate::SolveError::Mispredicted { .. } => Failure::internal(e),
-            crate::SolveError::Options(_) => Failure::input(e),
             crate::SolveError::TooLarge { remedy, .. } => {
                 let flags = match remedy {
                     crate::solve::Remedy::FewerSlots => "--slots N with a smaller N".to_string(),
@@ -120,8 +126,9 @@ impl From<crate::SolveError> for Failure {
                         )
                     }
                 };
-                Failure::input(anyhow::anyhow!("{e}\nhint: pass {flags}"))
+                Failure::of(e.kind(), anyhow::anyhow!("{e}\nhint: pass {flags}"))
             }
+            e => Failure::of(e.kind(), e),
         }
     }
 }
@@ -427,6 +434,13 @@ mod tests {
         assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
         assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
         assert_eq!(Failure::from(crate::SolveError::Options("x".into())).exit(), Exit::BadInput);
+        // A rounded plan its replay rejects is a bug in remat, not a verdict.
+        let invalid = crate::graph::approx::ApproxError::Invalid(crate::graph::GraphSimulateError::NoSuchNode {
+            index: 0,
+            node: 1,
+            len: 1,
+        });
+        assert_eq!(Failure::from(GraphSolveError::Rounding(invalid)).exit(), Exit::Internal);
         assert_eq!(Exit::Internal.code(), 70);
         let help = super::after_help();
         for exit in Exit::ALL {

@@ -1,6 +1,6 @@
 //! Checkmate's approximation (MLSys 2020, §5): solve the LP relaxation of the
 //! MILP, round the checkpoint matrix `S*` deterministically (`S = 1[S* > 0.5]`)
-//! and complete R with two-phase rounding ([`Staged::complete`]).
+//! and complete R with two-phase rounding (`plan::Staged::complete`).
 //!
 //! Rounding keeps every correctness constraint but not the budget, so the
 //! rounded schedule is replayed by the exact simulator and kept only if it
@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::graph::milp::{self, MilpError, MilpOptions};
 use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate};
@@ -61,6 +62,20 @@ pub enum ApproxError {
     Invalid(GraphSimulateError),
 }
 
+impl ApproxError {
+    /// What kind of failure this is: every rounded schedule over the budget
+    /// is [`ErrorKind::Infeasible`] (for rounding: the exact MILP may still
+    /// find one), a rounded plan its replay rejects [`ErrorKind::Internal`],
+    /// an LP failure that of [`MilpError::kind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApproxError::Lp(e) => e.kind(),
+            ApproxError::OverBudget { .. } => ErrorKind::Infeasible,
+            ApproxError::Invalid(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 /// Rounds a fractional `S*` and completes R (two-phase rounding).
 pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
     let mut staged = Staged::frontier(graph.len());
@@ -75,7 +90,7 @@ pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
 
 /// LP relaxation + two-phase rounding of `graph` under `budget` bytes (module
 /// documentation). Each LP gets `opts`' time limit.
-pub fn solve(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
+pub fn round_relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
     let start = Instant::now();
     let (lp_bound, first) = milp::relaxation(graph, budget, opts)?;
     let mut smallest_peak = u64::MAX;

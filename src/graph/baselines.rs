@@ -2,7 +2,7 @@
 //!
 //! Checkmate's generalisations of the classic heuristics to graphs: choose
 //! which values to hold, then compute the cheapest R for that choice
-//! ([`Staged::keeping`], as in Checkmate's AP and linearized baselines):
+//! (`plan::Staged::keeping`, as in Checkmate's AP and linearized baselines):
 //! - `checkpoint-all`: hold every value while a later node reads it (no
 //!   recomputation);
 //! - `every-k` (k = 2..): hold every k-th forward value in topological order

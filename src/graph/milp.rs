@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use good_lp::{Constraint, Expression, ProblemVariables, ResolutionError, Solution, SolverModel, Variable, variable};
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::graph::Graph;
 use crate::graph::plan::Staged;
 
@@ -150,6 +151,19 @@ pub enum MilpError {
         /// Its message.
         message: String,
     },
+}
+
+impl MilpError {
+    /// What kind of failure this is: an infeasible problem is
+    /// [`ErrorKind::Infeasible`], the time limit [`ErrorKind::TimeLimit`], a
+    /// failed solver [`ErrorKind::Internal`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MilpError::Infeasible => ErrorKind::Infeasible,
+            MilpError::NoSolution { .. } => ErrorKind::TimeLimit,
+            MilpError::Backend { .. } => ErrorKind::Internal,
+        }
+    }
 }
 
 /// What the solver found.
@@ -645,7 +659,12 @@ fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>]
 /// Solves the Checkmate MILP of `graph` under `budget` bytes, warm-started
 /// from `warm` (a staged schedule whose MILP memory fits, e.g. the best
 /// baseline) when given.
-pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptions) -> Result<MilpSolution, MilpError> {
+pub fn solve_milp(
+    graph: &Graph,
+    budget: u64,
+    warm: Option<&Staged>,
+    opts: &MilpOptions,
+) -> Result<MilpSolution, MilpError> {
     // Below the widest working set nothing fits: no need to ask a solver
     // (microlp can fail numerically proving it).
     if budget < graph.working_set_bound() {
@@ -663,7 +682,7 @@ pub fn solve(graph: &Graph, budget: u64, warm: Option<&Staged>, opts: &MilpOptio
 
 /// Whether any staged schedule fits `budget` by the MILP's memory accounting:
 /// one that does, or None when the MILP is infeasible. Cheaper than
-/// [`solve`]: the solver stops at the first feasible point.
+/// [`solve_milp`]: the solver stops at the first feasible point.
 pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option<Staged>, MilpError> {
     if budget < graph.working_set_bound() {
         return Ok(None);

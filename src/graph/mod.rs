@@ -16,7 +16,7 @@
 //!
 //! Graphs that are not paths are solved by the Checkmate MILP ([`milp`]),
 //! which starts from a schedule lifted from the chain DP of the network cut
-//! into blocks ([`lift`]): the answer is never slower than that schedule.
+//! into blocks (`lift`): the answer is never slower than that schedule.
 
 mod algorithm;
 pub mod approx;
@@ -25,9 +25,11 @@ pub mod exhaustive;
 mod forward;
 pub mod joint;
 mod joint_graph;
+// The chain DP lifted to graphs: public for tests only.
+#[doc(hidden)]
 pub mod lift;
 pub mod milp;
-pub mod plan;
+pub(crate) mod plan;
 pub mod schedule;
 pub mod simulate;
 mod solve;

@@ -6,6 +6,7 @@ use std::fmt;
 use thiserror::Error;
 
 use crate::chain::Chain;
+use crate::error::ErrorKind;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
@@ -172,6 +173,32 @@ pub enum GraphSolveError {
     },
 }
 
+impl GraphSolveError {
+    /// What kind of failure this is: a chain solve's error keeps its kind
+    /// ([`SolveError::kind`]); no schedule within the budget (also every LP
+    /// rounding over it) is [`ErrorKind::Infeasible`]; the time limit
+    /// [`ErrorKind::TimeLimit`]; a schedule its replay rejects, a
+    /// mispredicted makespan and a failed LP solver [`ErrorKind::Internal`];
+    /// an invalid graph, a chain algorithm on a graph that is not a chain and
+    /// a graph too large for the algorithm [`ErrorKind::Input`].
+    pub fn kind(&self) -> ErrorKind {
+        // No wildcard: a new variant must choose its kind here (a wildcard
+        // once sent `Mispredicted`, a bug in remat, to "bad input").
+        match self {
+            GraphSolveError::Chain(e) => e.kind(),
+            GraphSolveError::Rounding(e) => e.kind(),
+            GraphSolveError::Infeasible { .. } => ErrorKind::Infeasible,
+            GraphSolveError::NoSolution { .. } => ErrorKind::TimeLimit,
+            GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
+                ErrorKind::Internal
+            }
+            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
+                ErrorKind::Input
+            }
+        }
+    }
+}
+
 impl From<MilpError> for GraphSolveError {
     fn from(e: MilpError) -> Self {
         match e {
@@ -186,7 +213,7 @@ impl From<MilpError> for GraphSolveError {
 ///   chain solvers; a joint graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
 ///   (given, or derived from a forward graph) by exhaustive search; any other
 ///   forward graph first by the chain DP of its
-///   blocks lifted to the graph ([`lift`]), then by the Checkmate MILP
+///   blocks lifted to the graph (`lift`), then by the Checkmate MILP
 ///   warm-started from the better of that and the baselines, and the faster
 ///   replay is returned (never the slower of the two); when the MILP is too
 ///   large for the guard or its build for the time limit, the lifted
@@ -407,7 +434,7 @@ impl Known<'_> {
     }
 }
 
-/// The `algorithm` of a schedule lifted from the chain DP ([`lift`]).
+/// The `algorithm` of a schedule lifted from the chain DP (`lift`).
 pub const LIFT_NAME: &str = "chain-lift";
 
 /// `checkmate` and `auto` on a forward graph that is not a path: the lifted
@@ -429,8 +456,8 @@ fn checkmate_forward(
 /// The Checkmate MILP of `graph` under `budget`, never returning worse than
 /// the lifted schedule (`lifted`, for a forward graph) or the best baseline:
 /// - a known schedule that recomputes nothing is optimal: no MILP;
-/// - a MILP the guard refuses ([`crate::guard::milp`]) or whose build alone is
-///   estimated to outlast the time limit ([`crate::guard::milp_build_seconds`])
+/// - a MILP the guard refuses (`guard::milp`) or whose build alone is
+///   estimated to outlast the time limit (`guard::milp_build_seconds`)
 ///   is skipped, and the best known schedule returned with a note (for a
 ///   refused MILP only when `auto`); otherwise the guard's refusal;
 /// - else the MILP, warm-started from the cheaper known schedule whose MILP
@@ -552,7 +579,7 @@ fn checkmate(
         out.warm_start = warm_start.clone();
         Ok((out, joined(format!("the MILP {reason}, so this is {}", known.describe()))))
     };
-    let sol = match milp::solve(graph, budget, warm.as_ref().map(|w| &w.0), &remaining()) {
+    let sol = match milp::solve_milp(graph, budget, warm.as_ref().map(|w| &w.0), &remaining()) {
         Ok(sol) => sol,
         Err(MilpError::Infeasible) => {
             if best_known.is_some() {
@@ -632,7 +659,7 @@ pub fn solve_joint(
         GraphAlgorithm::Checkmate => {
             checkmate(graph, budget, None, false, std::time::Instant::now(), opts).map(|(solution, _)| solution)
         }
-        GraphAlgorithm::CheckmateApprox => match approx::solve(graph, budget, opts) {
+        GraphAlgorithm::CheckmateApprox => match approx::round_relaxation(graph, budget, opts) {
             Ok(r) => {
                 let predicted = r.replay.makespan;
                 let mut out = checked(
@@ -702,7 +729,7 @@ pub fn approx_min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget>
         if time_limit.is_some_and(|t| t.is_zero()) {
             return None;
         }
-        Some(approx::solve(graph, b, &MilpOptions { time_limit, ..*opts }).is_ok())
+        Some(approx::round_relaxation(graph, b, &MilpOptions { time_limit, ..*opts }).is_ok())
     };
     if works(exact.bytes)? {
         return Some(exact);

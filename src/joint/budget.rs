@@ -31,6 +31,7 @@ use thiserror::Error;
 use super::graph::{JointGraph, OpClass, Role};
 use super::maxflow::INFINITE;
 use super::mincut::{Analysis, CutRule, cut, cut_with_value, recompute_set};
+use crate::error::ErrorKind;
 
 /// Why a budgeted partition has no answer.
 #[derive(Debug, Error, PartialEq)]
@@ -46,6 +47,17 @@ pub enum BudgetError {
     /// The ILP solver failed.
     #[error("the ILP solver failed: {0}")]
     Solver(String),
+}
+
+impl BudgetError {
+    /// What kind of failure this is: no saved set within the budget is
+    /// [`ErrorKind::Infeasible`], a failed ILP solver [`ErrorKind::Internal`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BudgetError::Infeasible { .. } => ErrorKind::Infeasible,
+            BudgetError::Solver(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 /// A budgeted answer.
@@ -98,9 +110,13 @@ impl Default for BudgetOptions {
     }
 }
 
-/// [`solve_with`] with the default options (a 60 s limit per ILP).
-pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Result<BudgetSolution, BudgetError> {
-    solve_with(graph, analysis, budget, &BudgetOptions::default())
+/// [`least_recompute_with`] with the default options (a 60 s limit per ILP).
+pub fn least_recompute(
+    graph: &JointGraph,
+    analysis: &Analysis,
+    budget: Option<u64>,
+) -> Result<BudgetSolution, BudgetError> {
+    least_recompute_with(graph, analysis, budget, &BudgetOptions::default())
 }
 
 /// The saved set of least recompute cost within `budget` activation bytes
@@ -113,7 +129,7 @@ pub fn solve(graph: &JointGraph, analysis: &Analysis, budget: Option<u64>) -> Re
 /// and among sets of least cost returns one of fewest bytes; if it runs past
 /// the time limit, the Lagrangian set is returned with `optimal: false` and
 /// its bound.
-pub fn solve_with(
+pub fn least_recompute_with(
     graph: &JointGraph,
     analysis: &Analysis,
     budget: Option<u64>,
@@ -435,7 +451,7 @@ pub fn pareto_with(
         if time_limit.is_some_and(|t| t <= 0.0) {
             return Ok(Front { points, stopped: Some(Stopped::TimeLimit) });
         }
-        let point = solve_with(graph, analysis, budget, &BudgetOptions { time_limit })?;
+        let point = least_recompute_with(graph, analysis, budget, &BudgetOptions { time_limit })?;
         let bytes: u64 = (0..point.saved.len()).filter(|&i| point.saved[i]).map(|i| budget_bytes(graph, i)).sum();
         points.push(point);
         if bytes <= smallest {

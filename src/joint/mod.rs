@@ -29,6 +29,8 @@ pub mod mincut;
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::error::ErrorKind;
+
 pub use budget::BudgetError;
 pub use graph::{JointError, JointGraph, Node, OpClass, Role};
 pub use mincut::{Analysis, BanReason, Partition};
@@ -92,9 +94,45 @@ pub enum PartitionError {
     Budget(#[from] BudgetError),
 }
 
+impl PartitionError {
+    /// What kind of failure this is: a rejected graph is
+    /// [`ErrorKind::Input`], a budget's failure that of [`BudgetError::kind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            PartitionError::Graph(_) => ErrorKind::Input,
+            PartitionError::Budget(e) => e.kind(),
+        }
+    }
+}
+
 /// Partitions a validated graph: the min-cut, or with `memory` the least
 /// recompute cost within that many saved activation bytes; with the baselines
 /// beside it.
+///
+/// # Examples
+///
+/// ```
+/// use remat::joint::{BudgetError, JointGraph, partition};
+///
+/// // y = tanh(tanh(x)) and its backward, as `remat.torch.export_joint` writes it.
+/// let graph = JointGraph::from_json(r#"{"name": "tanh_tanh", "nodes": [
+///   {"name": "x", "role": "primal", "bytes": 4096},
+///   {"name": "dy", "role": "tangent", "bytes": 4096},
+///   {"name": "t1", "role": "forward", "op": "pointwise", "inputs": ["x"], "bytes": 4096},
+///   {"name": "t2", "role": "forward", "op": "pointwise", "inputs": ["t1"], "bytes": 4096},
+///   {"name": "g2", "role": "backward", "op": "pointwise", "inputs": ["dy", "t2"], "bytes": 4096},
+///   {"name": "g1", "role": "backward", "op": "pointwise", "inputs": ["g2", "t1"], "bytes": 4096}
+/// ], "outputs": ["t2"], "gradients": ["g1"]}"#)?;
+/// let answer = partition(&graph, None)?;
+/// assert!(answer.chosen.saved_bytes <= answer.save_all.saved_bytes);
+/// // Within the smallest budget the saved activations fit; below it, no answer.
+/// let smallest = answer.smallest_budget;
+/// assert!(partition(&graph, Some(smallest))?.chosen.activation_bytes <= smallest);
+/// if smallest > 0 {
+///     assert!(matches!(partition(&graph, Some(smallest - 1)), Err(BudgetError::Infeasible { .. })));
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
     partition_with(graph, memory, &budget::BudgetOptions::default())
 }
@@ -109,7 +147,7 @@ pub fn partition_with(
     let (method, saved, optimal, bound_seconds) = match memory {
         None => (Method::MinCut, mincut::min_cut(graph, &analysis), None, None),
         Some(m) => {
-            let solution = budget::solve_with(graph, &analysis, Some(m), options)?;
+            let solution = budget::least_recompute_with(graph, &analysis, Some(m), options)?;
             (Method::Budget, solution.saved, Some(solution.optimal), Some(solution.bound_seconds))
         }
     };

@@ -9,7 +9,7 @@
 //! optimal makespan T_opt(M_K) is exhaustive search's at budget M_K on chains
 //! of at most [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages (exact in bytes), and
 //! otherwise the best of the persistent DP and, where `auto` would run it, the
-//! floating DP, both fitted by replay ([`crate::solve::fit::fitted`], [`optimum_within`]).
+//! floating DP, both fitted by replay (`solve::fit::fitted`, [`optimum_within`]).
 //! The gain is T_K / T_opt(M_K) - 1, the extra throughput (with the makespan
 //! reduction 1 - T_opt / T_K beside it).
 //! - `best` is the paper's figure: the fastest K in 2..=L against the optimum
@@ -77,7 +77,7 @@ pub struct SequentialGain {
 /// The optimum within `budget` bytes as [`sequential_gain`] computes it, and
 /// how: exhaustive search up to [`COMPARE_EXHAUSTIVE_MAX_STAGES`] stages,
 /// else the best of the persistent DP and (where `auto` would run it) the
-/// floating DP, both [`fitted`] by replay.
+/// floating DP, both fitted by replay (`solve::fit::fitted`).
 pub fn optimum_within(
     chain: &Chain,
     budget: u64,

@@ -6,7 +6,7 @@ pub mod compare;
 pub mod gain;
 pub mod pipeline;
 pub mod plot;
-pub mod svg;
+pub(crate) mod svg;
 pub mod sweep;
 
 pub use compare::{Comparison, GainOverSequential, Verdict, compare, reported};

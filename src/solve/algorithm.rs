@@ -7,7 +7,7 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Rotor's persistent dynamic program (Alg. 3/4, corrected): exact in bytes
-    /// where its fronts fit ([`crate::solve::exact`]), else O(S L^3) over slots.
+    /// where its fronts fit (`solve::exact`), else O(S L^3) over slots.
     Persistent,
     /// Shortest path over all memory states: exact in bytes, small chains only.
     Exhaustive,
@@ -109,6 +109,21 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// Parses the names `remat --algorithm` takes ([`Algorithm::name`]).
+///
+/// # Examples
+///
+/// ```
+/// use remat::Algorithm;
+///
+/// let a: Algorithm = "floating".parse()?;
+/// assert_eq!(a, Algorithm::Floating);
+/// assert_eq!(a.to_string().parse::<Algorithm>()?, a);
+/// // A graph algorithm is not a chain algorithm: the error says what to use.
+/// let e = "checkmate".parse::<Algorithm>().unwrap_err();
+/// assert!(e.contains("solves graphs, not chains"), "{e}");
+/// # Ok::<(), String>(())
+/// ```
 impl FromStr for Algorithm {
     type Err = String;
 

@@ -13,6 +13,23 @@ use crate::solve::{
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
 /// these options. For `exhaustive` it is exact (and the smallest budget any
 /// schedule can meet).
+///
+/// # Examples
+///
+/// ```
+/// use remat::solve::min_budget;
+/// use remat::{Algorithm, Chain, SolveOptions, solve};
+///
+/// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+/// let opts = SolveOptions::default();
+/// let m = min_budget(&chain, Algorithm::Persistent, &opts)?.expect("some budget works");
+/// // solve meets it, and not a byte less.
+/// assert!(solve(&chain, m, Algorithm::Persistent, &opts)?.schedule.peak_memory <= m);
+/// assert!(solve(&chain, m - 1, Algorithm::Persistent, &opts).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
     crate::guard::min_budget(chain, algorithm, opts)?;
     if opts.in_flight.get() > 1 {
@@ -77,8 +94,25 @@ pub struct AnyMinimum {
 /// minimum alone is only an upper bound.
 ///
 /// Refuses first, with [`SolveError::TooLarge`], a chain on which this would
-/// not finish ([`crate::guard::any_min_budget`]): every front end (the CLI,
+/// not finish (`guard::any_min_budget`): every front end (the CLI,
 /// Python) gets the same guard.
+///
+/// # Examples
+///
+/// ```
+/// use remat::solve::any_min_budget;
+/// use remat::{Algorithm, Chain, SolveOptions, solve};
+///
+/// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+/// let any = any_min_budget(&chain)?;
+/// // Proven: the bounds meet, and exhaustive search (exact in bytes) meets it.
+/// assert_eq!((any.lower, any.upper), (700, 700));
+/// let exact = solve(&chain, any.upper, Algorithm::Exhaustive, &SolveOptions::default())?;
+/// assert_eq!(exact.schedule.peak_memory, 700);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn any_min_budget(chain: &Chain) -> Result<AnyMinimum, SolveError> {
     crate::guard::any_min_budget(chain)?;
     Ok(any_min_budget_unguarded(chain))

@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::simulate::SimulateError;
 use crate::size::format_size;
 use crate::solve::Algorithm;
@@ -52,6 +53,23 @@ pub enum SolveError {
         /// What the simulator measured.
         replayed: f64,
     },
+}
+
+impl SolveError {
+    /// What kind of failure this is: [`Infeasible`](SolveError::Infeasible)
+    /// is [`ErrorKind::Infeasible`], [`TooLarge`](SolveError::TooLarge) and
+    /// [`Options`](SolveError::Options) are [`ErrorKind::Input`],
+    /// [`Rejected`](SolveError::Rejected) and
+    /// [`Mispredicted`](SolveError::Mispredicted) (bugs in remat)
+    /// [`ErrorKind::Internal`].
+    pub fn kind(&self) -> ErrorKind {
+        // No wildcard: a new variant must choose its kind here.
+        match self {
+            SolveError::Infeasible { .. } => ErrorKind::Infeasible,
+            SolveError::TooLarge { .. } | SolveError::Options(_) => ErrorKind::Input,
+            SolveError::Rejected { .. } | SolveError::Mispredicted { .. } => ErrorKind::Internal,
+        }
+    }
 }
 
 /// What to change when a solve is refused as too large. Front ends map it to

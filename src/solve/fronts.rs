@@ -73,7 +73,7 @@
 //! - ResNet-1001 and network-like chains of 339 stages: gigabytes (the
 //!   network-like one, 86 million points, 1.4 GB, about 280 s against 6 s at
 //!   500 slots), so [`Fronts::build_within`] gives up and the caller falls
-//!   back to the slot DP ([`crate::solve::exact`] decides, for `solve`).
+//!   back to the slot DP (`solve::exact` decides, for `solve`).
 //!
 //! Repeated stages (issue 25): sub-chains that hold the same stages have the
 //! same front, so each distinct one is built once

@@ -6,10 +6,10 @@
 //!
 //! One file per concept: [`algorithm`] (the catalogue), [`options`], [`error`],
 //! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
-//! estimates), [`dp`] (the interface of the slot DPs and what is written once
+//! estimates), `dp` (the interface of the slot DPs and what is written once
 //! over it), and one module per algorithm: [`persistent`], [`floating`],
-//! [`exhaustive`], [`baselines`]; [`fit`] fits a DP to a budget by replay;
-//! [`fronts`] is the persistent program exact in bytes, and [`exact`] decides
+//! [`exhaustive`], [`baselines`]; `fit` fits a DP to a budget by replay;
+//! `fronts` is the persistent program exact in bytes, and `exact` decides
 //! when `solve` answers with it (persistent, floating and auto all do where
 //! its fronts fit) and when with the slot table.
 
@@ -18,12 +18,16 @@ pub mod auto;
 pub mod baselines;
 pub mod budget;
 pub mod distinct;
+// The slot DPs' internals: public for tests and benches only.
+#[doc(hidden)]
 pub mod dp;
 pub mod error;
-pub mod exact;
+pub(crate) mod exact;
 pub mod exhaustive;
-pub mod fit;
+pub(crate) mod fit;
 pub mod floating;
+// The exact-in-bytes persistent program: public for tests and benches only.
+#[doc(hidden)]
 pub mod fronts;
 pub mod in_flight;
 pub mod options;
@@ -71,6 +75,25 @@ pub struct Solution {
 /// tables grow with the budget, and the smallest budget's may be over the
 /// memory limit) the answer is a [`SolveError::TooLarge`] that names that
 /// budget and what to change.
+///
+/// # Examples
+///
+/// ```
+/// use remat::{Algorithm, Chain, SolveOptions, simulate, solve};
+///
+/// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+/// let solution = solve(&chain, 700, Algorithm::Persistent, &SolveOptions::default())?;
+/// // The figures are the simulator's: replaying the operations gives them again.
+/// let replay = simulate(&chain, &solution.schedule.operations)?;
+/// assert_eq!(replay.makespan, solution.schedule.makespan);
+/// assert!(solution.schedule.peak_memory <= 700);
+/// // Below the smallest budget the error names it.
+/// let e = solve(&chain, 600, Algorithm::Persistent, &SolveOptions::default()).unwrap_err();
+/// assert!(e.to_string().contains("the smallest budget it can meet is 700 B"), "{e}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Solution, SolveError> {
     match solve_unverified(chain, budget, algorithm, opts) {
         Err(SolveError::Infeasible { algorithm, budget, min_budget: Some(min) }) => {

@@ -40,16 +40,16 @@ macro_rules! named {
     };
 }
 
-pub mod densenet;
+pub(crate) mod densenet;
 pub mod device;
-pub mod gpt2;
-pub mod inception;
+pub(crate) mod gpt2;
+pub(crate) mod inception;
 pub(crate) mod json;
 pub mod lower;
 pub mod net;
-pub mod resnet;
-pub mod unet;
-pub mod vgg;
+pub(crate) mod resnet;
+pub(crate) mod unet;
+pub(crate) mod vgg;
 
 use std::fmt;
 
@@ -563,6 +563,24 @@ fn slug_resolved(spec: &Spec, r: &Resolved) -> String {
 
 /// Generates the chain or forward graph `spec` asks for, with its provenance
 /// in the metadata. Deterministic.
+///
+/// # Examples
+///
+/// ```
+/// use remat::solve::min_budget;
+/// use remat::zoo::{Spec, generate};
+/// use remat::{Algorithm, SolveOptions, simulate, solve};
+///
+/// let chain = generate(&Spec { batch: 8, ..Spec::new("resnet18") })?.chain().expect("a chain").clone();
+/// // The smallest budget checkpoint_sequential meets, and remat's schedule there.
+/// let opts = SolveOptions::default();
+/// let budget = min_budget(&chain, Algorithm::Sequential, &opts)?.expect("some K fits");
+/// let solution = solve(&chain, budget, Algorithm::Auto, &opts)?;
+/// let sequential = solve(&chain, budget, Algorithm::Sequential, &opts)?;
+/// assert!(solution.schedule.makespan <= sequential.schedule.makespan);
+/// assert_eq!(simulate(&chain, &solution.schedule.operations)?.makespan, solution.schedule.makespan);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn generate(spec: &Spec) -> Result<Generated, ZooError> {
     let r = resolve(spec)?;
     if spec.options && spec.graph.is_some() {

@@ -151,7 +151,7 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
 }
 
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots.get()`
-/// (through the shared slot-DP path, [`crate::solve::dp`]).
+/// (through the shared slot-DP path, `solve::dp`).
 pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, SolveError> {
     let (ops, slot_size, makespan) =
         crate::solve::dp::solve_dp::<crate::solve::dp::Revolve>(chain, budget, opts.slots.get(), opts.progress)?;
