@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::report::pipeline::{PipelinePlan, PipelineSchedule, balanced_split, memory_aware_split, plan};
 use crate::size::format_size;
-use crate::solve::{DEFAULT_SLOTS, SolveError, SolveOptions};
+use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::output::outln;
 use super::{CliResult, Failure, load_chain, size_arg};
@@ -110,10 +110,7 @@ pub fn run(args: Args) -> CliResult {
     for (k, r) in remat.ranks.iter().enumerate() {
         if let Err(e) = &r.remat {
             let what = anyhow::anyhow!("rank {k} (stages {}-{}): {e}", r.stages.start(), r.stages.end());
-            return Err(match e {
-                SolveError::Infeasible { .. } => Failure::infeasible(what),
-                _ => Failure::input(what),
-            });
+            return Err(Failure::of(e.kind(), what));
         }
     }
     Ok(())
