@@ -605,9 +605,10 @@ def test_everything_public_has_a_docstring() -> None:
 
 def test_signatures_are_introspectable() -> None:
     params = inspect.signature(remat.solve).parameters
-    assert list(params) == ["chain", "memory", "algorithm", "slots", "segments", "exact_memory"]
+    assert list(params) == ["chain", "memory", "algorithm", "slots", "segments", "exact_memory", "in_flight"]
     assert params["algorithm"].default == "auto" and params["slots"].default == 500
     assert params["exact_memory"].kind == inspect.Parameter.KEYWORD_ONLY and params["exact_memory"].default is None
+    assert params["in_flight"].kind == inspect.Parameter.KEYWORD_ONLY and params["in_flight"].default == 1
     assert remat.DEFAULT_SLOTS == 500
 
 
@@ -640,3 +641,33 @@ def test_readme_python_quick_start_runs_and_its_figures_are_true(capsys: pytest.
     assert str(schedule).startswith("F_ck^1 F_none^2 F_none^3 F_all^4") and str(schedule).endswith("B^1")
     assert str(schedule.operations[:2]).replace("'", '"') in block
     assert len(namespace["rows"]) == len(remat.compare(chain, "90MiB"))
+
+
+def test_in_flight_plans_a_pipeline_rank() -> None:
+    """``in_flight=n``: the schedule's peak plus n - 1 residues fits the
+    budget, the residue is the simulator's, and the smallest budget named is
+    the one that works (issue 28)."""
+    chain = remat.Chain.load(str(ROOT / "chains" / "rotor-fc6.json"))
+    budget = 200 << 20
+    plain = remat.solve(chain, budget)
+    assert plain.in_flight == 1 and plain.residue is None and plain.rank_peak == plain.peak_memory
+    three = remat.solve(chain, budget, in_flight=3)
+    replay = remat.simulate(chain, three)
+    assert three.in_flight == 3 and three.residue == replay.residue
+    assert three.rank_peak == replay.rank_peak(3) == three.peak_memory + 2 * replay.residue <= budget
+    assert three.makespan > plain.makespan  # three micro-batches do not fit without recomputing
+    again = remat.Schedule.from_json(three.to_json())
+    assert (again.in_flight, again.residue) == (3, three.residue)
+    least = remat.min_memory(chain, "persistent", in_flight=3)
+    one = remat.min_memory(chain, "persistent")
+    assert least is not None and one is not None and least > one
+    assert remat.solve(chain, least, "persistent", in_flight=3).rank_peak <= least
+    with pytest.raises(remat.InfeasibleError) as info:
+        remat.solve(chain, least - 1, "persistent", in_flight=3)
+    assert info.value.min_budget == least
+    with pytest.raises(ValueError, match="floating DP does not plan for micro-batches in flight"):
+        remat.solve(chain, budget, "floating", in_flight=2)
+    with pytest.raises(ValueError, match="in_flight must be at least 1"):
+        remat.solve(chain, budget, in_flight=0)
+    with pytest.raises(TypeError, match="in_flight must be a whole number"):
+        remat.solve(chain, budget, in_flight=True)
