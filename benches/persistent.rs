@@ -4,7 +4,7 @@
 //!   network-like chains of 100, 300, 339 and 1000 stages and of ResNet-1001
 //!   (chains/resnet1001-224-b8.json, 339 stages), each on 1 and 2 threads;
 //! - `persistent-vs-triple-loop`: the table alone against the straightforward
-//!   triple loop it replaced (`tests/reference/mod.rs`), on one thread, for
+//!   triple loop it replaced (`tests/suite/reference/mod.rs`), on one thread, for
 //!   the speed ratio.
 //!
 //! - `persistent-options`: recording options (issue 24) on a 200-stage

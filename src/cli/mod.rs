@@ -27,7 +27,7 @@ use crate::{Chain, Problem};
 
 /// The exit codes of `remat`, defined once: `remat --help` lists them from
 /// [`Exit::ALL`] and [`Exit::meaning`], and docs/guide.md repeats the list
-/// (tests/cli.rs checks that it matches).
+/// (tests/suite/cli.rs checks that it matches).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     /// The command did what was asked.

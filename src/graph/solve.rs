@@ -337,7 +337,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
 /// Joint graphs of at most this many nodes are solved by exhaustive search
 /// under `auto` (milliseconds at this size): it finds every schedule,
 /// including the few that compute a node twice within a stage of the
-/// MILP's, which some tight budgets need (`tests/graph_milp_vs_exhaustive.rs`).
+/// MILP's, which some tight budgets need (`tests/suite/graph_milp_vs_exhaustive.rs`).
 pub const AUTO_EXHAUSTIVE_NODES: usize = exhaustive::MAX_NODES;
 
 /// Why `auto` ran exhaustive search on a joint graph of `nodes` nodes.

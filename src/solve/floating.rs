@@ -13,7 +13,7 @@
 //!
 //! [`Plan::fill`] computes, for every budget up to the one asked, the fastest
 //! nested sequence over the slot-rounded sizes: exactly the optimum over
-//! nested sequences when a slot is one byte (`tests/floating_vs_exhaustive.rs`
+//! nested sequences when a slot is one byte (`tests/suite/floating_vs_exhaustive.rs`
 //! checks it against `exhaustive::fastest_nested`, the shortest path over the
 //! same class, at every budget).
 //!
@@ -23,7 +23,7 @@
 //! this model: its proof delays a recomputation to a later phase, but a later
 //! phase holds a different gradient (w_d^{h-1} may exceed w_d^h plus what was
 //! freed) and the moved operations may land on a larger transient. Two small
-//! chains in `tests/floating_limits.rs` show it: a 2-stage chain whose smallest
+//! chains in `tests/suite/floating_limits.rs` show it: a 2-stage chain whose smallest
 //! budget is 15 bytes with `F_ck^1 F_none^2 F_all^3 F_all^1 B^3 F_all^2 B^2
 //! B^1` (F_all^1 runs below a^2), while every nested sequence needs 20; and a
 //! 4-stage chain where recomputing a^2 below a kept a^3 saves a forward. A
@@ -426,7 +426,7 @@ fn group_thresholds(sc: &SlotChain, lay: &Layout, threshold: &[usize], s: usize,
 /// True when groups of `sc` may share rows by [`Distinct::with_input`]'s
 /// keys: always, now that those keys hold each stage's options as well as its
 /// own figures (two stages that differ only in their options are not the same
-/// group; `tests/options_floating.rs` checks it). Kept as the one place that
+/// group; `tests/suite/options_floating.rs` checks it). Kept as the one place that
 /// says so. O(1).
 fn shares_groups(_sc: &SlotChain) -> bool {
     true

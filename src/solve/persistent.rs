@@ -70,7 +70,7 @@
 //! rows added. The loop over m is the inner loop, over contiguous `f64` slices
 //! zipped together (no bounds checks, vectorised by the compiler). Its results
 //! equal those of the straightforward triple loop bit for bit (the test
-//! `tests/persistent_reference.rs` holds that loop and checks it), because:
+//! `tests/suite/persistent_reference.rs` holds that loop and checks it), because:
 //! - every candidate is computed with the same operations in the same order,
 //!   `(fwd + right) + left`, and the minimum of a set of floats does not depend
 //!   on the order it is taken in;

@@ -2,7 +2,7 @@
 //! byte per slot (its definition of exact), by exhaustive search, by the
 //! simulator and by every baseline.
 
-mod reference;
+use crate::reference;
 
 use reference::store_all_peak;
 use remat::slots::{SlotChain, Slots};

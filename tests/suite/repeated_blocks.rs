@@ -5,7 +5,7 @@
 //! one byte per slot bit for bit, the same schedules operation for operation,
 //! schedules that replay within the budget, and never beat exhaustive search.
 
-mod reference;
+use crate::reference;
 
 use reference::store_all_peak;
 use remat::slots::{SlotChain, Slots};
@@ -233,7 +233,7 @@ fn every_shipped_chain_answers_the_same_shared() {
 }
 
 /// ResNet-1001 (batch 8 and 32): minutes in a release build, so run on
-/// demand: `cargo test --release --test repeated_blocks -- --ignored`.
+/// demand: `cargo test --release --test suite repeated_blocks:: -- --ignored`.
 #[test]
 #[ignore]
 fn resnet1001_shared_equals_plain() {

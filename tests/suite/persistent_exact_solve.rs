@@ -3,7 +3,7 @@
 //! DP at one byte per slot (S = budget, its definition of exact), by
 //! exhaustive search, by the simulator and by every baseline.
 
-mod reference;
+use crate::reference;
 
 use reference::store_all_peak;
 use remat::Chain;

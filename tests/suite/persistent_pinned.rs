@@ -3,14 +3,14 @@
 //! way from the smallest feasible budget to store-all's peak.
 //!
 //! The pinned values were produced by the straightforward triple loop of
-//! `tests/reference/mod.rs` (the DP as it was before the optimisation of
+//! `tests/suite/reference/mod.rs` (the DP as it was before the optimisation of
 //! issue 8), by running
-//! `cargo test --release --test persistent_pinned -- --ignored --nocapture print_pins`.
+//! `cargo test --release --test suite persistent_pinned:: -- --ignored --nocapture print_pins`.
 //! The test also runs that reference again on every case, so a wrong pin
 //! cannot hide a wrong solver; if a chain file changes (its budget below no
 //! longer matches), print the pins again and review the difference.
 
-mod reference;
+use crate::reference;
 
 use rayon::prelude::*;
 use reference::{Reference, store_all_peak};
@@ -81,7 +81,7 @@ fn load(file: &str) -> Chain {
 
 /// The chain files without recording options, sorted. The reference is the
 /// DP before options (issue 24): chains with options are checked against a
-/// brute force over the persistent class instead (`tests/options_persistent.rs`),
+/// brute force over the persistent class instead (`tests/suite/options_persistent.rs`),
 /// and only the zoo's `-options` files have them.
 fn chain_files() -> Vec<String> {
     let dir = format!("{}/chains", env!("CARGO_MANIFEST_DIR"));

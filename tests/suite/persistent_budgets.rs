@@ -1,7 +1,7 @@
 //! `min_budget_for_makespan` against separate solves and exhaustive search,
 //! and what the CLI says about table sizes.
 
-mod reference;
+use crate::reference;
 
 use assert_cmd::Command;
 use predicates::prelude::*;

@@ -10,7 +10,7 @@
 //! (the judge), which gives its peak and makespan, so the fastest persistent
 //! schedule at every budget is known without any recurrence.
 
-mod reference;
+use crate::reference;
 
 use std::collections::HashMap;
 
@@ -22,7 +22,7 @@ use remat::solve::{Algorithm, SolveError, SolveOptions, dp, solve};
 use remat::synthetic::{Rng, network_like, small_chain, stack, with_options};
 use remat::{Chain, Op, simulate, simulate_within};
 
-mod common;
+use crate::common;
 use common::{exact, persistent_sequences};
 
 /// (peak, makespan) of every persistent sequence of `chain` that the

@@ -135,7 +135,7 @@ fn highs_matches_exhaustive_too() {
 }
 
 /// Where a peer disagrees: on this 6-node joint graph (found by the property
-/// test, `tests/graph_milp_property.rs`), the Checkmate MILP's smallest budget
+/// test, `tests/suite/graph_milp_property.rs`), the Checkmate MILP's smallest budget
 /// is 8 bytes, but exhaustive search schedules it in 7. Its schedule frees n0
 /// to make room for n1's and n2's transients in the last stage, then
 /// computes n0 again for n5: n0 twice in one stage, which the MILP's staged

@@ -23,7 +23,7 @@
 //! get a twentieth, schedules and joint graphs a tenth, kills a hundredth on
 //! top).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

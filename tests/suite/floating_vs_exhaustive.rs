@@ -4,13 +4,13 @@
 //! Two oracles: `exhaustive::fastest_nested` (shortest path over nested
 //! sequences, the class the DP optimises over: it must agree exactly, makespan
 //! and feasibility) and `exhaustive::fastest` (every sequence: the DP may only
-//! be slower where no optimum is nested; see `tests/floating_limits.rs`).
+//! be slower where no optimum is nested; see `tests/suite/floating_limits.rs`).
 
 use remat::solve::dp;
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, floating, solve};
 use remat::synthetic::{Rng, small_chain};
 
-mod common;
+use crate::common;
 use common::{exact, profile};
 
 /// Number of random chains (the issue asks for 5,000+), lengths 1 to 6.

@@ -12,7 +12,7 @@ use remat::solve::{AUTO_BASELINES, Algorithm, SolveError, SolveOptions, min_budg
 use remat::synthetic::{Rng, network_like, small_chain, with_options};
 use remat::{Chain, simulate};
 
-mod common;
+use crate::common;
 use common::persistent_sequences;
 
 fn in_flight(k: usize) -> NonZeroUsize {

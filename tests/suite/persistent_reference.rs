@@ -1,8 +1,8 @@
 //! The optimised persistent DP against the straightforward triple loop it
-//! replaced (`tests/reference/mod.rs`): the same makespan, bit for bit, and
+//! replaced (`tests/suite/reference/mod.rs`): the same makespan, bit for bit, and
 //! the same operation sequence at every budget, on random chains.
 
-mod reference;
+use crate::reference;
 
 use reference::{Reference, store_all_peak};
 use remat::slots::{SlotChain, Slots};

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -559,7 +559,7 @@ fn distinct_chain(dir: &Path, len: usize) -> PathBuf {
 
 /// A chain of zero sizes at a budget of u64::MAX bytes with one slot: the
 /// exact fronts reach a sub-problem cap of usize::MAX, and the end of a split's range saturates
-/// there instead of overflowing (found by tests/fuzz.rs once `uniform` shifted
+/// there instead of overflowing (found by tests/suite/fuzz.rs once `uniform` shifted
 /// its choice of algorithm).
 #[test]
 fn persistent_fronts_at_the_largest_budget() {

@@ -6,7 +6,7 @@ use remat::solve::dp;
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, solve};
 use remat::synthetic::{Rng, small_chain};
 
-mod common;
+use crate::common;
 use common::{exact, profile};
 
 /// Number of random chains (the issue asks for 1,000+).

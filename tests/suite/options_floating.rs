@@ -30,7 +30,7 @@ use remat::solve::{Algorithm, SolveError, SolveOptions, auto_choice, baselines, 
 use remat::synthetic::{Rng, small_chain, with_options};
 use remat::{Chain, Op, simulate_within};
 
-mod common;
+use crate::common;
 use common::exact;
 
 type Search = fn(&Chain, u64) -> Option<(f64, Vec<Op>)>;

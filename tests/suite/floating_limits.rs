@@ -9,7 +9,7 @@ use remat::solve::dp;
 use remat::solve::{Algorithm, SolveError, any_min_budget, exhaustive, floating, solve};
 use remat::{Chain, Op, schedule::parse_operations, simulate, simulate_within};
 
-mod common;
+use crate::common;
 use common::exact;
 
 /// Index of the first forward whose input is not the highest activation held.

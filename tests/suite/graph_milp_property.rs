@@ -90,7 +90,7 @@ impl std::ops::Add for Tally {
 /// The MILP optimises over staged schedules (stage t computes node t for the
 /// first time, after recomputing each earlier node at most once, in order),
 /// exhaustive search over every schedule. Some graphs need a node computed
-/// twice within a stage at tight budgets (`tests/graph_milp_vs_exhaustive.rs`
+/// twice within a stage at tight budgets (`tests/suite/graph_milp_vs_exhaustive.rs`
 /// pins one), so the MILP must equal the exhaustive optimum whenever the
 /// exhaustive schedule has a staged form ([`lift::staged_form`]), and may
 /// only be slower (or infeasible) when it has none.
