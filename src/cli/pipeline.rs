@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::report::pipeline::{PipelinePlan, PipelineSchedule, balanced_split, memory_aware_split, plan};
+use crate::schedule::notation;
 use crate::size::format_size;
 use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
@@ -41,10 +42,11 @@ pub struct Args {
     /// The pipeline schedule: 1f1b or gpipe.
     #[arg(long, default_value = "1f1b", value_name = "KIND")]
     schedule: PipelineSchedule,
-    /// Memory of each rank for activations: bytes or a size (8GiB). Default:
-    /// the largest rank peak of checkpointing every block.
-    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
-    memory: Option<u64>,
+    /// Memory of each rank for activations: bytes or a size (8GiB), one for
+    /// every rank or one per rank (`8GiB,8GiB,6GiB,6GiB`). Default: the
+    /// largest rank peak of checkpointing every block.
+    #[arg(short, long, value_name = "SIZE[,SIZE..]", value_parser = size_arg, value_delimiter = ',')]
+    memory: Option<Vec<u64>>,
     /// Memory slots S of the slot-based solvers.
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: std::num::NonZeroUsize,
@@ -93,15 +95,25 @@ pub fn run(args: Args) -> CliResult {
     let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.get()?, ..SolveOptions::default() };
     // Checkpointing every block on the time-balanced split fixes the budget
     // when none is given.
-    let baseline = plan(&chain, &balanced, args.schedule, args.micro_batches, args.memory, &opts).map_err(input)?;
-    let budget = baseline.budget;
+    if let Some(m) = &args.memory
+        && m.len() != 1
+        && m.len() != ranks
+    {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--memory gives {} sizes for {ranks} ranks: give one for every rank or one per rank",
+            m.len()
+        )));
+    }
+    let baseline =
+        plan(&chain, &balanced, args.schedule, args.micro_batches, args.memory.as_deref(), &opts).map_err(input)?;
+    let budgets = baseline.budgets.clone();
     let split = match given {
         Some(split) => split,
-        None => memory_aware_split(&chain, ranks, args.schedule, args.micro_batches, budget, &opts)
+        None => memory_aware_split(&chain, ranks, args.schedule, args.micro_batches, &budgets, &opts)
             .map_err(input)?
             .unwrap_or(balanced),
     };
-    let remat = plan(&chain, &split, args.schedule, args.micro_batches, Some(budget), &opts).map_err(input)?;
+    let remat = plan(&chain, &split, args.schedule, args.micro_batches, Some(&budgets), &opts).map_err(input)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&json(&remat, &baseline)).expect("json"));
     } else {
@@ -117,20 +129,22 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool) {
-    let budget = remat.budget;
+    let budgets = &remat.budgets;
+    let same = budgets.windows(2).all(|w| w[0] == w[1]);
+    let each = if same { format!("{} a rank", format_size(budgets[0])) } else { "budgets per rank".to_string() };
     outln!(
-        "pipeline:    {name}, {} ranks, {} micro-batches, {}; {} a rank",
+        "pipeline:    {name}, {} ranks, {} micro-batches, {}; {each}",
         remat.ranks.len(),
         remat.micro_batches,
-        remat.schedule,
-        format_size(budget)
+        remat.schedule
     );
     let header = || {
         outln!(
-            "{:>6}  {:>9}  {:>9}  {:>12}  {:>12}  {:>10}",
+            "{:>6}  {:>9}  {:>9}  {:>10}  {:>10}  {:>16}  {:>10}",
             "rank",
             "stages",
             "in flight",
+            "budget",
             "residue",
             "rank peak",
             "time"
@@ -149,7 +163,8 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
             Err(_) => ("-".to_string(), "does not fit".to_string(), "-".to_string()),
         };
         let stages = format!("{}-{}", r.stages.start(), r.stages.end());
-        outln!("{k:>6}  {stages:>9}  {:>9}  {residue:>12}  {peak:>12}  {time:>10}", r.in_flight);
+        let budget = format_size(budgets[k]);
+        outln!("{k:>6}  {stages:>9}  {:>9}  {budget:>10}  {residue:>10}  {peak:>16}  {time:>10}", r.in_flight);
     }
     let split = if given { "the split given" } else { "time-balanced split" };
     outln!("checkpointing every block ({split}):");
@@ -157,11 +172,12 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
     for (k, r) in baseline.ranks.iter().enumerate() {
         let e = &r.every_block;
         let peak = e.replay.rank_peak(r.in_flight);
-        let over = if peak > budget { " (over)" } else { "" };
+        let over = if peak > budgets[k] { " (over)" } else { "" };
         let stages = format!("{}-{}", r.stages.start(), r.stages.end());
         outln!(
-            "{k:>6}  {stages:>9}  {:>9}  {:>12}  {:>12}  {:>10.2}",
+            "{k:>6}  {stages:>9}  {:>9}  {:>10}  {:>10}  {:>16}  {:>10.2}",
             r.in_flight,
+            format_size(budgets[k]),
             format_size(e.replay.residue()),
             format!("{}{over}", format_size(peak)),
             e.schedule.makespan
@@ -175,6 +191,12 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
             (step / every - 1.0) * 100.0
         ),
         None => outln!("step time:   checkpointing every block {every:.2}; remat has no plan for every rank"),
+    }
+    outln!("schedules (one micro-batch, stages numbered within the rank):");
+    for (k, r) in remat.ranks.iter().enumerate() {
+        if let Ok(s) = &r.remat {
+            outln!("  rank {k}: {}", notation(&s.schedule.operations));
+        }
     }
 }
 
@@ -194,7 +216,7 @@ fn json(remat: &PipelinePlan, baseline: &PipelinePlan) -> serde_json::Value {
             };
             serde_json::json!({
                 "rank": k, "first_stage": r.stages.start(), "last_stage": r.stages.end(), "in_flight": r.in_flight,
-                "plan": plan,
+                "budget": remat.budgets[k], "plan": plan,
             })
         })
         .collect();
@@ -211,7 +233,7 @@ fn json(remat: &PipelinePlan, baseline: &PipelinePlan) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({
-        "schedule": remat.schedule.name(), "micro_batches": remat.micro_batches, "budget": remat.budget,
+        "schedule": remat.schedule.name(), "micro_batches": remat.micro_batches, "budgets": remat.budgets,
         "ranks": ranks, "step_time": remat.step_time(),
         "every_block": every_block, "every_block_step_time": baseline.every_block_step_time(),
     })

@@ -148,7 +148,8 @@ pub fn balanced_split(chain: &Chain, ranks: usize) -> Result<Vec<RangeInclusive<
 
 /// Splits stages 1..=L into `ranks` contiguous ranges for remat: the split
 /// whose slowest rank is fastest when each rank k runs the persistent
-/// optimum at `budget` bytes for the micro-batches it holds
+/// optimum at its budget (`budgets[k]`, or `budgets[0]` for every rank) for
+/// the micro-batches it holds
 /// (`schedule.in_flight(k, ..)`); ranks that hold more micro-batches can so
 /// take fewer stages. `None` when no split fits. O(P L^2) persistent solves of
 /// rank chains (each memoised).
@@ -157,7 +158,7 @@ pub fn memory_aware_split(
     ranks: usize,
     schedule: PipelineSchedule,
     micro_batches: usize,
-    budget: u64,
+    budgets: &[u64],
     opts: &SolveOptions,
 ) -> Result<Option<Vec<RangeInclusive<usize>>>, SplitError> {
     let n = chain.len();
@@ -169,6 +170,7 @@ pub fn memory_aware_split(
         let c = rank_chain(chain, &(i + 1..=j), k)?;
         let in_flight = std::num::NonZeroUsize::new(schedule.in_flight(k, ranks, micro_batches)).expect(">= 1");
         let opts = SolveOptions { in_flight, progress: None, ..*opts };
+        let budget = rank_budget(budgets, k);
         Ok(solve(&c, budget, Algorithm::Persistent, &opts).map_or(f64::INFINITY, |s| s.schedule.makespan))
     };
     let mut best = vec![vec![f64::INFINITY; n + 1]; ranks + 1];
@@ -228,6 +230,12 @@ pub struct RankPlan {
     pub every_block: Solution,
 }
 
+/// Rank k's budget: `budgets[k]`, or `budgets[0]` when one is given for
+/// every rank (0 when none).
+fn rank_budget(budgets: &[u64], k: usize) -> u64 {
+    budgets.get(k).or(budgets.first()).copied().unwrap_or(0)
+}
+
 /// Every rank's plan at one budget per rank.
 #[derive(Debug)]
 pub struct PipelinePlan {
@@ -236,7 +244,7 @@ pub struct PipelinePlan {
     /// Micro-batches per step.
     pub micro_batches: usize,
     /// The budget of each rank, in bytes.
-    pub budget: u64,
+    pub budgets: Vec<u64>,
     /// One entry per rank.
     pub ranks: Vec<RankPlan>,
 }
@@ -260,17 +268,17 @@ impl PipelinePlan {
     }
 }
 
-/// Plans every rank of `chain` split by `split` at `budget` bytes each
-/// (`None`: the largest rank peak of checkpointing every block, so that the
-/// two are compared at the same memory), with `opts` (its `in_flight` is set
-/// per rank). Returns the budget used with the plan. Time: one solve per
-/// rank, plus one of the every-block baseline.
+/// Plans every rank of `chain` split by `split` at `budgets` bytes (one for
+/// every rank, or one per rank; `None`: the largest rank peak of
+/// checkpointing every block for every rank, so that the two are compared at
+/// the same memory), with `opts` (its `in_flight` is set per rank). Time:
+/// one solve per rank, plus one of the every-block baseline.
 pub fn plan(
     chain: &Chain,
     split: &[RangeInclusive<usize>],
     schedule: PipelineSchedule,
     micro_batches: usize,
-    budget: Option<u64>,
+    budgets: Option<&[u64]>,
     opts: &SolveOptions,
 ) -> Result<PipelinePlan, SplitError> {
     let ranks = split.len();
@@ -284,14 +292,20 @@ pub fn plan(
             solve(c, u64::MAX / 4, Algorithm::Sequential, &opts).expect("checkpointing every block fits any budget")
         })
         .collect();
-    let budget = budget
-        .unwrap_or_else(|| every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n)).max().unwrap_or(0));
+    let budgets: Vec<u64> = match budgets {
+        Some(b) => (0..ranks).map(|k| rank_budget(b, k)).collect(),
+        None => {
+            let most = every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n)).max().unwrap_or(0);
+            vec![most; ranks]
+        }
+    };
     let ranks = chains
         .iter()
+        .zip(&budgets)
         .zip(split)
         .zip(in_flight)
         .zip(every_block)
-        .map(|(((c, range), n), every_block)| {
+        .map(|((((c, &budget), range), n), every_block)| {
             let opts = SolveOptions { in_flight: std::num::NonZeroUsize::new(n).expect("at least 1"), ..*opts };
             RankPlan {
                 stages: range.clone(),
@@ -301,5 +315,5 @@ pub fn plan(
             }
         })
         .collect();
-    Ok(PipelinePlan { schedule, micro_batches, budget, ranks })
+    Ok(PipelinePlan { schedule, micro_batches, budgets, ranks })
 }

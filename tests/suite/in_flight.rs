@@ -251,9 +251,10 @@ fn pipeline_planner() {
         let out = remat(&["pipeline", chain, "--ranks", ranks, "--schedule", schedule, "--json"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let budget = json["budget"].as_u64().unwrap();
         let ranks: usize = ranks.parse().unwrap();
         for (k, r) in json["ranks"].as_array().unwrap().iter().enumerate() {
+            let budget = json["budgets"][k].as_u64().unwrap();
+            assert_eq!(r["budget"].as_u64(), Some(budget));
             let want = if schedule == "gpipe" { 8 } else { ranks - k };
             assert_eq!(r["in_flight"].as_u64(), Some(want as u64));
             assert!(r["plan"]["rank_peak"].as_u64().unwrap() <= budget);
@@ -267,4 +268,15 @@ fn pipeline_planner() {
     let bad = remat(&["pipeline", "chains/rotor-fc6.json", "--split", "2,2"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("add up to the chain's 6 stages"));
+    let bad = remat(&["pipeline", "chains/rotor-fc6.json", "--ranks", "3", "--memory", "1GiB,1GiB"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("2 sizes for 3 ranks"));
+    // Budgets per rank: each rank planned within its own.
+    let out = remat(&["pipeline", "chains/rotor-fc6.json", "--split", "3,3", "--memory", "120MiB,90MiB", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (r, budget) in json["ranks"].as_array().unwrap().iter().zip([120u64 << 20, 90 << 20]) {
+        assert_eq!(r["budget"].as_u64(), Some(budget));
+        assert!(r["plan"]["rank_peak"].as_u64().unwrap() <= budget);
+    }
 }
