@@ -239,8 +239,8 @@ fn slots_arg(slots: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsiz
 /// micro-batches). The schedule of one micro-batch is then the fastest whose
 /// ``peak_memory + (in_flight - 1) * residue`` fits ``memory``, the residue
 /// being what it keeps between its forward and its backward; the schedule's
-/// ``rank_peak`` is that sum. Supported by ``"auto"``, ``"persistent"``,
-/// ``"exhaustive"`` and the baselines (``"floating"`` raises ``ValueError``).
+/// ``rank_peak`` is that sum. Every algorithm plans for it (the baselines at
+/// the largest budget of their own whose rank peak fits).
 ///
 /// The returned schedule has been replayed by the exact simulator: its
 /// ``makespan`` and ``peak_memory`` are the replay's. Deterministic. Runs

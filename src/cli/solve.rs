@@ -54,8 +54,9 @@ pub struct Args {
     /// 1F1B: P - k on rank k of P, at most the micro-batches; `remat pipeline`
     /// works it out per rank). The schedule of one micro-batch is then planned
     /// so that its peak plus N - 1 residues fits the budget, the residue being
-    /// what it keeps between its forward and its backward. Chains only, with
-    /// auto, persistent, exhaustive or a baseline. Default 1: no pipeline.
+    /// what it keeps between its forward and its backward. Chains only; every
+    /// algorithm (a baseline at the largest budget of its own that fits).
+    /// Default 1: no pipeline.
     #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N")]
     in_flight: std::num::NonZeroUsize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible

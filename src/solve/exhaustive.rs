@@ -338,8 +338,18 @@ fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)
 /// for R = R', and a sequence found for R has residue at most R, so it fits.
 /// Cost: one search per distinct residue, each as [`fastest`].
 pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option<(f64, Vec<Op>)> {
+    fastest_in_flight_in(chain, budget, in_flight, false)
+}
+
+/// Like [`fastest_in_flight`], over nested sequences only: the oracle of the
+/// floating DP with micro-batches in flight.
+pub fn fastest_nested_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option<(f64, Vec<Op>)> {
+    fastest_in_flight_in(chain, budget, in_flight, true)
+}
+
+fn fastest_in_flight_in(chain: &Chain, budget: u64, in_flight: usize, nested: bool) -> Option<(f64, Vec<Op>)> {
     if in_flight <= 1 {
-        return fastest(chain, budget);
+        return fastest_in(chain, budget, nested);
     }
     let others = in_flight as u64 - 1;
     let n = chain.len() + 1;
@@ -353,7 +363,7 @@ pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option
     seen.insert(start, ());
     let mut buf = Vec::new();
     while let Some(state) = stack.pop() {
-        moves(&fig, state, false, &mut buf);
+        moves(&fig, state, nested, &mut buf);
         for &(op, next, peak, _) in &buf {
             if peak > budget {
                 continue;
@@ -372,7 +382,7 @@ pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option
             break;
         }
         let step = |l: Label, peak: u64, time: f64| (peak <= left).then_some(Label { bytes: 0, time: l.time + time });
-        if let Some((label, ops)) = search(chain, false, step, Label { bytes: 0, time: 0.0 }, residue)
+        if let Some((label, ops)) = search(chain, nested, step, Label { bytes: 0, time: 0.0 }, residue)
             && best.as_ref().is_none_or(|b| label.time < b.0)
         {
             best = Some((label.time, ops));

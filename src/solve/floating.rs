@@ -156,8 +156,8 @@ const NEVER: usize = usize::MAX;
 pub const MAX_STAGES: usize = 500;
 
 /// A cell of the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cell {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Cell {
     /// D(s, l): frozen input a^{s-1}, from delta^l down to delta^{s-1}.
     D(usize, usize),
     /// F(s, t, l): floating input a^{s-1}, from delta^l down to delta^{t-1}.
@@ -726,13 +726,65 @@ impl Table {
         if !self.makespan(m_slots).is_finite() {
             return None;
         }
+        Some(self.sub_sequence(Cell::D(1, self.plan.sc.n), m_slots - self.plan.sc.output[0]))
+    }
+
+    /// The chain in slots the table was filled for.
+    pub(crate) fn slot_chain(&self) -> &SlotChain {
+        &self.plan.sc
+    }
+
+    /// The options of `cell` as the in-flight spine reads them
+    /// ([`crate::solve::in_flight`]): (the operation that starts it, whether
+    /// B^s ends it, base time, threshold, first sub-problem with its shift,
+    /// second sub-problem), in tie-breaking order. O(L).
+    pub(crate) fn spine_options(&self, cell: Cell) -> Vec<SpineOption> {
+        let s = match cell {
+            Cell::D(s, _) | Cell::F(s, _, _) => s,
+        };
+        options(&self.plan.sc, cell)
+            .into_iter()
+            .map(|o| SpineOption {
+                op: match o.kind {
+                    Move::All(option) => Op::FAll(s, option),
+                    Move::Ck => Op::FCk(s),
+                    Move::None => Op::FNone(s),
+                },
+                base: o.base,
+                from: o.from,
+                first: o.first,
+                second: o.second,
+            })
+            .collect()
+    }
+
+    /// The breakpoints of `cell`'s row up to `cap`: (m, value) where it
+    /// drops, by increasing m. O(cap - threshold).
+    pub(crate) fn steps(&self, cell: Cell, cap: usize) -> Vec<(usize, f64)> {
+        let row = &self.rows[self.plan.slot(cell)];
+        let mut out: Vec<(usize, f64)> = Vec::new();
+        for (i, &c) in row.cost.iter().enumerate() {
+            let m = row.lo + i;
+            if m > cap {
+                break;
+            }
+            if c.is_finite() && out.last().is_none_or(|p| c < p.1) {
+                out.push((m, c));
+            }
+        }
+        out
+    }
+
+    /// The sequence of `cell` from m slots (its row finite at m). O(L) per
+    /// operation.
+    pub(crate) fn sub_sequence(&self, cell: Cell, m: usize) -> Vec<Op> {
         enum Task {
             Solve(Cell, usize),
             Emit(Op),
         }
         let sc = &self.plan.sc;
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(Cell::D(1, sc.n), m_slots - sc.output[0])];
+        let mut stack = vec![Task::Solve(cell, m)];
         while let Some(task) = stack.pop() {
             let (cell, m) = match task {
                 Task::Emit(op) => {
@@ -765,8 +817,20 @@ impl Table {
                 stack.push(Task::Solve(c, m - shift));
             }
         }
-        Some(ops)
+        ops
     }
+}
+
+/// One option of a floating cell, for [`crate::solve::in_flight`]: `op`,
+/// then `first` (at m - its shift), then `second` (at m), then B^s when `op`
+/// is an F_all; it costs `base + first + second` and needs m >= `from`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpineOption {
+    pub op: Op,
+    pub base: f64,
+    pub from: usize,
+    pub first: Option<(Cell, usize)>,
+    pub second: Option<Cell>,
 }
 
 /// A lower bound, in bytes, of the peak of every valid sequence (nested or

@@ -67,6 +67,24 @@
 //! Exhaustive search ([`super::exhaustive::fastest_in_flight`]) judges it in
 //! the tests.
 //!
+//! # The floating DP
+//! The same construction over the floating DP's cells ([`super::floating`]):
+//! the first forward pass runs through the cells that still hold
+//! delta^{L+1}, D(s, L+1) and F(s, t, L+1). Each option of such a cell starts
+//! with a forward, continues the pass in its first sub-problem (a cell of the
+//! same kind, at m less what the option freezes below it, its *shift*), and
+//! leaves its second sub-problem (if any) for after B^{L+1} has passed it.
+//! So a spine point of a cell is (need, residue, time) with the residue =
+//! the shift + the first sub-problem's residue (a floating activation lies
+//! inside its F cell's memory, so it is counted where it ends up: frozen by
+//! a later shift, or held at the leaf), and the second sub-problem read from
+//! the table at m, as for the persistent spine; the leaf D(L+1, L+1) keeps
+//! abar^{L+1}\[o\] and delta^{L+1}. The answer is the optimum over nested
+//! sequences in the table's slots (at one-byte slots, exhaustive search
+//! over nested sequences with micro-batches in flight gives the same
+//! makespans: the unit tests check it). `floating` answers with it or with the
+//! persistent optimum, whichever is faster, as with one micro-batch.
+//!
 //! # Cost
 //! A split s' of s combines |F(s')| spine points with the breakpoints of
 //! C(s, s'-1, .): O(sum over s, s' of |F(s')| K) candidates for fronts of K
@@ -80,6 +98,7 @@ use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::SlotDp;
 use crate::solve::exact::{self, Answer};
+use crate::solve::floating;
 use crate::solve::fronts::Fronts;
 use crate::solve::persistent::Table;
 use crate::solve::{
@@ -287,6 +306,161 @@ impl Spine {
     }
 }
 
+/// How a point of a floating spine cell starts: option `option` of the
+/// cell, whose first sub-problem continues the spine at its point `next`
+/// (`usize::MAX` when it has none).
+#[derive(Clone, Copy, Debug)]
+struct FloatingHow {
+    option: usize,
+    next: usize,
+}
+
+/// The spine fronts of the floating DP: for each cell on the first forward
+/// pass (those holding delta^{L+1}: D(s, L+1) and F(s, t, L+1)), the Pareto
+/// set of (need, residue, time) over the cell's options, each option's first
+/// sub-problem a spine cell (the continuation of the forward pass) and its
+/// second one (what runs after B^{L+1} has passed it) read from the table,
+/// as for the persistent spine. The residue of an option is its shift (what
+/// it freezes below the first sub-problem) plus the first sub-problem's; a
+/// floating activation is inside the F cell's memory, and so inside its
+/// residue until it is frozen (see `floating`'s module documentation for the
+/// cells and options). The leaf D(L+1, L+1) keeps abar^{L+1} and
+/// delta^{L+1}.
+struct FloatingSpine {
+    fronts: std::collections::HashMap<floating::Cell, Vec<(Point3, FloatingHow)>>,
+    input: usize,
+    cap: usize,
+}
+
+/// (need, residue, time) of a spine point.
+type Point3 = (usize, usize, f64);
+
+impl FloatingSpine {
+    fn build(table: &floating::Table) -> FloatingSpine {
+        let sc = table.slot_chain();
+        let cap = sc.slots.capacity.saturating_sub(sc.output[0]);
+        let mut spine = FloatingSpine { fronts: Default::default(), input: sc.output[0], cap };
+        let mut steps: std::collections::HashMap<floating::Cell, Vec<(usize, f64)>> = Default::default();
+        spine.front(table, floating::Cell::D(1, sc.n), &mut steps);
+        spine
+    }
+
+    /// Fills the front of `cell` and of the spine cells below it. Recursion
+    /// depth at most 2 L (each first sub-problem starts one stage up).
+    fn front(
+        &mut self,
+        table: &floating::Table,
+        cell: floating::Cell,
+        steps: &mut std::collections::HashMap<floating::Cell, Vec<(usize, f64)>>,
+    ) {
+        if self.fronts.contains_key(&cell) {
+            return;
+        }
+        let sc = table.slot_chain();
+        let n = sc.n;
+        let mut cand: Vec<Point> = Vec::new();
+        let mut hows: Vec<FloatingHow> = Vec::new();
+        for (option, o) in table.spine_options(cell).into_iter().enumerate() {
+            let Some((first, shift)) = o.first else {
+                // The leaf D(L+1, L+1): F_all^{L+1}[o] B^{L+1}.
+                let crate::schedule::Op::FAll(l, k) = o.op else { unreachable!("only the leaf has no sub-problem") };
+                let residue = sc.recording(l, k).saved.saturating_add(sc.gradient[n]);
+                push(&mut cand, &mut hows, (o.from, residue, o.base), FloatingHow { option, next: usize::MAX });
+                continue;
+            };
+            self.front(table, first, steps);
+            let second = o.second.map(|c| steps.entry(c).or_insert_with(|| table.steps(c, self.cap)).clone());
+            for (next, &((need, residue, time), _)) in self.fronts[&first].iter().enumerate() {
+                let base = o.from.max(need.saturating_add(shift));
+                if base > self.cap {
+                    continue;
+                }
+                let head = o.base + time;
+                let residue = shift.saturating_add(residue);
+                let how = FloatingHow { option, next };
+                match &second {
+                    None => push(&mut cand, &mut hows, (base, residue, head), how),
+                    Some(left) => {
+                        let k = left.partition_point(|q| q.0 <= base);
+                        let at_base = (k > 0).then(|| (base, left[k - 1].1));
+                        for (m, c) in at_base.into_iter().chain(left[k..].iter().copied()) {
+                            push(&mut cand, &mut hows, (m, residue, head + c), how);
+                        }
+                    }
+                }
+            }
+        }
+        // Carry each candidate's how through the Pareto filter by its index.
+        for (i, p) in cand.iter_mut().enumerate() {
+            p.how = How::All { option: i, next: 0 };
+        }
+        let kept = pareto(cand, self.cap)
+            .into_iter()
+            .map(|p| {
+                let How::All { option: i, .. } = p.how else { unreachable!() };
+                ((p.need, p.residue, p.time), hows[i])
+            })
+            .collect();
+        self.fronts.insert(cell, kept);
+    }
+
+    /// The fastest point of D(1, L+1) within `capacity` with `in_flight`
+    /// micro-batches, as (time, index).
+    fn best(&self, capacity: usize, in_flight: usize, top: floating::Cell) -> Option<(f64, usize)> {
+        let mut best: Option<(f64, usize)> = None;
+        for (i, &((need, residue, time), _)) in self.fronts[&top].iter().enumerate() {
+            let p = Point { need, residue, time, how: How::All { option: 0, next: 0 } };
+            if rank_memory(self.input, &p, in_flight) <= capacity && best.is_none_or(|b| time < b.0) {
+                best = Some((time, i));
+            }
+        }
+        best
+    }
+
+    /// The operations of point `index` of `cell`.
+    fn sequence(&self, table: &floating::Table, cell: floating::Cell, index: usize, ops: &mut Vec<Op>) {
+        let ((need, _, _), how) = self.fronts[&cell][index];
+        let o = table.spine_options(cell)[how.option];
+        ops.push(o.op);
+        if let Some((first, _)) = o.first {
+            self.sequence(table, first, how.next, ops);
+        }
+        if let Some(second) = o.second {
+            ops.extend(table.sub_sequence(second, need));
+        }
+        if let Op::FAll(s, _) = o.op {
+            ops.push(Op::B(s));
+        }
+    }
+}
+
+fn push(cand: &mut Vec<Point>, hows: &mut Vec<FloatingHow>, p: Point3, how: FloatingHow) {
+    cand.push(Point { need: p.0, residue: p.1, time: p.2, how: How::All { option: 0, next: 0 } });
+    hows.push(how);
+}
+
+/// The fastest nested schedule (the floating DP at `opts.slots` slots) at
+/// `budget` bytes with `in_flight` micro-batches, with the makespan it
+/// predicts, or `None` when it has none. Errors: the floating DP's checks.
+pub(crate) fn floating(
+    chain: &Chain,
+    budget: u64,
+    in_flight: usize,
+    opts: &SolveOptions,
+) -> Result<Option<(Vec<Op>, u64, f64)>, SolveError> {
+    let slots = opts.slots.get();
+    let disc = Slots::new(budget, slots);
+    let Some(table) = dp::table_up_to::<dp::Floating>(chain, budget, disc.slot, slots, opts.progress)? else {
+        return Ok(None);
+    };
+    let spine = FloatingSpine::build(&table);
+    let top = floating::Cell::D(1, table.slot_chain().n);
+    let Some((time, index)) = spine.best(disc.capacity, in_flight, top) else { return Ok(None) };
+    let mut ops = Vec::new();
+    spine.sequence(&table, top, index, &mut ops);
+    Ok(Some((ops, disc.slot, time)))
+}
+
 /// The points of `cand` with need at most `cap` that no other point
 /// dominates (no larger need, residue and time, one of them smaller); among
 /// equal points the first. Sorted by need, then residue. O(c log c).
@@ -397,11 +571,13 @@ pub const AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES: usize = 6;
 /// - `exhaustive`: the optimum over every schedule
 ///   ([`exhaustive::fastest_in_flight`]);
 /// - `auto`: exhaustive search up to [`AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES`]
-///   stages, else the fastest of the persistent optimum and the
-///   [`AUTO_BASELINES`] (ties to persistent);
+///   stages, else the fastest of the DP auto would run for one micro-batch
+///   (floating where its cost is modest, else persistent) and the
+///   [`AUTO_BASELINES`] (ties to the DP);
 /// - a baseline: its schedule at the largest budget of its own whose rank
 ///   memory fits, found by bisection (what a user of that tool would try);
-/// - `floating`: refused (its table does not track the residue).
+/// - `floating`: the floating DP's spine ([`floating`]), or the persistent
+///   optimum where faster.
 ///
 /// [`Replay::rank_peak`]: crate::simulate::Replay::rank_peak
 pub(crate) fn solve(
@@ -426,18 +602,50 @@ pub(crate) fn solve(
                 None => Err(SolveError::Infeasible { algorithm, budget, min_budget: exhaustive_min_budget(chain, k) }),
             }
         }
-        Algorithm::Floating => Err(floating_refused()),
+        Algorithm::Floating => solve_floating(chain, budget, opts),
         Algorithm::Auto => auto(chain, budget, opts),
         baseline => baseline_in_flight(chain, budget, baseline, opts),
     }
 }
 
-fn floating_refused() -> SolveError {
-    SolveError::Options(
-        "the floating DP does not plan for micro-batches in flight (its table does not track the residue); use \
-         the persistent DP, exhaustive search or auto, or one micro-batch in flight"
-            .to_string(),
-    )
+/// `floating` with micro-batches in flight: the floating DP's spine at
+/// `opts.slots` slots, or the persistent optimum (exact in bytes where its
+/// fronts fit) where that is faster (every persistent schedule is nested),
+/// as the plain `floating` solve does.
+fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
+    let k = opts.in_flight.get();
+    let table = floating(chain, budget, k, opts)?;
+    let persistent = match persistent(chain, budget, k, opts) {
+        Ok(answer) => Some(answer),
+        Err(SolveError::Infeasible { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
+    match (table, persistent) {
+        (_, Some(answer)) if answer.makespan < ceiling => {
+            let mut solution = checked_in_flight(
+                chain,
+                budget,
+                Algorithm::Floating,
+                answer.ops,
+                answer.slot_size,
+                answer.makespan,
+                k,
+            )?;
+            solution.detail = Some(format!("{}, faster than the floating table", answer.note));
+            Ok(solution)
+        }
+        (Some((ops, slot_size, time)), _) => {
+            let mut solution = checked_in_flight(chain, budget, Algorithm::Floating, ops, slot_size, time, k)?;
+            solution.detail = Some(format!("{k} micro-batches in flight"));
+            Ok(solution)
+        }
+        (None, _) => Err(SolveError::Infeasible {
+            algorithm: Algorithm::Floating,
+            budget,
+            min_budget: min_budget(chain, k, opts),
+        }),
+    }
 }
 
 /// `auto` with micro-batches in flight (see [`solve`]).
@@ -452,7 +660,13 @@ fn auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, Sol
         ));
         return Ok(solution);
     }
-    let mut best = match solve(chain, budget, Algorithm::Persistent, opts) {
+    // The floating DP (which also tries the persistent optimum) where auto
+    // would run it for one micro-batch, else the persistent DP.
+    let dp = match crate::solve::auto_choice(chain, budget, opts).algorithm {
+        Algorithm::Floating => Algorithm::Floating,
+        _ => Algorithm::Persistent,
+    };
+    let mut best = match solve(chain, budget, dp, opts) {
         Ok(solution) => Some(solution),
         Err(SolveError::Infeasible { .. }) => None,
         Err(e) => return Err(e),
@@ -481,8 +695,8 @@ fn auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, Sol
         format!("{k} micro-batches in flight: a baseline was faster than the persistent optimum rounded to slots")
     } else {
         format!(
-            "{k} micro-batches in flight: the persistent optimum under (n - 1) x residue + peak, at least as fast as \
-             every baseline (the floating DP does not plan for micro-batches in flight)"
+            "{k} micro-batches in flight: the {dp} DP under (n - 1) x residue + peak, at least as fast as every \
+             baseline"
         )
     });
     Ok(solution)
@@ -589,11 +803,12 @@ pub(crate) fn min_budget_for(
         Algorithm::Auto if exhaustive::equivalent_stages(chain) <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES => {
             Ok(exhaustive_min_budget(chain, k))
         }
-        Algorithm::Persistent | Algorithm::Auto => {
+        // floating answers with the persistent optimum where that is faster,
+        // so the persistent smallest budget is one it meets.
+        Algorithm::Persistent | Algorithm::Auto | Algorithm::Floating => {
             dp::Persistent::check(chain, opts.slots.get())?;
             Ok(min_budget(chain, k, opts))
         }
-        Algorithm::Floating => Err(floating_refused()),
         _ => Ok(None),
     }
 }
@@ -604,6 +819,58 @@ mod tests {
 
     fn point(need: usize, residue: usize, time: f64) -> Point {
         Point { need, residue, time, how: How::All { option: 0, next: usize::MAX } }
+    }
+
+    /// The floating spine alone (not the persistent answer `solve` may
+    /// prefer), at one-byte slots, equals exhaustive search over nested
+    /// sequences with the same micro-batches in flight, on 600 random chains
+    /// of 1 to 4 stages (a third with options), k = 1..=4, eight budgets each;
+    /// its schedules replay within the budget at the makespan claimed.
+    #[test]
+    fn floating_spine_equals_nested_exhaustive_search() {
+        use crate::simulate::simulate;
+        use crate::solve::exhaustive::{fastest_nested_in_flight, min_peak_nested};
+        use crate::synthetic::{Rng, small_chain, with_options};
+        let mut rng = Rng::new(4);
+        let (mut cases, mut feasible) = (0, 0);
+        for c in 0..600 {
+            let len = rng.range(1, 4) as usize;
+            let plain = small_chain(&mut rng, len, 8, 3);
+            let chain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 3) } else { plain };
+            let (lo, _) = min_peak_nested(&chain);
+            let n = chain.len() + 1;
+            let store_all: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
+            let store_all = simulate(&chain, &store_all).unwrap();
+            for k in 1..=4usize {
+                let hi = store_all.rank_peak(k) + 2;
+                for i in 0..8u64 {
+                    let budget = lo - 1 + (hi - lo + 1) * i / 7;
+                    let opts = SolveOptions {
+                        slots: std::num::NonZeroUsize::new(budget as usize).unwrap(),
+                        ..SolveOptions::default()
+                    };
+                    cases += 1;
+                    let got = floating(&chain, budget, k, &opts).unwrap();
+                    let want = fastest_nested_in_flight(&chain, budget, k);
+                    match (&got, &want) {
+                        (None, None) => {}
+                        (Some((ops, slot, time)), Some((w, _))) => {
+                            feasible += 1;
+                            assert_eq!(*slot, 1);
+                            assert!(
+                                (time - w).abs() <= 1e-9 * w.max(1.0),
+                                "{chain:?} at {budget}, k {k}: {time} vs {w}"
+                            );
+                            let r = simulate(&chain, ops).unwrap();
+                            assert!(r.rank_peak(k) <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
+                            assert!((r.makespan - time).abs() <= 1e-9 * time.max(1.0));
+                        }
+                        _ => panic!("{chain:?} at {budget}, k {k}: floating {got:?}, nested search {want:?}"),
+                    }
+                }
+            }
+        }
+        assert!(feasible > cases / 3, "{cases} cases, {feasible} feasible");
     }
 
     #[test]

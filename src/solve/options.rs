@@ -27,8 +27,8 @@ pub struct SolveOptions<'a> {
     pub exact_memory: Option<u64>,
     /// Micro-batches a pipeline rank holds at once (issue 28, default 1):
     /// the schedule is planned so that its peak plus `in_flight - 1` times
-    /// its residue fits the budget ([`crate::solve::in_flight`]). Supported
-    /// by `persistent`, `exhaustive`, `auto` and the baselines.
+    /// its residue fits the budget ([`crate::solve::in_flight`]), by every
+    /// algorithm.
     pub in_flight: NonZeroUsize,
 }
 
