@@ -393,6 +393,8 @@ def apply_stage(
 
     Raises:
         ValueError: a bad schedule, stage index, count or memory.
+        remat.InfeasibleError: no plan fits; its ``min_budget`` is the
+            smallest budget for this rank (what was set aside included).
     """
     if "in_flight" in apply_kwargs:
         raise ValueError("apply_stage derives in_flight from the schedule; do not pass it")
@@ -410,6 +412,7 @@ def apply_stage(
     sp = StagePlan(plan, kind, stage_index, num_stages, n_microbatches, n, total)
     if example_args is None:
         return sp
+    set_aside = 0
     try:
         is_last = stage_index == num_stages - 1
         if stage_index > 0:
@@ -432,6 +435,24 @@ def apply_stage(
             if plan._outside is not None:
                 plan._measured(plan._outside)
         sp.calibrated = True
+    except remat.InfeasibleError as e:
+        plan.remove()
+        # apply's figure is for what it was given: the rank's budget less
+        # what was set aside for the micro-batches in flight.
+        least = None if e.min_budget is None else int(e.min_budget) + set_aside
+        err = remat.InfeasibleError(
+            f"remat.torch.pipeline.apply_stage: stage {stage_index} of {num_stages} holds {n} micro-batches in "
+            f"flight under {kind.name}"
+            + (f" ({_fmt(set_aside)} of the budget set aside for what they hold beside the stack)" if set_aside else "")
+            + (
+                f"; the smallest budget for this rank is {_fmt(least)} ({least} bytes)"
+                if least is not None
+                else "; no budget fits"
+            )
+            + f": {e}"
+        )
+        err.min_budget, err.algorithm, err.budget = least, e.algorithm, total
+        raise err from e
     except BaseException:
         plan.remove()
         raise
