@@ -188,11 +188,14 @@ class StagePlan:
     @property
     def residue(self) -> int | None:
         """Bytes one micro-batch's forward leaves in the stack for its backward
-        (the schedule's residue); None before a step, or where the solver does
-        not report it."""
-        s = self.plan.schedule
-        r = getattr(s, "residue", None) if s is not None else None
-        return None if r is None else int(r)
+        (held just before the schedule's first backward operation, the stack's
+        input included): the schedule's figure, or its replay's where the
+        solver reports none (``in_flight=1``); None before a step."""
+        s, chain = self.plan.schedule, self.plan.chain
+        if s is None or chain is None:
+            return None
+        r = getattr(s, "residue", None)
+        return int(r) if r is not None else _residue(chain, s)
 
     @property
     def released_output(self) -> int:
@@ -245,7 +248,8 @@ class StagePlan:
         if chain is None or schedule is None:
             return None
         n1 = self.in_flight - 1
-        residue = self.residue if self.residue is not None else _residue(chain, schedule)
+        residue = self.residue
+        assert residue is not None
         released = self.released_output
         L = len(plan.modules)
         replay = remat.simulate(chain, schedule)
