@@ -29,7 +29,9 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
+import traceback
 from typing import Any
 
 import torch
@@ -113,6 +115,11 @@ def worker(rank: int, a: argparse.Namespace, port: int) -> None:
     torch.set_num_threads(1)
     try:
         run(rank, a)
+    except BaseException:
+        # Say which rank failed: the others only see their peer's connection close.
+        traceback.print_exc()
+        sys.stderr.write(f"rank {rank} failed (above)\n")
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -177,14 +184,17 @@ def run(rank: int, a: argparse.Namespace) -> None:
 
     # At the uniform pipeline's largest rank peak; where remat's model finds no
     # plan there, at the smallest budget it names (reported as such).
-    smallest = None
-    try:
-        sp = plan(budget)
-    except remat.InfeasibleError as e:
-        if e.min_budget is None:
-            raise
-        smallest = int(e.min_budget)
-        sp = plan(smallest)
+    # (The smallest named depends on what the calibration measures at it,
+    # so it is tried again, up to a few times.)
+    smallest, memory = None, budget
+    for attempt in range(4):
+        try:
+            sp = plan(memory)
+            break
+        except remat.InfeasibleError as e:
+            if e.min_budget is None or attempt == 3:
+                raise
+            smallest = memory = max(int(e.min_budget), memory + 1)
     r_sched = pipeline(mine)
     step(r_sched, mine)
     r_peak = peak(r_sched, mine)

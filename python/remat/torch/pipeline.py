@@ -500,13 +500,17 @@ def _calibration_step(
     measure: bool = False,
 ) -> int:
     """One forward and backward of the stage on the example, as the pipeline
-    runs it (the stage's input a fresh leaf that requires a gradient where it
+    runs it (a received input a fresh leaf that requires a gradient where it
     is a floating-point tensor, the last stage's loss, a gradient of ones for
     the others' outputs). With ``measure``: returns the bytes held outside the
     stack between the forward and the backward."""
     module = sp.plan.model
+    # A received activation is a leaf that requires a gradient (the stage
+    # sends its gradient back); the first stage's input is the data.
+    receives = sp.stage_index > 0
     inputs = [
-        a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args
+        a.detach().requires_grad_(receives) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        for a in args
     ]
     first_input: list[torch.Tensor] = []
 
