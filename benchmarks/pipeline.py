@@ -18,7 +18,8 @@ Per rank it prints the in-flight count, the budget, remat's predicted and
 measured peaks (LiveBytes: live tensor bytes, parameter gradients left out)
 and the uniform variant's, and the medians of the step time over interleaved
 rounds (each round one step of each variant, the order alternating; a step's
-time is its slowest rank's).
+time is its slowest rank's; a rank's time is from the barrier before the step
+to its own last operation, waiting on its neighbours included).
 
     python benchmarks/pipeline.py --stages 2 --schedule 1f1b --rounds 7
 """
@@ -137,7 +138,9 @@ def run(rank: int, a: argparse.Namespace) -> None:
         stage = PipelineStage(module, rank, p, torch.device("cpu"))
         return cls(stage, n_microbatches=m, loss_fn=loss_fn)
 
-    def step(schedule: Any, module: nn.Module) -> float:
+    own: dict[str, list[float]] = {"uniform": [], "remat": []}
+
+    def step(schedule: Any, module: nn.Module, name: str = "") -> float:
         module.zero_grad(set_to_none=True)
         dist.barrier()
         t0 = time.perf_counter()
@@ -148,6 +151,8 @@ def run(rank: int, a: argparse.Namespace) -> None:
         else:
             schedule.step(return_outputs=False)
         elapsed = torch.tensor([time.perf_counter() - t0])
+        if name:
+            own[name].append(float(elapsed))  # this rank's own: until its last operation
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the step ends when its slowest rank does
         return float(elapsed)
 
@@ -203,7 +208,7 @@ def run(rank: int, a: argparse.Namespace) -> None:
     for r in range(a.rounds):
         order = [("uniform", u_sched, uniform), ("remat", r_sched, mine)]
         for name, sched, module in order if r % 2 == 0 else order[::-1]:
-            times[name].append(step(sched, module))
+            times[name].append(step(sched, module, name))
 
     schedule = sp.plan.schedule
     L = len(sp.plan.modules)
@@ -221,6 +226,8 @@ def run(rank: int, a: argparse.Namespace) -> None:
         "blocks": L,
         "run_once": kept,
         "times": times,
+        "own_uniform": statistics.median(own["uniform"]),
+        "own_remat": statistics.median(own["remat"]),
     }
     rows: list[Any] = [None] * p
     dist.all_gather_object(rows, row)
@@ -237,8 +244,11 @@ def report(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         f"{a.schedule}, {a.stages} stages, {a.microbatches} micro-batches of {a.batch} x {a.seq} tokens, "
         f"{a.layers} blocks of width {a.width}, {a.rounds} rounds"
     )
-    print("| rank | in flight | budget | remat predicted | remat measured | uniform measured | blocks run once |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| rank | in flight | budget | remat predicted | remat measured | uniform measured | blocks run once "
+        "| time remat | time uniform |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         once = f"{len(r['run_once'])} of {r['blocks']}"
         budget = fmt(r["budget"])
@@ -246,7 +256,7 @@ def report(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             budget = f"{budget}: infeasible, ran at remat's smallest {fmt(r['smallest'])}"
         print(
             f"| {r['rank']} | {r['in_flight']} | {budget} | {fmt(r['predicted'])} | {fmt(r['measured'])} "
-            f"| {fmt(r['uniform'])} | {once} |"
+            f"| {fmt(r['uniform'])} | {once} | {r['own_remat'] * 1000:.1f} ms | {r['own_uniform'] * 1000:.1f} ms |"
         )
     t = rows[0]["times"]
     u, rm = statistics.median(t["uniform"]), statistics.median(t["remat"])
