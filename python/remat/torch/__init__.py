@@ -17,6 +17,10 @@
   under selective-saving policies (:class:`Policy`: ``SAVE_MATMULS`` keeps the
   matrix products' outputs, ``SAVE_INPUT`` nothing), run through PyTorch's
   selective activation checkpointing, and the solver picks one per block.
+- Pipeline parallelism (:mod:`remat.torch.pipeline`): :func:`apply_stage`
+  plans one rank's stage for ``torch.distributed.pipelining``'s GPipe or 1F1B
+  schedule, with the micro-batches the rank holds at once
+  (:func:`pipeline_in_flight`) counted in its budget.
 - :class:`LiveBytes` counts the bytes of live tensors (on any device, the CPU
   included), to check what a schedule really holds.
 - :func:`export_joint` writes the joint forward+backward graph of any function
@@ -39,6 +43,8 @@ from .executor import run_schedule
 from .joint import export_joint, pytorch_min_cut
 from .memory import LiveBytes
 from .partition import RematSolverError, partitioner
+from .pipeline import PipelineSchedule, StagePlan, apply_stage
+from .pipeline import in_flight as pipeline_in_flight
 from .policies import DEFAULT_POLICIES, MATMUL_OPS, SAVE_ALL, SAVE_INPUT, SAVE_MATMULS, NamedPolicy, Policy, policy
 from .profile import profile, stages_of
 
@@ -52,13 +58,17 @@ __all__ = [
     "Checkpointed",
     "LiveBytes",
     "NamedPolicy",
+    "PipelineSchedule",
     "Plan",
     "Policy",
     "RematSolverError",
+    "StagePlan",
     "apply",
+    "apply_stage",
     "export_joint",
     "find_blocks",
     "partitioner",
+    "pipeline_in_flight",
     "policy",
     "profile",
     "pytorch_min_cut",

@@ -182,6 +182,7 @@ class AppliedPlan:
         optimizer_state_bytes: int | None,
         scale_shapes: bool,
         policies: Sequence[NamedPolicy] = (),
+        in_flight: int = 1,
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -194,6 +195,10 @@ class AppliedPlan:
         self.preserve_rng = preserve_rng
         self.optimizer_state_bytes = optimizer_state_bytes
         self.scale_shapes = scale_shapes
+        #: Micro-batches whose forward residue the device holds at once (pipeline
+        #: parallelism, :mod:`remat.torch.pipeline`): the plan bounds
+        #: ``(in_flight - 1) x residue + peak``. 1: one step at a time.
+        self.in_flight = in_flight
         #: The policies each block is measured under (its recording options).
         self.policies = list(policies)
         self.modules = [m for _, m in blocks]
@@ -357,8 +362,11 @@ class AppliedPlan:
             chain = _with_loss(chain, outside)
         budget, note = self._budget(chain, outside, device)
         try:
+            # in_flight is passed only when above 1, so that a plan of one
+            # micro-batch calls the solver exactly as before pipelining.
+            extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
             schedule = remat.solve(
-                chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory
+                chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory, **extra
             )
         except remat.InfeasibleError as e:
             # The solver speaks of the stack's budget; the user gave the step's.
@@ -470,10 +478,12 @@ class AppliedPlan:
             return None
         entry, numel, _ = self._last
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
+        # With micro-batches in flight, the rank's peak: (in_flight - 1) x residue + peak.
+        peak = int(getattr(c[1], "rank_peak", c[1].peak_memory)) if self.in_flight != 1 else c[1].peak_memory
         if outside is None:
-            return c[1].peak_memory
+            return peak
         # After the stack's backward (B^1) only the part before it runs its own.
-        return max(c[1].peak_memory + outside.pre + outside.post_after, outside.pre_backward)
+        return max(peak + outside.pre + outside.post_after, outside.pre_backward)
 
     def explain(self) -> str:
         """The plan in words: the stack, the budget's arithmetic, the schedule and
@@ -782,6 +792,7 @@ def apply(
     optimizer_state_bytes: int | None = None,
     scale_shapes: bool = True,
     policies: Sequence[Policy | NamedPolicy | Any] | None = DEFAULT_POLICIES,
+    in_flight: int = 1,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -827,6 +838,13 @@ def apply(
             :func:`remat.torch.policy` (name, either). ``()`` or None: no
             options, blocks are recorded whole or not at all (remat before
             options).
+        in_flight: how many micro-batches' forward residues the device holds
+            at once (pipeline parallelism: derive it with
+            :func:`remat.torch.pipeline.in_flight`, or let
+            :func:`remat.torch.pipeline.apply_stage` do it): the solver bounds
+            ``(in_flight - 1) x residue + peak`` by the stack's budget, where
+            the residue is what one micro-batch's forward leaves for its
+            backward. 1 (the default): one step at a time, as before.
 
     Returns:
         the :class:`AppliedPlan` (``remove()`` undoes it).
@@ -844,6 +862,8 @@ def apply(
         exact_memory = remat.parse_size(exact_memory)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"in_flight must be a positive int, got {in_flight!r}")
     for m in model.modules():
         if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
             raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
@@ -864,6 +884,7 @@ def apply(
         optimizer_state_bytes=optimizer_state_bytes,
         scale_shapes=scale_shapes,
         policies=named,
+        in_flight=in_flight,
     )
 
 
