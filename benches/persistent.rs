@@ -121,5 +121,37 @@ fn options(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, solves, against_triple_loop, options);
+/// Micro-batches in flight (issue 28): `solve` with 1 and with 4 in flight,
+/// persistent (exact fronts where they fit, as `solve` decides) and floating,
+/// at half of store-all's rank peak for 4 in flight.
+fn in_flight(c: &mut Criterion) {
+    let mut group = c.benchmark_group("in-flight");
+    group.sample_size(10);
+    let pool = ThreadPoolBuilder::new().num_threads(1).build().expect("thread pool");
+    let gpt2 = concat!(env!("CARGO_MANIFEST_DIR"), "/chains/gpt2-small-s1024-b8.json");
+    let gpt2 = Chain::from_json(&std::fs::read_to_string(gpt2).expect("chain file")).expect("valid chain");
+    let store_all = |chain: &Chain| {
+        solve(chain, u64::MAX / 8, Algorithm::StoreAll, &SolveOptions::default()).expect("store-all fits")
+    };
+    for (name, chain) in [("gpt2-small", gpt2), ("L=30", network_like(42, 30)), ("L=100", network_like(42, 100))] {
+        let budget = store_all(&chain).replay.rank_peak(4) / 2;
+        let algorithms: &[Algorithm] =
+            if chain.len() <= 30 { &[Algorithm::Persistent, Algorithm::Floating] } else { &[Algorithm::Persistent] };
+        for &algorithm in algorithms {
+            for k in [1usize, 4] {
+                let opts = SolveOptions {
+                    in_flight: std::num::NonZeroUsize::new(k).expect("k > 0"),
+                    ..SolveOptions::default()
+                };
+                let id = BenchmarkId::new(format!("{name}/{algorithm}"), format!("{k}-in-flight"));
+                group.bench_function(id, |b| {
+                    b.iter(|| pool.install(|| solve(&chain, budget, algorithm, &opts).expect("feasible")))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, solves, against_triple_loop, options, in_flight);
 criterion_main!(benches);

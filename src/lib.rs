@@ -88,11 +88,11 @@ pub mod error;
 #[cfg(feature = "exec")]
 pub mod exec;
 pub mod graph;
-// The solvers' limits: each entry point guards itself; public only for the
-// Python bindings and tests, which check --exact-memory up front.
-#[doc(hidden)]
-pub mod guard;
+// The graph MILP's limit (the chain solvers' are in solve::limits): used by
+// the graph solvers, not part of the API.
+pub(crate) mod guard;
 pub mod joint;
+pub mod machine;
 pub mod model {
     #![doc = include_str!("../docs/model.md")]
 }

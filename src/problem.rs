@@ -16,6 +16,7 @@ use thiserror::Error;
 use crate::chain::{Chain, ChainError};
 use crate::error::ErrorKind;
 use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
+use crate::solve::Algorithm;
 
 /// A validated input: what a chain or graph file holds.
 #[derive(Clone, Debug)]
@@ -171,8 +172,44 @@ impl Problem {
 }
 
 /// What a user asks to run (defined beside the graph solvers, which take
-/// it, so that `graph` needs nothing from this module above it).
+/// it, so that `graph` needs nothing from this module above it; parsed
+/// for the chain-only front ends by [`Method::chain_algorithm`], here).
 pub use crate::graph::Method;
+
+impl Method {
+    /// Parses `name` where only a chain algorithm will do (`remat
+    /// min-memory`, the Python functions that take a chain): a chain
+    /// algorithm is returned; a graph-only one (`checkmate`,
+    /// `checkmate-approx`) is an error that says so and what to run instead;
+    /// any other name is [`Algorithm`]'s error, listing the chain algorithms.
+    /// The one place that tells the two kinds of names apart, so that the
+    /// chain solvers know nothing of graphs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use remat::Algorithm;
+    /// use remat::problem::Method;
+    ///
+    /// assert_eq!(Method::chain_algorithm("floating")?, Algorithm::Floating);
+    /// // A graph algorithm is not a chain algorithm: the error says what to use.
+    /// let e = Method::chain_algorithm("checkmate").unwrap_err();
+    /// assert!(e.contains("checkmate solves graphs, not chains"), "{e}");
+    /// let e = Method::chain_algorithm("fastest").unwrap_err();
+    /// assert!(e.starts_with("unknown algorithm `fastest`; expected one of: "), "{e}");
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn chain_algorithm(name: &str) -> Result<Algorithm, String> {
+        match name.parse::<Method>() {
+            Ok(Method::Chain(algorithm)) => Ok(algorithm),
+            Ok(Method::Graph(g)) => Err(format!(
+                "{g} solves graphs, not chains; solve the chain's forward graph instead \
+                 (`remat::problem::solve` does, as `remat solve` does)"
+            )),
+            Err(_) => name.parse::<Algorithm>(),
+        }
+    }
+}
 
 /// Options of [`solve`]: the chain solvers' (`chain`) and the graph solvers'
 /// (`milp`). The same type as [`GraphOptions`], so that the value a front end

@@ -160,16 +160,16 @@ fn hash_text(text: &str) -> u64 {
 }
 
 fn algorithm_arg(name: &str) -> PyResult<Algorithm> {
-    name.parse().map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
+    remat::problem::Method::chain_algorithm(name).map_err(|e: String| PyValueError::new_err(format!("algorithm: {e}")))
 }
 
 /// The ``exact_memory`` keyword: None, or bytes as ``size_arg`` reads them.
 /// More than this machine can give a solve is a ``ValueError`` at once
-/// ([`remat::guard::exact_memory`]), not an abort minutes later.
+/// ([`SolveOptions::check`]), not an abort minutes later.
 fn exact_memory_arg(exact_memory: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
     let bytes = exact_memory.map(|m| size_arg(m, "exact_memory")).transpose()?;
     let opts = SolveOptions { exact_memory: bytes, ..SolveOptions::default() };
-    remat::guard::exact_memory(&opts).map_err(|e| PyValueError::new_err(format!("exact_memory: {e}")))?;
+    opts.check().map_err(|e| PyValueError::new_err(format!("exact_memory: {e}")))?;
     Ok(bytes)
 }
 

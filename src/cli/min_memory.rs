@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use crate::size::format_size;
-use crate::solve::{Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, min_budget, min_budget_for_makespan};
+use crate::solve::{
+    Algorithm, DEFAULT_SLOTS, SolveOptions, any_min_budget, limits, min_budget, min_budget_for_makespan,
+};
 
 use super::output::outln;
 use super::solve::parse_algorithm;
@@ -53,7 +55,7 @@ pub fn run(args: Args) -> CliResult {
     let any_opts = SolveOptions { slots: args.slots, ..SolveOptions::default() };
     if matches!(args.algorithm, Algorithm::Persistent | Algorithm::Revolve | Algorithm::Auto) {
         // Allowed, but long: say so before the wait (2,000 stages: minutes).
-        let seconds = crate::guard::seconds_for(crate::guard::min_budget_steps(&chain, &any_opts));
+        let seconds = limits::seconds_for(limits::min_budget_steps(&chain, &any_opts));
         if seconds > 30.0 {
             eprintln!(
                 "note: the smallest {} budget of this {}-stage chain takes about {:.0} s to find; --algorithm \

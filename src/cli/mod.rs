@@ -324,11 +324,10 @@ pub(crate) struct ExactArgs {
 
 impl ExactArgs {
     /// `--exact-memory`, refused (exit 2, with the most this machine allows)
-    /// when it is more than a solve may use ([`crate::guard::exact_memory`]):
+    /// when it is more than a solve may use ([`crate::solve::SolveOptions::check`]):
     /// checked once before any command runs a solver.
     pub fn get(&self) -> Result<Option<u64>, Failure> {
-        let opts = crate::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() };
-        crate::guard::exact_memory(&opts)?;
+        crate::solve::SolveOptions { exact_memory: self.exact_memory, ..Default::default() }.check()?;
         Ok(self.exact_memory)
     }
 }

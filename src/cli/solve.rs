@@ -73,9 +73,10 @@ pub struct Args {
 /// Tables from this size on are announced on stderr before solving.
 const LARGE_TABLE: u64 = 256 << 20;
 
-/// Parses a chain algorithm (what the chain-only commands take).
+/// Parses a chain algorithm (what the chain-only commands take); a
+/// graph-only name is told apart ([`Method::chain_algorithm`]).
 pub fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    s.parse()
+    Method::chain_algorithm(s)
 }
 
 /// Parses any algorithm `remat solve` takes: a chain algorithm or a
@@ -118,10 +119,6 @@ pub fn run(args: Args) -> CliResult {
         },
         milp: args.graph.milp_options(Some(&tick)),
     };
-    if let (Problem::Chain(chain), Method::Chain(algorithm)) = (&problem, algorithm) {
-        // Before the estimate below, which is itself O(L^2).
-        crate::guard::solve(chain, args.memory, algorithm, &opts.chain)?;
-    }
     if let (Problem::Chain(chain), Method::Chain(chain_algorithm)) = (&problem, algorithm)
         && let Some(bytes) = memory_estimate(chain, args.memory, chain_algorithm, &opts.chain)
         && bytes >= LARGE_TABLE

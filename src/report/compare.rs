@@ -169,9 +169,9 @@ pub fn skip_reason(
     let equivalent = crate::solve::exhaustive::equivalent_stages(chain);
     match algorithm {
         Algorithm::Exhaustive if equivalent > exhaustive_limit => Some(format!(
-            "{report} runs exhaustive search on chains of at most {exhaustive_limit} stages (its time grows as \
-             3^L); this chain has {len}{}{}",
-            crate::guard::options_note(len, equivalent),
+            "{report} runs exhaustive search on chains of at most {exhaustive_limit} stages (its state space grows \
+             about 4x a stage); this chain has {len}{}{}",
+            crate::solve::limits::options_note(len, equivalent),
             if equivalent <= crate::solve::exhaustive::MAX_STAGES {
                 "; `remat solve --algorithm exhaustive` still handles it"
             } else {

@@ -109,7 +109,10 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// Parses the names `remat --algorithm` takes ([`Algorithm::name`]).
+/// Parses the names of the chain algorithms ([`Algorithm::name`]). A name
+/// that is not one is an error listing them; front ends that take chain
+/// algorithms only parse with `remat::problem::Method::chain_algorithm`,
+/// which also tells a graph-only algorithm (`checkmate`) apart.
 ///
 /// # Examples
 ///
@@ -119,21 +122,14 @@ impl fmt::Display for Algorithm {
 /// let a: Algorithm = "floating".parse()?;
 /// assert_eq!(a, Algorithm::Floating);
 /// assert_eq!(a.to_string().parse::<Algorithm>()?, a);
-/// // A graph algorithm is not a chain algorithm: the error says what to use.
-/// let e = "checkmate".parse::<Algorithm>().unwrap_err();
-/// assert!(e.contains("solves graphs, not chains"), "{e}");
+/// let e = "fastest".parse::<Algorithm>().unwrap_err();
+/// assert!(e.starts_with("unknown algorithm `fastest`; expected one of: persistent, "), "{e}");
 /// # Ok::<(), String>(())
 /// ```
 impl FromStr for Algorithm {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Algorithm, String> {
-        if let Ok(g) = s.parse::<crate::graph::GraphAlgorithm>() {
-            return Err(format!(
-                "{g} solves graphs, not chains; solve the chain's forward graph instead \
-                 (`remat::problem::solve` does, as `remat solve` does)"
-            ));
-        }
         let known = || Algorithm::ALL.iter().copied();
         known().find(|a| a.name() == s).ok_or_else(|| {
             let names: Vec<_> = known().map(|a| a.name()).collect();

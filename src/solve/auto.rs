@@ -32,7 +32,7 @@ pub struct AutoChoice {
 /// [`exhaustive::equivalent_stages`] does (exact in bytes, over every schedule),
 /// the floating DP when an upper bound of its cost is modest
 /// ([`AUTO_FLOATING_BYTES`], [`AUTO_FLOATING_WORK`], and the machine's
-/// [`floating::memory_limit`]), otherwise the persistent DP. Depends only on
+/// [`crate::machine::memory_limit`]), otherwise the persistent DP. Depends only on
 /// the chain's length, the budget and the slot count (and the machine's
 /// memory), so the same input gets the same algorithm. O(L^2).
 pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoice {
@@ -64,7 +64,7 @@ pub fn auto_choice(chain: &Chain, budget: u64, opts: &SolveOptions) -> AutoChoic
     // 0.3 s.
     let m = Slots::new(budget, opts.slots.get()).capacity;
     let est = floating::upper_estimate(len, m);
-    let limit = AUTO_FLOATING_BYTES.min(floating::memory_limit());
+    let limit = AUTO_FLOATING_BYTES.min(crate::machine::memory_limit());
     if len <= floating::MAX_STAGES && est.table_bytes <= limit && est.work <= AUTO_FLOATING_WORK {
         return AutoChoice {
             algorithm: Algorithm::Floating,
@@ -104,10 +104,11 @@ pub const AUTO_BASELINES: &[Algorithm] =
 /// baseline's makespan so that it can drop what cannot beat it), then, when
 /// the choice is the floating DP or the exact fronts gave up, that DP fitted
 /// to the budget by replay ([`fit::fitted`]: never slower than the DP's own
-/// answer). The fastest wins, ties going to the DP auto chose, then the
-/// exact persistent schedule. So auto is never slower than the persistent optimum (where its
-/// fronts fit), the DP it chose, or any of those baselines at the same
-/// budget. The solution's `reason` says what ran and why.
+/// answer). The DP's answer and the exact one are kept by [`exact::choose`]
+/// (a tie keeps the DP auto chose); a baseline replaces that only when
+/// [`exact::faster`]. So auto is never slower than the persistent optimum
+/// (where its fronts fit), the DP it chose, or any of those baselines at the
+/// same budget. The solution's `reason` says what ran and why.
 pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
     let choice = auto_choice(chain, budget, opts);
     let dp = choice.algorithm;
@@ -124,7 +125,7 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
             Err(SolveError::Infeasible { .. }) => continue,
             Err(e) => return Err(e),
         };
-        if baseline.as_ref().is_none_or(|best| faster(&candidate, best)) {
+        if baseline.as_ref().is_none_or(|best| exact::faster(candidate.schedule.makespan, best.schedule.makespan)) {
             baseline = Some(candidate);
         }
     }
@@ -140,51 +141,53 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
     } else {
         Ok(None)
     };
-    let mut exact_solution = None;
-    let mut rounded_note = None;
-    match exact {
-        Ok(Some((time, ops, points))) => {
-            let mut solution = checked(chain, budget, Algorithm::Persistent, ops, 1, time)?;
+    let fitted = match dp {
+        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, slots, opts.progress)?,
+        _ if exact.is_err() => fit::fitted::<dp::Persistent>(chain, budget, slots, opts.progress)?,
+        _ => None,
+    };
+    // The exact persistent schedule replaces the DP's only when faster: on a
+    // tie the floating DP, which auto chose, names the schedule.
+    let kept = exact::choose(
+        exact,
+        fitted.map(|f| {
+            let makespan = f.replay.makespan;
+            (f, makespan)
+        }),
+    );
+    let rounded_note = match &kept {
+        exact::Choice::Table { gave_up: Some(_), .. } => kept.note(opts),
+        _ => None,
+    };
+    let mut best: Option<Solution> = match kept {
+        exact::Choice::Exact { makespan, ops, points } => {
+            let mut solution = checked(chain, budget, Algorithm::Persistent, ops, 1, makespan)?;
             solution.detail = Some(exact::exact_note(points));
             solution.reason = Some(format!(
                 "the persistent optimum exact in bytes is the fastest schedule auto found (beside {})",
                 choice.reason
             ));
-            exact_solution = Some(solution);
+            Some(solution)
         }
-        Ok(None) => {}
-        Err(e) => rounded_note = Some(exact::rounded_note(&e, opts)),
-    }
-    let fitted = match dp {
-        Algorithm::Floating => fit::fitted::<dp::Floating>(chain, budget, slots, opts.progress)?,
-        _ if rounded_note.is_some() => fit::fitted::<dp::Persistent>(chain, budget, slots, opts.progress)?,
-        _ => None,
+        exact::Choice::Table { answer: f, .. } => {
+            let mut solution = checked(chain, budget, dp, f.ops, f.slot_size, f.replay.makespan)?;
+            if f.slots_above > 0 {
+                solution.detail = Some(format!(
+                    "fitted by replay: the schedule the DP finds {} slot{} above the budget fits it in bytes",
+                    f.slots_above,
+                    if f.slots_above == 1 { "" } else { "s" }
+                ));
+            }
+            solution.reason = Some(match &rounded_note {
+                Some(note) => format!("{}; {note}", choice.reason),
+                None => choice.reason.clone(),
+            });
+            Some(solution)
+        }
+        exact::Choice::Neither => None,
     };
-    let mut best: Option<Solution> = None;
-    if let Some(f) = fitted {
-        let mut solution = checked(chain, budget, dp, f.ops, f.slot_size, f.replay.makespan)?;
-        if f.slots_above > 0 {
-            solution.detail = Some(format!(
-                "fitted by replay: the schedule the DP finds {} slot{} above the budget fits it in bytes",
-                f.slots_above,
-                if f.slots_above == 1 { "" } else { "s" }
-            ));
-        }
-        solution.reason = Some(match &rounded_note {
-            Some(note) => format!("{}; {note}", choice.reason),
-            None => choice.reason.clone(),
-        });
-        best = Some(solution);
-    }
-    // The exact persistent schedule replaces the DP's only when faster: on a
-    // tie the floating DP, which auto chose, names the schedule.
-    if let Some(solution) = exact_solution
-        && best.as_ref().is_none_or(|b| faster(&solution, b))
-    {
-        best = Some(solution);
-    }
     if let Some(mut candidate) = baseline
-        && best.as_ref().is_none_or(|b| faster(&candidate, b))
+        && best.as_ref().is_none_or(|b| exact::faster(candidate.schedule.makespan, b.schedule.makespan))
     {
         let name = candidate.schedule.algorithm.clone();
         candidate.reason = Some(match &best {
@@ -201,10 +204,4 @@ pub(crate) fn solve_auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Res
         budget,
         min_budget: min_budget(chain, Algorithm::Auto, opts).ok().flatten(),
     })
-}
-
-/// True when `a` is faster than `b` beyond the rounding of float sums.
-fn faster(a: &Solution, b: &Solution) -> bool {
-    let (t, tb) = (a.schedule.makespan, b.schedule.makespan);
-    t < tb - 1e-9 * tb.abs().max(1.0)
 }

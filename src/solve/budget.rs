@@ -6,8 +6,8 @@ use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
 use crate::solve::dp::{self, DpPlan, SlotDp};
 use crate::solve::{
-    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, auto_choice, baselines, check_exhaustive_size,
-    exhaustive, floating, solve,
+    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, auto_choice, baselines, exhaustive, floating,
+    limits, solve,
 };
 
 /// The smallest budget, in bytes, at which `algorithm` finds a schedule with
@@ -31,7 +31,7 @@ use crate::solve::{
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
-    crate::guard::min_budget(chain, algorithm, opts)?;
+    limits::min_budget(chain, algorithm, opts)?;
     if opts.in_flight.get() > 1 {
         return crate::solve::in_flight::min_budget_for(chain, algorithm, opts);
     }
@@ -40,10 +40,8 @@ pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> R
             dp::Persistent::check(chain, opts.slots.get())?;
             Ok(crate::solve::exact::min_budget(chain, opts))
         }
-        Algorithm::Exhaustive => {
-            check_exhaustive_size(chain)?;
-            Ok(Some(exhaustive::min_peak(chain).0))
-        }
+        // Within its stage limit: checked above.
+        Algorithm::Exhaustive => Ok(Some(exhaustive::min_peak(chain).0)),
         Algorithm::Floating => {
             // The floating solve also answers with the exact persistent optimum.
             dp::Floating::check(chain, opts.slots.get())?;
@@ -94,8 +92,8 @@ pub struct AnyMinimum {
 /// minimum alone is only an upper bound.
 ///
 /// Refuses first, with [`SolveError::TooLarge`], a chain on which this would
-/// not finish (`guard::any_min_budget`): every front end (the CLI,
-/// Python) gets the same guard.
+/// not finish (its limit is in [`limits`]): every front end (the CLI,
+/// Python) gets the same refusal.
 ///
 /// # Examples
 ///
@@ -114,7 +112,7 @@ pub struct AnyMinimum {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn any_min_budget(chain: &Chain) -> Result<AnyMinimum, SolveError> {
-    crate::guard::any_min_budget(chain)?;
+    limits::any_min_budget(chain)?;
     Ok(any_min_budget_unguarded(chain))
 }
 
@@ -128,7 +126,7 @@ fn any_min_budget_unguarded(chain: &Chain) -> AnyMinimum {
     if upper == lower {
         return AnyMinimum { lower, upper, method };
     }
-    if exhaustive::equivalent_stages(chain) <= crate::guard::EXHAUSTIVE_MIN_BUDGET_STAGES {
+    if exhaustive::equivalent_stages(chain) <= limits::EXHAUSTIVE_MIN_BUDGET_STAGES {
         let exact = exhaustive::min_peak(chain).0;
         return AnyMinimum { lower: exact, upper: exact, method: "exhaustive search" };
     }
@@ -145,8 +143,18 @@ fn any_min_budget_unguarded(chain: &Chain) -> AnyMinimum {
 /// for algorithms without such an estimate (floating's plan is itself
 /// O(L^4), so it checks its own tables while solving). [`solve`] refuses, with
 /// [`SolveError::TooLarge`], a slot DP whose estimate exceeds
-/// [`floating::memory_limit`] (half of the machine's memory).
+/// [`crate::machine::memory_limit`] (half of the machine's memory).
+///
+/// Guards its own cost: over
+/// [`crate::solve::distinct::ESTIMATE_MAX_STAGES`] stages, where the O(L^2)
+/// estimate itself takes seconds, it is `None` when [`solve`] would refuse
+/// the chain before any work (there that check is O(1)).
 pub fn memory_estimate(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<u64> {
+    if chain.len() + 1 > crate::solve::distinct::ESTIMATE_MAX_STAGES
+        && limits::solve(chain, budget, algorithm, opts).is_err()
+    {
+        return None;
+    }
     match algorithm {
         Algorithm::Persistent => Some(table_bytes::<dp::Persistent>(chain, budget, opts)),
         Algorithm::Revolve => Some(table_bytes::<dp::Revolve>(chain, budget, opts)),
@@ -189,9 +197,9 @@ pub(crate) fn infeasible_verdict(
 }
 
 /// The refusal [`solve`] at `budget` would meet before solving, if any: the
-/// guard's work estimate, then the table's memory.
+/// work estimate of its [`limits`], then the table's memory.
 fn refusal_at(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Option<SolveError> {
-    if let Err(e) = crate::guard::solve(chain, budget, algorithm, opts) {
+    if let Err(e) = limits::solve(chain, budget, algorithm, opts) {
         return Some(e);
     }
     let needed = match algorithm {
@@ -200,7 +208,7 @@ fn refusal_at(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOpti
         Algorithm::Floating => table_bytes::<dp::Floating>(chain, budget, opts),
         _ => memory_estimate(chain, budget, algorithm, opts)?,
     };
-    dp::check_memory(algorithm, needed, chain.len(), opts.slots.get()).err()
+    limits::table_memory(algorithm, needed, chain.len(), opts.slots.get()).err()
 }
 
 pub(crate) fn table_bytes<D: SlotDp>(chain: &Chain, budget: u64, opts: &SolveOptions) -> u64 {

@@ -1,6 +1,6 @@
 //! The interface the three slot dynamic programs share ([`Persistent`],
 //! [`Floating`], [`Revolve`]), and everything written once on top of it:
-//! feasibility, the smallest budget, the memory guard and the solve itself.
+//! feasibility, the smallest budget, the limits' checks and the solve itself.
 //!
 //! A slot DP works on a [`SlotChain`] (sizes rounded up to slots of
 //! budget / S bytes, see [the model](crate::model)) in three steps: a *plan*
@@ -10,9 +10,8 @@
 
 use crate::chain::Chain;
 use crate::schedule::Op;
-use crate::size::format_size;
 use crate::slots::{SlotChain, Slots, smallest_feasible_budget};
-use crate::solve::{Algorithm, Progress, Remedy, SolveError, floating, persistent};
+use crate::solve::{Algorithm, Progress, SolveError, floating, limits, persistent};
 
 /// A filled table: the fastest makespan and its schedule at every budget
 /// `m` (in slots) up to the table's own.
@@ -63,27 +62,14 @@ pub trait DpPlan {
 pub trait SlotDp {
     /// The algorithm it implements.
     const ALGORITHM: Algorithm;
-    /// The longest chain it handles.
-    const MAX_STAGES: usize;
     /// Its plan.
     type Plan: DpPlan;
     /// Prepares a solve of `sc` (cost: see each DP; below its table's).
     fn plan(sc: SlotChain) -> Self::Plan;
     /// Refuses a chain the DP cannot take before anything is allocated: by
-    /// default one longer than [`SlotDp::MAX_STAGES`].
+    /// default one longer than its stage limit (`limits::dp_stages`).
     fn check(chain: &Chain, _slots: usize) -> Result<(), SolveError> {
-        if chain.len() > Self::MAX_STAGES {
-            return Err(SolveError::TooLarge {
-                reason: format!(
-                    "the {} DP handles at most {} stages; this chain has {}",
-                    Self::ALGORITHM,
-                    Self::MAX_STAGES,
-                    chain.len()
-                ),
-                remedy: Remedy::Use(Algorithm::Auto),
-            });
-        }
-        Ok(())
+        limits::dp_stages(Self::ALGORITHM, chain.len())
     }
 }
 
@@ -142,7 +128,6 @@ impl DpPlan for floating::Plan {
 
 impl SlotDp for Persistent {
     const ALGORITHM: Algorithm = Algorithm::Persistent;
-    const MAX_STAGES: usize = persistent::MAX_STAGES;
     type Plan = CubicPlan<false>;
     fn plan(sc: SlotChain) -> Self::Plan {
         CubicPlan { sc }
@@ -151,7 +136,6 @@ impl SlotDp for Persistent {
 
 impl SlotDp for Revolve {
     const ALGORITHM: Algorithm = Algorithm::Revolve;
-    const MAX_STAGES: usize = crate::solve::baselines::revolve::MAX_STAGES;
     type Plan = CubicPlan<true>;
     fn plan(sc: SlotChain) -> Self::Plan {
         CubicPlan { sc }
@@ -160,7 +144,6 @@ impl SlotDp for Revolve {
 
 impl SlotDp for Floating {
     const ALGORITHM: Algorithm = Algorithm::Floating;
-    const MAX_STAGES: usize = floating::MAX_STAGES;
     type Plan = floating::Plan;
     fn plan(sc: SlotChain) -> floating::Plan {
         floating::Plan::new(sc)
@@ -168,18 +151,9 @@ impl SlotDp for Floating {
     /// Also refuses a chain whose tables would not fit even at 0 slots (they
     /// grow as L^3 before any slot is counted).
     fn check(chain: &Chain, slots: usize) -> Result<(), SolveError> {
-        if chain.len() > floating::MAX_STAGES {
-            return Err(SolveError::TooLarge {
-                reason: format!(
-                    "the floating DP handles at most {} stages (its tables grow as L^3 and its time as L^4); \
-                     this chain has {}",
-                    floating::MAX_STAGES,
-                    chain.len()
-                ),
-                remedy: Remedy::Use(Algorithm::Persistent),
-            });
-        }
-        check_memory(Algorithm::Floating, floating::upper_estimate(chain.len(), 0).table_bytes, chain.len(), slots)
+        limits::dp_stages(Algorithm::Floating, chain.len())?;
+        let tables = floating::upper_estimate(chain.len(), 0).table_bytes;
+        limits::table_memory(Algorithm::Floating, tables, chain.len(), slots)
     }
 }
 
@@ -204,29 +178,6 @@ pub fn min_budget<D: SlotDp>(chain: &Chain, slots: usize) -> Option<u64> {
     smallest_feasible_budget(min_peak_exact::<D>(chain), slots, |b| feasible::<D>(chain, b, slots))
 }
 
-/// Refuses a solve whose tables (`needed` bytes) exceed the memory a solve
-/// may use ([`floating::memory_limit`], half of this machine's memory: a
-/// fixed figure per machine, so the same input gets the same answer there)
-/// rather than letting the system kill it midway.
-pub(crate) fn check_memory(algorithm: Algorithm, needed: u64, stages: usize, slots: usize) -> Result<(), SolveError> {
-    let limit = floating::memory_limit();
-    if needed <= limit {
-        return Ok(());
-    }
-    // The floating DP's tables are L times the persistent one's.
-    let remedy =
-        if algorithm == Algorithm::Floating { Remedy::FewerSlotsOr(Algorithm::Persistent) } else { Remedy::FewerSlots };
-    Err(SolveError::TooLarge {
-        reason: format!(
-            "the {algorithm} DP's tables would take about {} ({needed} bytes) for {stages} stages at {slots} slots, \
-             over the {} it may use (half of this machine's memory)",
-            format_size(needed),
-            format_size(limit)
-        ),
-        remedy,
-    })
-}
-
 /// `D`'s answer at `budget` bytes with `slots` slots: its schedule, the slot
 /// size and the makespan it predicts. Checks the chain ([`SlotDp::check`]),
 /// feasibility (an [`SolveError::Infeasible`] names the smallest budget it
@@ -247,7 +198,7 @@ pub(crate) fn solve_dp<D: SlotDp>(
             min_budget: min_budget::<D>(chain, slots),
         });
     }
-    check_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;
+    limits::table_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;
     let table = plan.fill(progress);
     let ops = table.sequence(disc.capacity).expect("feasible by the min-peak check");
     Ok((ops, disc.slot, table.makespan(disc.capacity)))
@@ -269,6 +220,6 @@ pub(crate) fn table_up_to<D: SlotDp>(
     if plan.min_peak_slots() > disc.capacity {
         return Ok(None);
     }
-    check_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;
+    limits::table_memory(D::ALGORITHM, plan.table_bytes(), chain.len(), slots)?;
     Ok(Some(plan.fill(progress)))
 }

@@ -135,8 +135,8 @@
 //! smallest feasible m ([`Plan::new`], O(L^4)): feasibility is monotone in m,
 //! so that is the whole-chain minimum peak over nested sequences, and each
 //! row is stored only from its threshold up. [`Plan::estimate`] gives the
-//! exact table size before anything large is allocated; [`memory_limit`] is
-//! what a solve may use. Reconstruction (the paper's Alg. 2, extended)
+//! exact table size before anything large is allocated;
+//! [`crate::machine::memory_limit`] is what a solve may use. Reconstruction (the paper's Alg. 2, extended)
 //! re-evaluates a visited cell's options in the same order and takes the first
 //! that reproduces the stored value, so no choice table is kept.
 
@@ -369,15 +369,6 @@ pub fn upper_estimate_shared(chain: &Chain, slots: Slots) -> Estimate {
         table_bytes: cells.saturating_mul(CELL_BYTES).saturating_add(rows.saturating_mul(row).saturating_mul(8)),
         work: options.saturating_mul(row),
     }
-}
-
-/// The memory a floating solve may use: [`crate::guard::memory_limit`], half
-/// the machine's physical memory (`MemTotal` of `/proc/meminfo`, 4 GiB where
-/// that cannot be read) and of what the address-space limit leaves. Without
-/// such a limit a fixed figure per machine, so the same input gets the same
-/// answer there.
-pub fn memory_limit() -> u64 {
-    crate::guard::memory_limit()
 }
 
 /// A cell's smallest feasible m from those of earlier diagonals: the (max,

@@ -102,8 +102,7 @@ use crate::solve::floating;
 use crate::solve::fronts::Fronts;
 use crate::solve::persistent::Table;
 use crate::solve::{
-    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, check_exhaustive_size, checked_in_flight, dp,
-    exhaustive,
+    AUTO_BASELINES, Algorithm, Solution, SolveError, SolveOptions, checked_in_flight, dp, exhaustive, limits,
 };
 
 /// What the spine reads of the plain persistent optimum C: the slot table or
@@ -489,7 +488,7 @@ fn pareto(mut cand: Vec<Point>, cap: usize) -> Vec<Point> {
 /// The fastest persistent schedule at `budget` bytes with `in_flight`
 /// micro-batches in flight, exact in bytes where the plain persistent solve
 /// is ([`exact::persistent`]: the fronts when they fit, else the slot table at
-/// `opts.slots` slots), with the makespan it predicts. Errors: those of the
+/// `opts.slots` slots, kept by [`exact::choose`]), with the makespan it predicts. Errors: those of the
 /// slot DP's checks; an infeasible budget names [`min_budget`]'s.
 pub(crate) fn persistent(
     chain: &Chain,
@@ -500,36 +499,38 @@ pub(crate) fn persistent(
     let slots = opts.slots.get();
     dp::Persistent::check(chain, slots)?;
     let table = crate::solve::persistent::table_bytes_estimate(&SlotChain::new(chain, Slots::new(budget, slots)));
-    dp::check_memory(Algorithm::Persistent, table, chain.len(), slots)?;
-    let infeasible = || SolveError::Infeasible {
-        algorithm: Algorithm::Persistent,
-        budget,
-        min_budget: min_budget(chain, in_flight, opts),
-    };
+    limits::table_memory(Algorithm::Persistent, table, chain.len(), slots)?;
     let limit = exact::limit(opts, || exact::fronts_limit(chain, budget, slots));
-    match Fronts::build_guarded(chain, budget, limit, exact::work_limit(opts), f64::INFINITY) {
-        Ok(fronts) => {
-            let spine = Spine::build(&fronts);
-            let capacity = usize::try_from(budget).unwrap_or(usize::MAX);
-            let Some((makespan, index)) = spine.best(capacity, in_flight) else { return Err(infeasible()) };
-            let ops = spine.sequence(&fronts, index);
-            let note = format!(
-                "{} micro-batches in flight; {}",
-                in_flight,
-                exact::exact_note(fronts.points() + spine.fronts.iter().map(Vec::len).sum::<usize>())
-            );
-            Ok(Answer { ops, slot_size: 1, makespan, note })
+    let exact = Fronts::build_guarded(chain, budget, limit, exact::work_limit(opts), f64::INFINITY).map(|fronts| {
+        let spine = Spine::build(&fronts);
+        let capacity = usize::try_from(budget).unwrap_or(usize::MAX);
+        spine.best(capacity, in_flight).map(|(makespan, index)| {
+            let points = fronts.points() + spine.fronts.iter().map(Vec::len).sum::<usize>();
+            (makespan, spine.sequence(&fronts, index), points)
+        })
+    });
+    // As `exact::persistent`: the slot table only where the fronts gave up.
+    let table = exact.is_err().then(|| {
+        let sc = SlotChain::new(chain, Slots::new(budget, slots));
+        let disc = sc.slots;
+        let table = Table::build(sc, opts.progress);
+        let spine = Spine::build(&table);
+        spine
+            .best(disc.capacity, in_flight)
+            .map(|(makespan, index)| ((spine.sequence(&table, index), disc.slot, makespan), makespan))
+    });
+    let kept = exact::choose(exact, table.flatten());
+    let note = format!("{in_flight} micro-batches in flight; {}", kept.note(opts).unwrap_or_default());
+    match kept {
+        exact::Choice::Exact { makespan, ops, .. } => Ok(Answer { ops, slot_size: 1, makespan, note }),
+        exact::Choice::Table { answer: (ops, slot_size, makespan), .. } => {
+            Ok(Answer { ops, slot_size, makespan, note })
         }
-        Err(e) => {
-            let sc = SlotChain::new(chain, Slots::new(budget, slots));
-            let disc = sc.slots;
-            let table = Table::build(sc, opts.progress);
-            let spine = Spine::build(&table);
-            let Some((makespan, index)) = spine.best(disc.capacity, in_flight) else { return Err(infeasible()) };
-            let ops = spine.sequence(&table, index);
-            let note = format!("{in_flight} micro-batches in flight; {}", exact::rounded_note(&e, opts));
-            Ok(Answer { ops, slot_size: disc.slot, makespan, note })
-        }
+        exact::Choice::Neither => Err(SolveError::Infeasible {
+            algorithm: Algorithm::Persistent,
+            budget,
+            min_budget: min_budget(chain, in_flight, opts),
+        }),
     }
 }
 
@@ -595,13 +596,11 @@ pub(crate) fn solve(
             solution.detail = Some(answer.note);
             Ok(solution)
         }
-        Algorithm::Exhaustive => {
-            check_exhaustive_size(chain)?;
-            match exhaustive::fastest_in_flight(chain, budget, k) {
-                Some((time, ops)) => checked_in_flight(chain, budget, algorithm, ops, 1, time, k),
-                None => Err(SolveError::Infeasible { algorithm, budget, min_budget: exhaustive_min_budget(chain, k) }),
-            }
-        }
+        // Within its stage limit: `crate::solve::solve` checked it.
+        Algorithm::Exhaustive => match exhaustive::fastest_in_flight(chain, budget, k) {
+            Some((time, ops)) => checked_in_flight(chain, budget, algorithm, ops, 1, time, k),
+            None => Err(SolveError::Infeasible { algorithm, budget, min_budget: exhaustive_min_budget(chain, k) }),
+        },
         Algorithm::Floating => solve_floating(chain, budget, opts),
         Algorithm::Auto => auto(chain, budget, opts),
         baseline => baseline_in_flight(chain, budget, baseline, opts),
@@ -796,10 +795,8 @@ pub(crate) fn min_budget_for(
 ) -> Result<Option<u64>, SolveError> {
     let k = opts.in_flight.get();
     match algorithm {
-        Algorithm::Exhaustive => {
-            check_exhaustive_size(chain)?;
-            Ok(exhaustive_min_budget(chain, k))
-        }
+        // Within its stage limit: `crate::solve::min_budget` checked it.
+        Algorithm::Exhaustive => Ok(exhaustive_min_budget(chain, k)),
         Algorithm::Auto if exhaustive::equivalent_stages(chain) <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES => {
             Ok(exhaustive_min_budget(chain, k))
         }

@@ -8,7 +8,8 @@
 //! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
 //! estimates), `dp` (the interface of the slot DPs and what is written once
 //! over it), and one module per algorithm: [`persistent`], [`floating`],
-//! [`exhaustive`], [`baselines`]; `fit` fits a DP to a budget by replay;
+//! [`exhaustive`], [`baselines`]; [`limits`] (each family's limits, which
+//! every entry point checks before any work); `fit` fits a DP to a budget by replay;
 //! `fronts` is the persistent program exact in bytes, and `exact` decides
 //! when `solve` answers with it (persistent, floating and auto all do where
 //! its fronts fit) and when with the slot table.
@@ -30,6 +31,7 @@ pub mod floating;
 #[doc(hidden)]
 pub mod fronts;
 pub mod in_flight;
+pub mod limits;
 pub mod options;
 pub mod persistent;
 
@@ -110,7 +112,7 @@ fn solve_unverified(
     algorithm: Algorithm,
     opts: &SolveOptions,
 ) -> Result<Solution, SolveError> {
-    crate::guard::solve(chain, budget, algorithm, opts)?;
+    limits::solve(chain, budget, algorithm, opts)?;
     if opts.in_flight.get() > 1 {
         return in_flight::solve(chain, budget, algorithm, opts);
     }
@@ -124,7 +126,7 @@ fn solve_unverified(
         Algorithm::Floating => return solve_floating(chain, budget, opts),
         Algorithm::Auto => return solve_auto(chain, budget, opts),
         Algorithm::Exhaustive => {
-            check_exhaustive_size(chain)?;
+            // Within its stage limit: checked above.
             match exhaustive::fastest(chain, budget) {
                 Some((time, ops)) => (ops, 1, time),
                 None => {
@@ -149,7 +151,8 @@ fn solve_unverified(
 /// `--algorithm floating`: the floating DP's answer, or the exact persistent
 /// optimum where that is faster (every persistent schedule is a floating
 /// one, so floating is never slower than persistent), including where the
-/// floating table, rounded to slots, finds nothing.
+/// floating table, rounded to slots, finds nothing; kept by
+/// [`exact::choose`] (a tie keeps the floating table's).
 fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, SolveError> {
     let slots = opts.slots.get();
     let table = match dp::solve_dp::<dp::Floating>(chain, budget, slots, opts.progress) {
@@ -160,13 +163,13 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
     let ceiling = table.as_ref().map_or(f64::INFINITY, |t| t.2);
     let persistent = if dp::min_peak_exact::<dp::Persistent>(chain) <= budget {
         let limit = exact::limit(opts, || exact::fronts_limit_beside_floating(chain, budget, slots));
-        exact::exact(chain, budget, limit, exact::work_limit(opts), ceiling).ok().flatten()
+        exact::exact(chain, budget, limit, exact::work_limit(opts), ceiling)
     } else {
-        None
+        Ok(None)
     };
-    match (table, persistent) {
-        (_, Some((time, ops, points))) if time < ceiling => {
-            let mut solution = checked(chain, budget, Algorithm::Floating, ops, 1, time)?;
+    match exact::choose(persistent, table.map(|t| (t, ceiling))) {
+        exact::Choice::Exact { makespan, ops, points } => {
+            let mut solution = checked(chain, budget, Algorithm::Floating, ops, 1, makespan)?;
             solution.detail = Some(format!(
                 "{}, faster than the floating table rounded to {slots} slots: every persistent schedule is a \
                  floating one",
@@ -174,35 +177,15 @@ fn solve_floating(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Sol
             ));
             Ok(solution)
         }
-        (Some((ops, slot_size, predicted)), _) => {
+        exact::Choice::Table { answer: (ops, slot_size, predicted), .. } => {
             checked(chain, budget, Algorithm::Floating, ops, slot_size, predicted)
         }
-        (None, _) => Err(SolveError::Infeasible {
+        exact::Choice::Neither => Err(SolveError::Infeasible {
             algorithm: Algorithm::Floating,
             budget,
             min_budget: min_budget(chain, Algorithm::Floating, opts).ok().flatten(),
         }),
     }
-}
-
-/// Refuses exhaustive search on a chain whose memory states are more than
-/// [`exhaustive::MAX_STAGES`] stages without options have
-/// ([`exhaustive::equivalent_stages`]). O(L).
-pub(crate) fn check_exhaustive_size(chain: &Chain) -> Result<(), SolveError> {
-    let equivalent = exhaustive::equivalent_stages(chain);
-    if equivalent > exhaustive::MAX_STAGES {
-        return Err(SolveError::TooLarge {
-            reason: format!(
-                "exhaustive search is limited to chains of at most {} stages (its state space grows as 3^L); \
-                 this chain has {}{}",
-                exhaustive::MAX_STAGES,
-                chain.len(),
-                crate::guard::options_note(chain.len(), equivalent)
-            ),
-            remedy: Remedy::Use(Algorithm::Persistent),
-        });
-    }
-    Ok(())
 }
 
 /// Replays `ops` within `budget`, checks the solver's `predicted` makespan

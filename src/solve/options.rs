@@ -44,5 +44,18 @@ impl Default for SolveOptions<'_> {
     }
 }
 
+impl SolveOptions<'_> {
+    /// Checks the options before any chain is seen: an
+    /// [`exact_memory`](SolveOptions::exact_memory) more than this machine
+    /// can give a solve is refused ([`crate::solve::SolveError::TooLarge`],
+    /// naming the most it allows). Every solve and smallest budget checks
+    /// this itself; a front end that runs several solves (a comparison, a
+    /// sweep) calls it first, so that the refusal is not taken for one
+    /// algorithm's. O(1).
+    pub fn check(&self) -> Result<(), crate::solve::SolveError> {
+        crate::solve::limits::exact_memory(self)
+    }
+}
+
 /// The number of memory slots used unless told otherwise (as in the paper).
 pub const DEFAULT_SLOTS: NonZeroUsize = NonZeroUsize::new(500).unwrap();

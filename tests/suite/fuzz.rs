@@ -174,7 +174,7 @@ fn big_table(chain: &Chain, budget: u64, alg: Algorithm, opts: &SolveOptions) ->
     let floating = chain.len() <= remat::solve::floating::MAX_STAGES
         && remat::solve::floating::upper_estimate(chain.len(), m).table_bytes > MAX_TABLE;
     // Over the guard's limit is fine: that is refused before allocation.
-    let limit = remat::guard::memory_limit();
+    let limit = remat::machine::memory_limit();
     let dp = remat::solve::memory_estimate(chain, budget, alg, opts).is_some_and(|b| b > MAX_TABLE && b <= limit);
     dp || (floating && matches!(alg, Algorithm::Floating | Algorithm::Auto))
 }

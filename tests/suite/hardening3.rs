@@ -250,6 +250,29 @@ fn no_cli_module_prints_with_println() {
     }
 }
 
+#[test]
+fn front_ends_call_no_guard() {
+    // Issue 26: every public entry point checks its own limits
+    // (remat::solve::limits), so the CLI and the Python bindings call none
+    // of those checks themselves (the CLI once called guard::solve before
+    // solve called it again). Estimates for a note (`seconds_for`) and
+    // `SolveOptions::check` on the options alone are not guards.
+    let banned =
+        ["guard::", "limits::solve(", "limits::min_budget(", "limits::any_min_budget(", "limits::exact_memory("];
+    for dir in ["src/cli", "python/src"] {
+        for entry in std::fs::read_dir(repo(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap();
+                for b in banned {
+                    assert!(!code.contains(b), "{}:{}: {line}", path.display(), i + 1);
+                }
+            }
+        }
+    }
+}
+
 /// A chain of `len` identical stages.
 fn long_chain(dir: &Path, len: usize) -> PathBuf {
     let stage = r#"{"forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100}"#;
