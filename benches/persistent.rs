@@ -17,7 +17,7 @@
 //! it L = 1000 and the triple loop at L = 339); a filter such as
 //! `cargo bench --bench persistent -- L=339` runs a part.
 
-#[path = "../tests/reference/mod.rs"]
+#[path = "../tests/suite/reference/mod.rs"]
 mod reference;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
