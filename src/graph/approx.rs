@@ -18,7 +18,7 @@ use crate::error::ErrorKind;
 use crate::graph::milp::{self, MilpError, MilpOptions};
 use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate};
-use crate::graph::{Graph, GraphOp};
+use crate::graph::{CheckmateGraph, GraphOp};
 
 /// Budget allowances eps tried in turn: the LP is solved under `(1 - eps) M`.
 pub const ALLOWANCES: [f64; 5] = [0.0, 0.1, 0.2, 0.3, 0.5];
@@ -77,7 +77,7 @@ impl ApproxError {
 }
 
 /// Rounds a fractional `S*` and completes R (two-phase rounding).
-pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
+pub fn round(graph: &CheckmateGraph, s_star: &[Vec<f64>]) -> Staged {
     let mut staged = Staged::frontier(graph.len());
     for (t, row) in s_star.iter().enumerate() {
         for (i, &x) in row.iter().enumerate() {
@@ -90,7 +90,7 @@ pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
 
 /// LP relaxation + two-phase rounding of `graph` under `budget` bytes (module
 /// documentation). Each LP gets `opts`' time limit.
-pub fn round_relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
+pub fn round_relaxation(graph: &CheckmateGraph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
     let start = Instant::now();
     let (lp_bound, first) = milp::relaxation(graph, budget, opts)?;
     let mut smallest_peak = u64::MAX;
