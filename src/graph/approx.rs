@@ -1,6 +1,6 @@
 //! Checkmate's approximation (MLSys 2020, §5): solve the LP relaxation of the
 //! MILP, round the checkpoint matrix `S*` deterministically (`S = 1[S* > 0.5]`)
-//! and complete R with two-phase rounding (`plan::Staged::complete`).
+//! and complete R with two-phase rounding (`staged::Staged::complete`).
 //!
 //! Rounding keeps every correctness constraint but not the budget, so the
 //! rounded schedule is replayed by the exact simulator and kept only if it
@@ -16,8 +16,8 @@ use thiserror::Error;
 
 use crate::error::ErrorKind;
 use crate::graph::milp::{self, MilpError, MilpOptions};
-use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate};
+use crate::graph::staged::Staged;
 use crate::graph::{CheckmateGraph, GraphOp};
 
 /// Budget allowances eps tried in turn: the LP is solved under `(1 - eps) M`.
@@ -28,9 +28,9 @@ pub const ALLOWANCES: [f64; 5] = [0.0, 0.1, 0.2, 0.3, 0.5];
 pub struct Rounded {
     /// The rounded (R, S).
     pub staged: Staged,
-    /// Its plan.
+    /// Its operations ([`Staged::operations`]).
     pub operations: Vec<GraphOp>,
-    /// The plan's replay (peak within the budget).
+    /// Their replay (peak within the budget).
     pub replay: GraphReplay,
     /// The LP optimum under the real budget: a lower bound on any schedule's cost.
     pub lp_bound: f64,
@@ -107,7 +107,7 @@ pub fn round_relaxation(graph: &CheckmateGraph, budget: u64, opts: &MilpOptions)
             }
         };
         let staged = round(graph, &s_star);
-        let operations = staged.plan(graph);
+        let operations = staged.operations(graph);
         let replay = simulate(graph, &operations).map_err(ApproxError::Invalid)?;
         if replay.peak_memory <= budget {
             let seconds = start.elapsed().as_secs_f64();

@@ -2,7 +2,7 @@
 //!
 //! Checkmate's generalisations of the classic heuristics to graphs: choose
 //! which values to hold, then compute the cheapest R for that choice
-//! (`plan::Staged::keeping`, as in Checkmate's AP and linearized baselines):
+//! (`staged::Staged::keeping`, as in Checkmate's AP and linearized baselines):
 //! - `checkpoint-all`: hold every value while a later node reads it (no
 //!   recomputation);
 //! - `every-k` (k = 2..): hold every k-th forward value in topological order
@@ -15,7 +15,7 @@
 //!   held into the next stage when the next node reads it (instead of being
 //!   recomputed right after it was computed).
 
-use crate::graph::plan::Staged;
+use crate::graph::staged::Staged;
 use crate::graph::{CheckmateGraph, CheckmateRole};
 
 /// One baseline schedule with its figures.
@@ -109,7 +109,7 @@ mod tests {
         let all = candidates(&g);
         assert_eq!(all.first().unwrap().cost, g.total_cost(), "checkpoint-all recomputes nothing");
         for b in &all {
-            let replay = simulate(&g, &b.staged.plan(&g)).unwrap_or_else(|e| panic!("{}: {e}", b.name));
+            let replay = simulate(&g, &b.staged.operations(&g)).unwrap_or_else(|e| panic!("{}: {e}", b.name));
             assert_eq!(replay.makespan, b.cost, "{}", b.name);
             assert!(replay.peak_memory <= b.peak, "{}: the plan frees no later than the MILP counts", b.name);
         }

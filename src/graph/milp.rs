@@ -40,7 +40,7 @@ use thiserror::Error;
 
 use crate::error::ErrorKind;
 use crate::graph::CheckmateGraph;
-use crate::graph::plan::Staged;
+use crate::graph::staged::Staged;
 
 /// The LP/MILP solver behind good_lp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

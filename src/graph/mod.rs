@@ -33,10 +33,10 @@ mod forward;
 #[doc(hidden)]
 pub mod lift;
 pub mod milp;
-pub(crate) mod plan;
 pub mod schedule;
 pub mod simulate;
 mod solve;
+pub(crate) mod staged;
 
 pub use algorithm::{GraphAlgorithm, Method};
 pub use checkmate::{CheckmateGraph, CheckmateNode, CheckmateRole};

@@ -11,9 +11,9 @@ use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
 use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
-use crate::graph::plan::Staged;
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
+use crate::graph::staged::Staged;
 use crate::graph::{CheckmateGraph, ForwardGraph, GraphError, GraphFile, backward, exhaustive};
 use crate::graph::{GraphAlgorithm, Method};
 use crate::size::format_size;
@@ -427,7 +427,7 @@ impl Known<'_> {
         let algorithm = GraphAlgorithm::Checkmate;
         let (ops, predicted) = match self {
             Known::Lift(l) => (l.ops.clone(), l.replay.makespan),
-            Known::Baseline(b) => (b.staged.plan(graph), b.cost),
+            Known::Baseline(b) => (b.staged.operations(graph), b.cost),
         };
         let mut out = checked(graph, budget, algorithm, ops, status, predicted, Some(bound), seconds)?;
         if matches!(self, Known::Lift(_)) {
@@ -615,7 +615,7 @@ fn checkmate(
     let bound = if sol.optimal { sol.objective } else { sol.bound.map_or(floor, |b| b.max(floor)) };
     let seconds = start.elapsed().as_secs_f64();
     let mut out =
-        checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, Some(bound), seconds)?;
+        checked(graph, budget, algorithm, sol.staged.operations(graph), status, sol.objective, Some(bound), seconds)?;
     out.backend = Some(opts.backend);
     out.warm_start = warm_start;
     let proven = if sol.optimal {

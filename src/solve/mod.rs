@@ -137,9 +137,10 @@ fn solve_unverified(
             }
         }
         baseline => {
-            let plan = baselines::plan(chain, budget, baseline, opts)?;
-            let mut solution = checked(chain, budget, algorithm, plan.ops, plan.slot_size, plan.makespan)?;
-            solution.detail = plan.detail;
+            let generated = baselines::schedule(chain, budget, baseline, opts)?;
+            let mut solution =
+                checked(chain, budget, algorithm, generated.ops, generated.slot_size, generated.makespan)?;
+            solution.detail = generated.detail;
             return Ok(solution);
         }
     };

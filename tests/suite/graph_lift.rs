@@ -91,7 +91,7 @@ fn lifted_schedules_of_graphs_with_skips_replay_within_budget_and_have_a_staged_
                     );
                     let staged = lift::staged_form(&graph, &l.ops).expect("first computes come in node order");
                     assert!((staged.cost(&graph) - l.replay.makespan).abs() < 1e-9);
-                    let plan = simulate(&graph, &staged.plan(&graph)).unwrap();
+                    let plan = simulate(&graph, &staged.operations(&graph)).unwrap();
                     assert!(plan.makespan <= l.replay.makespan + 1e-9);
                     lifted_cases += 1;
                 }

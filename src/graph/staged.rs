@@ -1,4 +1,4 @@
-//! Schedules in Checkmate's staged form (R, S) and their execution plans.
+//! Schedules in Checkmate's staged form (R, S) and the operations they run.
 //!
 //! Stage `t` is where node `t` is computed for the first time (frontier
 //! advancing). `R[t][i]` (i <= t): node `i` is computed in stage `t`, at most
@@ -7,7 +7,7 @@
 //! value is freed after the last node of the stage that reads it, unless it is
 //! held into the next stage.
 //!
-//! [`Staged::plan`] turns (R, S) into `compute`/`free` operations (Checkmate
+//! [`Staged::operations`] turns (R, S) into `compute`/`free` operations (Checkmate
 //! Alg. 1, with values that a stage does not use freed when it starts);
 //! [`Staged::accounting`] evaluates the MILP's own memory variables U on it.
 
@@ -167,13 +167,13 @@ impl Staged {
         Accounting { u, peak: peak + graph.input_size() }
     }
 
-    /// The execution plan (Checkmate Alg. 1): stage by stage, nodes in index
-    /// order, each value freed right after the last node of its stage that
-    /// reads it unless it is held into the next stage; a value held into a
-    /// stage that does not read it and does not pass it on is freed when the
-    /// stage starts. The final node is never freed. Memory after every compute
+    /// The `compute`/`free` operations (Checkmate Alg. 1, its execution
+    /// plan): stage by stage, nodes in index order, each value freed right
+    /// after the last node of its stage that reads it unless it is held into
+    /// the next stage; a value held into a stage that does not read it and
+    /// does not pass it on is freed when the stage starts. The final node is never freed. Memory after every compute
     /// is at most the MILP's `U` there. O(n (n + |E|) d) for maximum degree d.
-    pub fn plan(&self, graph: &CheckmateGraph) -> Vec<GraphOp> {
+    pub fn operations(&self, graph: &CheckmateGraph) -> Vec<GraphOp> {
         let n = self.len();
         let last = n - 1;
         let mut resident = vec![false; n];
@@ -240,7 +240,7 @@ mod tests {
         let g = linear2();
         let staged = Staged::keeping(&g, |_, _| true);
         assert_eq!(staged.cost(&g), 5.0, "every node once");
-        let ops = staged.plan(&g);
+        let ops = staged.operations(&g);
         use GraphOp::{Compute as C, Free as F};
         assert_eq!(ops, [C(0), C(1), C(2), C(3), F(1), F(2), C(4), F(0), F(3)]);
         let replay = simulate(&g, &ops).unwrap();
@@ -254,7 +254,7 @@ mod tests {
     fn keeping_nothing_recomputes_and_completion_is_minimal() {
         let g = linear2();
         let staged = Staged::keeping(&g, |_, _| false);
-        let replay = simulate(&g, &staged.plan(&g)).unwrap();
+        let replay = simulate(&g, &staged.operations(&g)).unwrap();
         assert_eq!(replay.makespan, staged.cost(&g));
         assert_eq!(staged.r[2], [true, true, true], "stage 2 recomputes n0 and n1 for n2");
         assert_eq!(staged.r[4], [true; 5], "n4 needs n0 and n3, n3 needs n1 and n2");
@@ -269,7 +269,7 @@ mod tests {
         staged.s[3][0] = true; // hold n0 into stage 3: it must exist at the end of stage 2
         staged.complete(&g);
         assert!(staged.r[2][0]);
-        assert!(simulate(&g, &staged.plan(&g)).is_ok());
+        assert!(simulate(&g, &staged.operations(&g)).is_ok());
     }
 
     #[test]
@@ -305,7 +305,7 @@ mod tests {
                 }
             }
             staged.complete(&g);
-            let replay = simulate(&g, &staged.plan(&g)).unwrap();
+            let replay = simulate(&g, &staged.operations(&g)).unwrap();
             assert!(replay.makespan <= staged.cost(&g) + 1e-9);
             assert!(replay.peak_memory <= staged.accounting(&g).peak);
         }
