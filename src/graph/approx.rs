@@ -28,7 +28,7 @@ pub const ALLOWANCES: [f64; 5] = [0.0, 0.1, 0.2, 0.3, 0.5];
 pub struct Rounded {
     /// The rounded (R, S).
     pub staged: Staged,
-    /// Its operations ([`Staged::operations`]).
+    /// Its `compute`/`free` operations (`Staged::operations`).
     pub operations: Vec<GraphOp>,
     /// Their replay (peak within the budget).
     pub replay: GraphReplay,
