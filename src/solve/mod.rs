@@ -4,24 +4,26 @@
 //! is handed out: the [`Solution`]'s makespan and peak are the simulator's, and
 //! a schedule that is invalid or over budget is reported as a bug, never shown.
 //!
-//! One file per concept: [`algorithm`] (the catalogue), [`options`], [`error`],
-//! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
-//! estimates), `dp` (the interface of the slot DPs and what is written once
-//! over it), and one module per algorithm: [`persistent`], [`floating`],
+//! One file per concept, its items re-exported here: `algorithm` (the
+//! catalogue, [`Algorithm`]), `options` ([`SolveOptions`]), `error`
+//! ([`SolveError`]), `auto` (what `auto` runs and why, [`auto_choice`]),
+//! `budget` (smallest budgets and estimates, [`min_budget`]), `dp` (the
+//! interface of the slot DPs and what is written once over it), and one
+//! module per algorithm: [`persistent`], [`floating`],
 //! [`exhaustive`], [`baselines`]; `fit` fits a DP to a budget by replay;
 //! `fronts` is the persistent program exact in bytes, and `exact` decides
 //! when `solve` answers with it (persistent, floating and auto all do where
 //! its fronts fit) and when with the slot table.
 
-pub mod algorithm;
-pub mod auto;
+mod algorithm;
+mod auto;
 pub mod baselines;
-pub mod budget;
+mod budget;
 pub mod distinct;
 // The slot DPs' internals: public for tests and benches only.
 #[doc(hidden)]
 pub mod dp;
-pub mod error;
+mod error;
 pub(crate) mod exact;
 pub mod exhaustive;
 pub(crate) mod fit;
@@ -30,7 +32,7 @@ pub mod floating;
 #[doc(hidden)]
 pub mod fronts;
 pub mod in_flight;
-pub mod options;
+mod options;
 pub mod persistent;
 
 pub use algorithm::Algorithm;
