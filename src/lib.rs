@@ -59,8 +59,9 @@
 //! # Errors
 //!
 //! Every top-level error ([`SolveError`], [`graph::GraphSolveError`],
-//! [`ProblemError`], [`joint::PartitionError`]) says its [`ErrorKind`] through
-//! `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
+//! [`ProblemError`], [`joint::PartitionError`], the simulators'
+//! [`SimulateError`] and [`graph::GraphSimulateError`]) says its
+//! [`ErrorKind`] through `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
 //! remat. Front ends choose from the kind alone: the `remat` command its exit
 //! code (1, 2, 3, 70), the Python package its exception.
 //!

@@ -237,11 +237,10 @@ pub fn simulate_graph(
     }
 
     let replay = crate::graph::simulate(&graph, &operations).map_err(|e| {
-        Failure::input(anyhow::anyhow!(
-            "schedule `{}` is not valid on graph `{}`: {e}",
-            schedule_path.display(),
-            graph.name()
-        ))
+        Failure::of(
+            e.kind(),
+            anyhow::anyhow!("schedule `{}` is not valid on graph `{}`: {e}", schedule_path.display(), graph.name()),
+        )
     })?;
     let at = graph.node(operations[replay.peak_index].node()).name.clone();
     if json {
@@ -268,7 +267,7 @@ pub fn simulate_graph(
     }
     if let Some(budget) = budget {
         if let Err(e) = crate::graph::simulate_within(&graph, &operations, budget) {
-            return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
+            return Err(Failure::of(e.kind(), anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !json {
             outln!("fits the budget of {} ({budget} bytes)", format_size(budget));

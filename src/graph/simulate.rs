@@ -16,6 +16,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::error::ErrorKind;
 use crate::graph::{CheckmateGraph, GraphOp};
 
 /// The result of replaying a valid graph schedule.
@@ -76,6 +77,21 @@ pub enum GraphSimulateError {
         /// The budget.
         budget: u64,
     },
+}
+
+impl GraphSimulateError {
+    /// What kind of failure this is, as for a chain's
+    /// [`SimulateError::kind`](crate::SimulateError::kind): a sequence that is
+    /// not a schedule of the graph is [`ErrorKind::Input`], a schedule over
+    /// the budget [`ErrorKind::Infeasible`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GraphSimulateError::Invalid { .. }
+            | GraphSimulateError::NoSuchNode { .. }
+            | GraphSimulateError::Incomplete { .. } => ErrorKind::Input,
+            GraphSimulateError::OverBudget { .. } => ErrorKind::Infeasible,
+        }
+    }
 }
 
 /// Replays `ops` on `graph`: its makespan, peak and memory timeline, or the
