@@ -40,6 +40,14 @@ pub(crate) mod staged;
 
 pub use algorithm::{GraphAlgorithm, Method};
 pub use checkmate::{CheckmateGraph, CheckmateNode, CheckmateRole};
+pub use forward::{ForwardGraph, NotAPath};
+pub use schedule::{GraphOp, GraphSchedule, Status};
+pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
+pub use solve::{
+    AUTO_EXHAUSTIVE_NODES, GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget,
+    solve, solve_checkmate,
+};
+
 /// The old name of [`CheckmateGraph`] ("joint" also named the operator graph).
 #[doc(hidden)]
 #[deprecated(note = "renamed `CheckmateGraph` (the operator graph is `joint::OperatorGraph`)")]
@@ -52,13 +60,6 @@ pub type Node = CheckmateNode;
 #[doc(hidden)]
 #[deprecated(note = "renamed `CheckmateRole`")]
 pub type Role = CheckmateRole;
-pub use forward::{ForwardGraph, NotAPath};
-pub use schedule::{GraphOp, GraphSchedule, Status};
-pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
-pub use solve::{
-    AUTO_EXHAUSTIVE_NODES, GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget,
-    solve, solve_checkmate,
-};
 
 use std::collections::HashMap;
 
@@ -297,6 +298,15 @@ mod tests {
         {"name": "y", "cost": 2, "size": 3, "overhead": 4, "inputs": ["x"]},
         {"name": "z", "cost": 0, "size": 1, "inputs": ["x", "y"]}
     ], "metadata": {"from": "test"}}"#;
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_old_names_still_compile() {
+        let GraphFile::Checkmate(g) = GraphFile::from_json(JOINT).unwrap() else { panic!("a Checkmate graph") };
+        let old: Graph = Graph::from_json(&g.to_json()).unwrap();
+        let node: &Node = old.node(0);
+        assert_eq!((node, old.role(0)), (g.node(0), Role::Given));
+    }
 
     #[test]
     fn joint_graphs_round_trip() {

@@ -35,6 +35,8 @@ use crate::error::ErrorKind;
 
 pub use budget::BudgetError;
 pub use graph::{Node, OpClass, OperatorGraph, OperatorGraphError, Role};
+pub use mincut::{Analysis, BanReason, Partition};
+
 /// The old name of [`OperatorGraph`] ("joint" also named the Checkmate graph).
 #[doc(hidden)]
 #[deprecated(note = "renamed `OperatorGraph` (the Checkmate graph is `graph::CheckmateGraph`)")]
@@ -43,7 +45,6 @@ pub type JointGraph = OperatorGraph;
 #[doc(hidden)]
 #[deprecated(note = "renamed `OperatorGraphError`")]
 pub type JointError = OperatorGraphError;
-pub use mincut::{Analysis, BanReason, Partition};
 
 /// A node the min-cut bans from recompute, and why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
