@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
         let peak = remat::simulate(&chain, &store_all).expect("valid").peak_memory;
         let min = dp::min_peak_exact::<dp::Floating>(&chain);
         let budget = min + (peak - min) / 2;
-        let est = floating::Plan::new(SlotChain::new(&chain, Slots::new(budget, DEFAULT_SLOTS.get()))).estimate();
+        let est = floating::Thresholds::new(SlotChain::new(&chain, Slots::new(budget, DEFAULT_SLOTS.get()))).estimate();
         eprintln!(
             "floating L = {len}: tables {:.1} MiB, {:.2e} slot-option steps",
             est.table_bytes as f64 / (1u64 << 20) as f64,

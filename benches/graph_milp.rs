@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use remat::graph::milp::{Backend, MilpOptions};
-use remat::graph::{GraphFile, joint, solve_joint};
+use remat::graph::{GraphFile, backward, solve_checkmate};
 
 fn bench(c: &mut Criterion) {
     let backend = Backend::best_available();
@@ -21,11 +21,11 @@ fn bench(c: &mut Criterion) {
         let GraphFile::Forward(forward) = GraphFile::from_json(&std::fs::read_to_string(path).unwrap()).unwrap() else {
             panic!("{name} is a forward graph")
         };
-        let graph = joint::derive(&forward).unwrap();
+        let graph = backward::derive(&forward).unwrap();
         for mib in budgets {
             for algorithm in [remat::graph::GraphAlgorithm::Checkmate, remat::graph::GraphAlgorithm::CheckmateApprox] {
                 let id = BenchmarkId::new(format!("{name}/{algorithm}"), format!("{mib}MiB"));
-                group.bench_function(id, |b| b.iter(|| solve_joint(&graph, mib << 20, algorithm, &opts)));
+                group.bench_function(id, |b| b.iter(|| solve_checkmate(&graph, mib << 20, algorithm, &opts)));
             }
         }
     }

@@ -6,7 +6,7 @@
 //! the mix of op classes and bans a transformer's joint graph has.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use remat::joint::{Analysis, JointGraph, budget, mincut};
+use remat::joint::{Analysis, OperatorGraph, budget, mincut};
 use serde_json::{Value, json};
 
 /// A joint graph of `layers` layers (21 nodes each, plus the input and the
@@ -63,7 +63,7 @@ fn layered(layers: usize) -> String {
 
 fn bench(c: &mut Criterion) {
     let text = layered(238);
-    let graph = JointGraph::from_json(&text).expect("valid");
+    let graph = OperatorGraph::from_json(&text).expect("valid");
     let analysis = Analysis::new(&graph);
     let saved = mincut::min_cut(&graph, &analysis);
     eprintln!("mincut: {} nodes, {} saved by the min-cut", graph.nodes().len(), saved.iter().filter(|&&s| s).count());
@@ -87,7 +87,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| budget::lagrangian(&graph, &analysis, tenth))
     });
     group.bench_function("5000-node joint graph/parse + validate", |b| {
-        b.iter(|| JointGraph::from_json(&text).expect("valid"))
+        b.iter(|| OperatorGraph::from_json(&text).expect("valid"))
     });
     group.finish();
 }

@@ -53,10 +53,10 @@ fn slots(chain: &Chain, budget: u64, share: bool) -> usize {
 }
 
 fn floating(chain: &Chain, budget: u64, share: bool) -> usize {
-    use remat::solve::floating::Plan;
+    use remat::solve::floating::Thresholds;
     let sc = SlotChain::new(chain, Slots::new(budget, SLOTS));
     let m = sc.slots.capacity;
-    let table = if share { Plan::new(sc) } else { Plan::new_plain(sc) }.fill(None);
+    let table = if share { Thresholds::new(sc) } else { Thresholds::new_plain(sc) }.fill(None);
     table.sequence(m).map_or(0, |ops| ops.len())
 }
 

@@ -4,7 +4,7 @@
 //! warm-started from the better of it and the baselines), with the lifted
 //! schedule's own makespan beside the answer, so that "never slower than the
 //! chain DP" can be read off each row. With `--milp-only`, the MILP alone
-//! (`solve_joint`, warm-started from the baselines only), as before the lift.
+//! (`solve_checkmate`, warm-started from the baselines only), as before the lift.
 //!
 //! The hand-built `unet-tiny` and `resnet-blocks` are solved at fixed
 //! budgets; the graphs `remat zoo` wrote (U-Net, ResNet-50 and Inception v3 at
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use remat::graph::baselines::candidates;
 use remat::graph::milp::{Backend, MilpOptions};
-use remat::graph::{GraphAlgorithm, GraphFile, GraphOptions, Outcome, joint, lift, solve, solve_joint};
+use remat::graph::{GraphAlgorithm, GraphFile, GraphOptions, Outcome, backward, lift, solve, solve_checkmate};
 use remat::problem::Method;
 use remat::size::format_size;
 
@@ -62,7 +62,7 @@ fn main() {
         let text = std::fs::read_to_string(&path).expect("graph file");
         let file = GraphFile::from_json(&text).expect("valid graph");
         let GraphFile::Forward(forward) = &file else { panic!("{path} is a forward graph") };
-        let graph = joint::derive(forward).expect("derivable");
+        let graph = backward::derive(forward).expect("derivable");
         let all = candidates(&graph);
         let budgets: Vec<u64> = match budgets {
             Budgets::Mib(mib) => mib.iter().map(|m| m << 20).collect(),
@@ -83,7 +83,7 @@ fn main() {
                 .map_or("none fits".to_string(), |b| format!("{:.4} ({})", b.cost, b.name));
             let start = Instant::now();
             let result = if milp_only {
-                solve_joint(&graph, budget, GraphAlgorithm::Checkmate, &milp)
+                solve_checkmate(&graph, budget, GraphAlgorithm::Checkmate, &milp)
             } else {
                 let opts = GraphOptions { milp, ..GraphOptions::default() };
                 solve(&file, budget, Method::Chain(remat::solve::Algorithm::Auto), &opts).map(|o| match o {

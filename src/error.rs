@@ -7,8 +7,10 @@
 /// [`GraphSolveError`](crate::graph::GraphSolveError), reading's
 /// [`ProblemError`](crate::ProblemError), the joint min-cut's
 /// [`PartitionError`](crate::joint::PartitionError) and
-/// [`BudgetError`](crate::joint::BudgetError)) has a `kind()` method that
-/// returns it. The `remat` command maps it to its exit code
+/// [`BudgetError`](crate::joint::BudgetError), a replay's
+/// [`SimulateError`](crate::SimulateError) and
+/// [`GraphSimulateError`](crate::graph::GraphSimulateError)) has a `kind()`
+/// method that returns it. The `remat` command maps it to its exit code
 /// (`remat::cli::Exit`: 1, 2, 3, 70), the Python package to its exception
 /// (`InfeasibleError`, `ValueError`, `RematError`, `InternalError`).
 ///

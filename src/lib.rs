@@ -47,8 +47,8 @@
 //! | [`simulate`](mod@simulate) | the exact replay in bytes: the judge of every chain schedule |
 //! | [`slots`] | budgets in bytes to memory slots for the dynamic programs |
 //! | [`solve`](mod@solve) | every chain algorithm behind [`solve()`], `auto`'s policy, minimum budgets |
-//! | [`graph`] | forward and joint graphs, their simulator, the Checkmate MILP and LP rounding |
-//! | [`joint`] | operator-level forward+backward graphs: the fusion-aware min-cut and its exact byte budget |
+//! | [`graph`] | forward graphs and Checkmate graphs (joint, layer-level), their simulator, the Checkmate MILP and LP rounding |
+//! | [`joint`] | operator graphs (joint, operator-level, PyTorch's partitioner): the fusion-aware min-cut and its exact byte budget |
 //! | `exec` | an ndarray executor that runs schedules and proves the model in Rust (feature `exec`) |
 //! | [`zoo`] | real architectures (ResNet, DenseNet, Inception, VGG, GPT-2, U-Net) as chains and graphs |
 //! | [`report`] | `compare` and `sweep` tables, SVG plots |
@@ -59,8 +59,9 @@
 //! # Errors
 //!
 //! Every top-level error ([`SolveError`], [`graph::GraphSolveError`],
-//! [`ProblemError`], [`joint::PartitionError`]) says its [`ErrorKind`] through
-//! `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
+//! [`ProblemError`], [`joint::PartitionError`], the simulators'
+//! [`SimulateError`] and [`graph::GraphSimulateError`]) says its
+//! [`ErrorKind`] through `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
 //! remat. Front ends choose from the kind alone: the `remat` command its exit
 //! code (1, 2, 3, 70), the Python package its exception.
 //!

@@ -1,5 +1,5 @@
 //! What an input file holds, read once: a [`Chain`] or a graph
-//! ([`GraphFile`]: a forward graph or a Checkmate joint graph), and the one
+//! ([`GraphFile`]: a forward graph or a Checkmate graph (the joint form)), and the one
 //! solve entry that routes it to the right solvers.
 //!
 //! Every front end (the CLI, the Python bindings) reads its input through
@@ -23,7 +23,7 @@ use crate::solve::Algorithm;
 pub enum Problem {
     /// A chain of stages (the main case).
     Chain(Chain),
-    /// A graph file: a forward graph (a path is also a chain) or a joint graph.
+    /// A graph file: a forward graph (a path is also a chain) or a Checkmate graph.
     Graph(GraphFile),
 }
 
@@ -137,7 +137,7 @@ impl Problem {
         match self {
             Problem::Chain(_) => "chain",
             Problem::Graph(GraphFile::Forward(_)) => "forward graph",
-            Problem::Graph(GraphFile::Joint(_)) => "joint graph",
+            Problem::Graph(GraphFile::Checkmate(_)) => "joint graph",
         }
     }
 
@@ -164,7 +164,7 @@ impl Problem {
                      (the Checkmate MILP), or write the network as a chain (`remat zoo NAME` without --graph)"
                 ))
             }),
-            Problem::Graph(GraphFile::Joint(_)) => Err(not_a_chain(format!(
+            Problem::Graph(GraphFile::Checkmate(_)) => Err(not_a_chain(format!(
                 "{command} works on chains; solve a joint graph with `remat solve {path} --memory SIZE`"
             ))),
         }
@@ -228,7 +228,7 @@ pub type Options<'a> = GraphOptions<'a>;
 /// # Examples
 ///
 /// A forward graph with a skip connection (not a chain), solved on its
-/// joint graph:
+/// Checkmate graph:
 ///
 /// ```
 /// use remat::graph::{Outcome, simulate_within};

@@ -18,6 +18,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::chain::Chain;
+use crate::error::ErrorKind;
 use crate::schedule::Op;
 
 /// How activation a^l is held.
@@ -132,6 +133,36 @@ pub enum SimulateError {
         /// The budget in bytes.
         budget: u64,
     },
+}
+
+impl SimulateError {
+    /// What kind of failure this is: an invalid or incomplete sequence is
+    /// [`ErrorKind::Input`] (the schedule is at fault), a valid one over the
+    /// budget [`ErrorKind::Infeasible`] (a verdict on the budget). The `remat`
+    /// command and the Python package choose their exit code and exception
+    /// from it.
+    ///
+    /// ```
+    /// use remat::schedule::parse_operations;
+    /// use remat::{Chain, ErrorKind, simulate, simulate_within};
+    ///
+    /// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+    /// // A backward before its forward: the schedule is at fault.
+    /// let e = simulate(&chain, &parse_operations("F_all^1 B^1")?).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Input);
+    /// // Store-all (peak 900 bytes) within 800: a verdict on the budget.
+    /// let e = simulate_within(&chain, &parse_operations("F_all^1..3 B^3..1")?, 800).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Infeasible);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SimulateError::Invalid { .. } | SimulateError::Incomplete { .. } => ErrorKind::Input,
+            SimulateError::OverBudget { .. } => ErrorKind::Infeasible,
+        }
+    }
 }
 
 /// Replays `ops` on `chain` and returns its makespan, peak and memory timeline,

@@ -25,7 +25,6 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyType};
 use remat::ErrorKind;
 use remat::report::{compare as compare_all, reported};
-use remat::simulate::SimulateError;
 use remat::size::{format_size as format_bytes, parse_size as parse_bytes};
 use remat::solve::{Algorithm, SolveError, SolveOptions, any_min_budget, min_budget};
 
@@ -313,10 +312,14 @@ fn simulate(
     let budget = memory.map(|m| size_arg(m, "memory")).transpose()?;
     let ops = operations_of(schedule)?;
     let chain = &chain.get().inner;
-    let replay = remat::simulate(chain, &ops).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let replay = remat::simulate(chain, &ops).map_err(|e| kind_error(py, e.kind(), e.to_string()))?;
     if let Some(budget) = budget
-        && let Err(e @ SimulateError::OverBudget { .. }) = remat::simulate_within(chain, &ops, budget)
+        && let Err(e) = remat::simulate_within(chain, &ops, budget)
     {
+        if e.kind() != ErrorKind::Infeasible {
+            return Err(kind_error(py, e.kind(), e.to_string()));
+        }
+        // Over the budget: an `InfeasibleError` with the schedule's peak.
         let algorithm = schedule.cast::<PySchedule>().ok().map(|s| s.get().inner.algorithm.clone());
         let message = format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
         return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));

@@ -12,7 +12,7 @@ use crate::Problem;
 use crate::graph::GraphAlgorithm;
 use crate::graph::milp::{Backend, MilpOptions};
 use crate::graph::schedule::notation;
-use crate::graph::{Graph, GraphFile, GraphSolveError, Outcome};
+use crate::graph::{CheckmateGraph, GraphFile, GraphSolveError, Outcome};
 use crate::problem::Method;
 use crate::size::format_size;
 use crate::solve::Algorithm;
@@ -146,7 +146,7 @@ fn percent_over(makespan: f64, base: f64) -> String {
 pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duration>) {
     let nodes = match problem {
         Problem::Graph(GraphFile::Forward(f)) => f.len(),
-        Problem::Graph(GraphFile::Joint(g)) => g.len(),
+        Problem::Graph(GraphFile::Checkmate(g)) => g.len(),
         Problem::Chain(c) => c.len(),
     };
     outln!("graph:       {} ({}, {nodes} nodes)", problem.name(), problem.kind());
@@ -210,7 +210,7 @@ pub fn print_outcome(problem: &Problem, outcome: &Outcome, limit: Option<Duratio
 }
 
 /// `remat simulate` on a graph file: replays a graph schedule (JSON as written
-/// by `remat solve --json`) on the joint graph (derived for a forward graph).
+/// by `remat solve --json`) on the Checkmate graph (derived for a forward graph).
 /// Returns false when the schedule is a chain schedule of a path graph (what
 /// `auto` returns for one), which the chain simulator replays instead.
 pub fn simulate_graph(
@@ -221,9 +221,9 @@ pub fn simulate_graph(
     json: bool,
 ) -> Result<bool, Failure> {
     let is_path = matches!(file, GraphFile::Forward(f) if f.as_chain().is_ok());
-    let graph: Graph = match file {
-        GraphFile::Joint(g) => g.clone(),
-        GraphFile::Forward(f) => crate::graph::joint::derive(f)
+    let graph: CheckmateGraph = match file {
+        GraphFile::Checkmate(g) => g.clone(),
+        GraphFile::Forward(f) => crate::graph::backward::derive(f)
             .map_err(|e| Failure::input(anyhow::anyhow!("graph file `{}`: {e}", graph_path.display())))?,
     };
     let schedule_text = crate::problem::read_input(schedule_path, "schedule file").map_err(Failure::input)?;
@@ -237,11 +237,10 @@ pub fn simulate_graph(
     }
 
     let replay = crate::graph::simulate(&graph, &operations).map_err(|e| {
-        Failure::input(anyhow::anyhow!(
-            "schedule `{}` is not valid on graph `{}`: {e}",
-            schedule_path.display(),
-            graph.name()
-        ))
+        Failure::of(
+            e.kind(),
+            anyhow::anyhow!("schedule `{}` is not valid on graph `{}`: {e}", schedule_path.display(), graph.name()),
+        )
     })?;
     let at = graph.node(operations[replay.peak_index].node()).name.clone();
     if json {
@@ -268,7 +267,7 @@ pub fn simulate_graph(
     }
     if let Some(budget) = budget {
         if let Err(e) = crate::graph::simulate_within(&graph, &operations, budget) {
-            return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
+            return Err(Failure::of(e.kind(), anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !json {
             outln!("fits the budget of {} ({budget} bytes)", format_size(budget));

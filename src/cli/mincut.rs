@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::joint::budget::{BudgetOptions, Stopped};
-use crate::joint::{self, Answer, BudgetError, JointGraph, Method, Partition};
+use crate::joint::{self, Answer, BudgetError, Method, OperatorGraph, Partition};
 use crate::size::format_size;
 
 use super::output::outln;
@@ -53,7 +53,7 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let text = std::fs::read_to_string(&args.joint)
         .map_err(|e| Failure::input(anyhow::anyhow!("cannot read joint graph `{}`: {e}", args.joint.display())))?;
-    let graph = JointGraph::from_json(&text)
+    let graph = OperatorGraph::from_json(&text)
         .map_err(|e| Failure::input(anyhow::anyhow!("joint graph `{}`: {e}", args.joint.display())))?;
     if !(args.time_limit.is_finite() && args.time_limit >= 0.0 && args.time_limit <= MAX_TIME_LIMIT) {
         return Err(Failure::input(anyhow::anyhow!(
@@ -161,7 +161,7 @@ fn print_answer(a: &Answer) {
     }
 }
 
-fn pareto(graph: &JointGraph, options: &BudgetOptions, json: bool) -> CliResult {
+fn pareto(graph: &OperatorGraph, options: &BudgetOptions, json: bool) -> CliResult {
     let (points, stopped) =
         joint::pareto_with(graph, MAX_PARETO_POINTS, options).map_err(|e| Failure::of(e.kind(), e))?;
     if stopped == Some(Stopped::TimeLimit) {

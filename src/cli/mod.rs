@@ -297,7 +297,10 @@ pub(crate) fn replay_schedule_file(
             .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
     }
     let replay = crate::simulate(chain, &ops).map_err(|e| {
-        Failure::input(anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()))
+        Failure::of(
+            e.kind(),
+            anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()),
+        )
     })?;
     Ok((text, ops, replay))
 }

@@ -77,9 +77,10 @@ pub fn run(args: Args) -> CliResult {
         );
     }
     if let Some(budget) = args.memory {
-        // Reuse the simulator's own budget check for the message.
+        // Reuse the simulator's own budget check for the message; its kind
+        // (over the budget: infeasible) is the exit code.
         if let Err(e) = crate::simulate_within(&chain, &ops, budget) {
-            return Err(Failure::infeasible(anyhow::anyhow!("{e} ({})", format_size(budget))));
+            return Err(Failure::of(e.kind(), anyhow::anyhow!("{e} ({})", format_size(budget))));
         }
         if !args.json {
             outln!("fits the budget of {} ({budget} bytes)", format_size(budget));

@@ -1,4 +1,4 @@
-//! The algorithms that solve a joint graph ([`GraphAlgorithm`]), a type of
+//! The algorithms that solve a Checkmate graph ([`GraphAlgorithm`]), a type of
 //! their own so that no chain solver can be handed one.
 
 use std::fmt;
@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::solve::Algorithm;
 
-/// What solves a joint graph ([`crate::graph::solve_joint`]).
+/// What solves a Checkmate graph ([`crate::graph::solve_checkmate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GraphAlgorithm {
     /// The Checkmate MILP ([`crate::graph::milp`]): the optimal staged schedule.

@@ -1,6 +1,6 @@
 //! Checkmate's approximation (MLSys 2020, §5): solve the LP relaxation of the
 //! MILP, round the checkpoint matrix `S*` deterministically (`S = 1[S* > 0.5]`)
-//! and complete R with two-phase rounding (`plan::Staged::complete`).
+//! and complete R with two-phase rounding (`staged::Staged::complete`).
 //!
 //! Rounding keeps every correctness constraint but not the budget, so the
 //! rounded schedule is replayed by the exact simulator and kept only if it
@@ -16,9 +16,9 @@ use thiserror::Error;
 
 use crate::error::ErrorKind;
 use crate::graph::milp::{self, MilpError, MilpOptions};
-use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate};
-use crate::graph::{Graph, GraphOp};
+use crate::graph::staged::Staged;
+use crate::graph::{CheckmateGraph, GraphOp};
 
 /// Budget allowances eps tried in turn: the LP is solved under `(1 - eps) M`.
 pub const ALLOWANCES: [f64; 5] = [0.0, 0.1, 0.2, 0.3, 0.5];
@@ -28,9 +28,9 @@ pub const ALLOWANCES: [f64; 5] = [0.0, 0.1, 0.2, 0.3, 0.5];
 pub struct Rounded {
     /// The rounded (R, S).
     pub staged: Staged,
-    /// Its plan.
+    /// Its `compute`/`free` operations (`Staged::operations`).
     pub operations: Vec<GraphOp>,
-    /// The plan's replay (peak within the budget).
+    /// Their replay (peak within the budget).
     pub replay: GraphReplay,
     /// The LP optimum under the real budget: a lower bound on any schedule's cost.
     pub lp_bound: f64,
@@ -77,7 +77,7 @@ impl ApproxError {
 }
 
 /// Rounds a fractional `S*` and completes R (two-phase rounding).
-pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
+pub fn round(graph: &CheckmateGraph, s_star: &[Vec<f64>]) -> Staged {
     let mut staged = Staged::frontier(graph.len());
     for (t, row) in s_star.iter().enumerate() {
         for (i, &x) in row.iter().enumerate() {
@@ -90,7 +90,7 @@ pub fn round(graph: &Graph, s_star: &[Vec<f64>]) -> Staged {
 
 /// LP relaxation + two-phase rounding of `graph` under `budget` bytes (module
 /// documentation). Each LP gets `opts`' time limit.
-pub fn round_relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
+pub fn round_relaxation(graph: &CheckmateGraph, budget: u64, opts: &MilpOptions) -> Result<Rounded, ApproxError> {
     let start = Instant::now();
     let (lp_bound, first) = milp::relaxation(graph, budget, opts)?;
     let mut smallest_peak = u64::MAX;
@@ -107,7 +107,7 @@ pub fn round_relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Resul
             }
         };
         let staged = round(graph, &s_star);
-        let operations = staged.plan(graph);
+        let operations = staged.operations(graph);
         let replay = simulate(graph, &operations).map_err(ApproxError::Invalid)?;
         if replay.peak_memory <= budget {
             let seconds = start.elapsed().as_secs_f64();

@@ -2,12 +2,12 @@
 //!
 //! Checkmate's generalisations of the classic heuristics to graphs: choose
 //! which values to hold, then compute the cheapest R for that choice
-//! (`plan::Staged::keeping`, as in Checkmate's AP and linearized baselines):
+//! (`staged::Staged::keeping`, as in Checkmate's AP and linearized baselines):
 //! - `checkpoint-all`: hold every value while a later node reads it (no
 //!   recomputation);
 //! - `every-k` (k = 2..): hold every k-th forward value in topological order
 //!   (Chen's segments on the linearized graph) and every gradient; the other
-//!   forward values are recomputed where needed. In a joint graph read from a
+//!   forward values are recomputed where needed. In a Checkmate graph read from a
 //!   file, where forward and backward nodes are not told apart, every k-th node;
 //! - `recompute-all`: hold only gradients (every node, in a joint file, is
 //!   recomputed from scratch where needed);
@@ -15,8 +15,8 @@
 //!   held into the next stage when the next node reads it (instead of being
 //!   recomputed right after it was computed).
 
-use crate::graph::plan::Staged;
-use crate::graph::{Graph, Role};
+use crate::graph::staged::Staged;
+use crate::graph::{CheckmateGraph, CheckmateRole};
 
 /// One baseline schedule with its figures.
 #[derive(Clone, Debug)]
@@ -48,9 +48,10 @@ fn segment_lengths(n: usize) -> Vec<usize> {
 
 /// Every baseline of `graph`, from most memory to least (roughly).
 /// O(n (n + |E|) log n).
-pub fn candidates(graph: &Graph) -> Vec<Baseline> {
-    let checkpointable: Vec<usize> =
-        (0..graph.len()).filter(|&i| matches!(graph.role(i), Role::Forward(_) | Role::Given)).collect();
+pub fn candidates(graph: &CheckmateGraph) -> Vec<Baseline> {
+    let checkpointable: Vec<usize> = (0..graph.len())
+        .filter(|&i| matches!(graph.role(i), CheckmateRole::Forward(_) | CheckmateRole::Given))
+        .collect();
     let mut rank = vec![usize::MAX; graph.len()];
     for (r, &i) in checkpointable.iter().enumerate() {
         rank[i] = r;
@@ -76,7 +77,7 @@ pub fn candidates(graph: &Graph) -> Vec<Baseline> {
 }
 
 /// The cheapest baseline whose MILP memory fits `budget` (ties: the first).
-pub fn best_fitting(graph: &Graph, budget: u64) -> Option<Baseline> {
+pub fn best_fitting(graph: &CheckmateGraph, budget: u64) -> Option<Baseline> {
     candidates(graph).into_iter().filter(|b| b.peak <= budget).min_by(|a, b| a.cost.total_cmp(&b.cost))
 }
 
@@ -94,7 +95,7 @@ mod tests {
         assert!(ks.windows(2).all(|w| w[0] < w[1]) && ks.len() < 30, "{ks:?}");
     }
     use crate::graph::simulate::simulate;
-    use crate::graph::{ForwardGraph, joint};
+    use crate::graph::{ForwardGraph, backward};
 
     #[test]
     fn baselines_are_valid_and_trade_time_for_memory() {
@@ -104,11 +105,11 @@ mod tests {
             {"name": "c", "inputs": ["b"], "forward_time": 1, "backward_time": 1, "output_size": 4, "saved_size": 4},
             {"name": "d", "inputs": ["c"], "forward_time": 1, "backward_time": 1, "output_size": 4, "saved_size": 4}
         ]}"#;
-        let g = joint::derive(&ForwardGraph::from_json(text).unwrap()).unwrap();
+        let g = backward::derive(&ForwardGraph::from_json(text).unwrap()).unwrap();
         let all = candidates(&g);
         assert_eq!(all.first().unwrap().cost, g.total_cost(), "checkpoint-all recomputes nothing");
         for b in &all {
-            let replay = simulate(&g, &b.staged.plan(&g)).unwrap_or_else(|e| panic!("{}: {e}", b.name));
+            let replay = simulate(&g, &b.staged.operations(&g)).unwrap_or_else(|e| panic!("{}: {e}", b.name));
             assert_eq!(replay.makespan, b.cost, "{}", b.name);
             assert!(replay.peak_memory <= b.peak, "{}: the plan frees no later than the MILP counts", b.name);
         }

@@ -15,7 +15,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::graph::{Graph, GraphOp};
+use crate::graph::{CheckmateGraph, GraphOp};
 
 /// Largest graph searched (3^14, about 4.8 million states).
 pub const MAX_NODES: usize = 14;
@@ -70,7 +70,7 @@ impl<K: SearchKey> Ord for Key<K> {
 
 /// The moves out of `state`: (operation, bytes in use right after it with its
 /// transient, or 0 for a free; its cost).
-fn moves(graph: &Graph, masks: &[u32], state: State, mem: u64) -> Vec<(GraphOp, State, u64, f64)> {
+fn moves(graph: &CheckmateGraph, masks: &[u32], state: State, mem: u64) -> Vec<(GraphOp, State, u64, f64)> {
     let mut out = Vec::new();
     for (v, node) in graph.nodes().iter().enumerate() {
         let bit = 1u32 << v;
@@ -85,11 +85,11 @@ fn moves(graph: &Graph, masks: &[u32], state: State, mem: u64) -> Vec<(GraphOp, 
     out
 }
 
-fn resident_bytes(graph: &Graph, resident: u32) -> u64 {
+fn resident_bytes(graph: &CheckmateGraph, resident: u32) -> u64 {
     graph.input_size() + (0..graph.len()).filter(|v| resident & (1 << v) != 0).map(|v| graph.node(v).size).sum::<u64>()
 }
 
-fn input_masks(graph: &Graph) -> Vec<u32> {
+fn input_masks(graph: &CheckmateGraph) -> Vec<u32> {
     graph.nodes().iter().map(|n| n.inputs.iter().fold(0u32, |m, &u| m | (1 << u))).collect()
 }
 
@@ -105,7 +105,11 @@ fn path(prev: &HashMap<State, (State, GraphOp)>, mut state: State) -> Vec<GraphO
 
 /// Generic Dijkstra: `step(key, during, cost)` gives the key after a move, or
 /// None when the move is not allowed.
-fn search<K: SearchKey>(graph: &Graph, zero: K, step: impl Fn(K, u64, f64) -> Option<K>) -> Option<(K, Vec<GraphOp>)> {
+fn search<K: SearchKey>(
+    graph: &CheckmateGraph,
+    zero: K,
+    step: impl Fn(K, u64, f64) -> Option<K>,
+) -> Option<(K, Vec<GraphOp>)> {
     let n = graph.len();
     assert!(n <= MAX_NODES, "exhaustive graph search is limited to {MAX_NODES} nodes (this graph has {n})");
     let masks = input_masks(graph);
@@ -138,7 +142,7 @@ fn search<K: SearchKey>(graph: &Graph, zero: K, step: impl Fn(K, u64, f64) -> Op
 /// bytes: `Some((makespan, operations))`, or None when no schedule fits.
 ///
 /// Exact. Time and memory grow as 3^n; panics above [`MAX_NODES`] nodes.
-pub fn fastest(graph: &Graph, budget: u64) -> Option<(f64, Vec<GraphOp>)> {
+pub fn fastest(graph: &CheckmateGraph, budget: u64) -> Option<(f64, Vec<GraphOp>)> {
     if graph.input_size() > budget {
         return None;
     }
@@ -147,7 +151,7 @@ pub fn fastest(graph: &Graph, budget: u64) -> Option<(f64, Vec<GraphOp>)> {
 
 /// The smallest peak memory any schedule of `graph` reaches, with a schedule
 /// reaching it. Exact; same limits as [`fastest`].
-pub fn min_peak(graph: &Graph) -> (u64, Vec<GraphOp>) {
+pub fn min_peak(graph: &CheckmateGraph) -> (u64, Vec<GraphOp>) {
     // Bottleneck search: the key is the largest memory so far, in exact bytes.
     let start = graph.input_size();
     search(graph, start, |key, during, _| Some(key.max(during))).expect("every graph can be computed")
@@ -156,12 +160,12 @@ pub fn min_peak(graph: &Graph) -> (u64, Vec<GraphOp>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Node;
+    use crate::graph::CheckmateNode;
     use crate::graph::simulate::simulate_within;
 
-    fn path3() -> Graph {
+    fn path3() -> CheckmateGraph {
         let nodes = (0..3)
-            .map(|i| Node {
+            .map(|i| CheckmateNode {
                 name: format!("n{i}"),
                 cost: 1.0 + i as f64,
                 size: 1,
@@ -169,7 +173,7 @@ mod tests {
                 inputs: if i == 0 { vec![] } else { vec![i - 1] },
             })
             .collect();
-        Graph::new("p", 0, nodes).unwrap()
+        CheckmateGraph::new("p", 0, nodes).unwrap()
     }
 
     #[test]

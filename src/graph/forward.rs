@@ -1,6 +1,6 @@
 //! The forward graph ([`ForwardGraph`]): the network's layers with the stage
 //! fields of a chain and the names of their inputs; remat derives the
-//! backward itself ([`super::joint::derive`]).
+//! backward itself ([`super::backward::derive`]).
 
 use std::collections::HashMap;
 use std::fmt;

@@ -12,7 +12,7 @@
 //! chain over-counts memory.
 //!
 //! The chain DP ([`crate::solve::solve`], persistent) solves the block chain;
-//! its schedule is translated into `compute` operations on the joint graph
+//! its schedule is translated into `compute` operations on the Checkmate graph
 //! ([`translate`]): a forward of block b computes the block's nodes in order,
 //! a backward computes their gradient nodes in reverse, `B^{L+1}` the
 //! `loss-grad` node. Frees are placed by liveness ([`with_frees`]): each copy
@@ -23,7 +23,7 @@
 //! schedule, with the chain's makespan (each chain operation costs what its
 //! computes cost).
 //!
-//! The chain model and the joint graph's accounting differ (the network
+//! The chain model and the Checkmate graph's accounting differ (the network
 //! input stays resident, values live until their last reader, the chain
 //! over-counts shared values), so the replayed peak is not the chain's: the
 //! chain budget is bisected for the largest one whose lifted schedule the
@@ -39,11 +39,11 @@ use std::num::NonZeroUsize;
 use std::time::Instant;
 
 use crate::chain::{Chain, Stage};
-use crate::graph::joint::backward_index;
+use crate::graph::backward::backward_index;
 use crate::graph::milp;
-use crate::graph::plan::Staged;
 use crate::graph::simulate::{GraphReplay, simulate};
-use crate::graph::{ForwardGraph, Graph, GraphOp};
+use crate::graph::staged::Staged;
+use crate::graph::{CheckmateGraph, ForwardGraph, GraphOp};
 use crate::schedule::Op;
 use crate::solve::{Algorithm, SolveOptions};
 
@@ -62,7 +62,7 @@ const BISECTION_STEPS: usize = 12;
 /// A lifted schedule that fits the graph budget.
 #[derive(Clone, Debug)]
 pub struct Lifted {
-    /// The operations on the joint graph (computes and frees).
+    /// The operations on the Checkmate graph (computes and frees).
     pub ops: Vec<GraphOp>,
     /// Their replay (peak within the budget).
     pub replay: GraphReplay,
@@ -142,7 +142,7 @@ fn sum(it: impl Iterator<Item = u64>) -> Option<u64> {
 /// values the block makes are (the chain under-counts skips). Either way the
 /// lifted schedule is replayed, so both are safe; each fits other budgets
 /// better. O(blocks x (n + |E|)).
-pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize], passing: bool) -> Option<Chain> {
+pub fn block_chain(forward: &ForwardGraph, graph: &CheckmateGraph, ends: &[usize], passing: bool) -> Option<Chain> {
     let n = forward.len();
     let last = last_readers(forward);
     let size = |v: usize| graph.node(v).size;
@@ -196,7 +196,7 @@ pub fn block_chain(forward: &ForwardGraph, graph: &Graph, ends: &[usize], passin
     Chain::new(forward.name(), forward.input_size(), stages, Stage::zero_loss()).ok()
 }
 
-/// The joint-graph computes of a chain schedule over the blocks ending at
+/// The Checkmate-graph computes of a chain schedule over the blocks ending at
 /// `ends` (module documentation). O(operations x block size).
 pub fn translate(n: usize, ends: &[usize], ops: &[Op]) -> Vec<usize> {
     let blocks = ends.len();
@@ -220,7 +220,7 @@ pub fn translate(n: usize, ends: &[usize], ops: &[Op]) -> Vec<usize> {
 /// after the last compute reading it before the value is computed again (a
 /// copy nothing reads right after it is made); the last node's final copy is
 /// kept. The memory-minimal frees for these computes. O(computes + reads).
-pub fn with_frees(graph: &Graph, computes: &[usize]) -> Vec<GraphOp> {
+pub fn with_frees(graph: &CheckmateGraph, computes: &[usize]) -> Vec<GraphOp> {
     let n = graph.len();
     let mut copy_of = vec![usize::MAX; n];
     let mut last_read: Vec<usize> = (0..computes.len()).collect();
@@ -252,7 +252,7 @@ pub fn with_frees(graph: &Graph, computes: &[usize]) -> Vec<GraphOp> {
 /// first compute of t-1 and its frees are done, and computes the recomputes
 /// that follow, then t. None when a stage would compute a node twice or out
 /// of order (no staged form). The MILP's warm start. O(operations + n^2).
-pub fn staged_form(graph: &Graph, ops: &[GraphOp]) -> Option<Staged> {
+pub fn staged_form(graph: &CheckmateGraph, ops: &[GraphOp]) -> Option<Staged> {
     let n = graph.len();
     let mut staged = Staged::frontier(n);
     let mut resident = vec![false; n];
@@ -288,13 +288,18 @@ pub fn staged_form(graph: &Graph, ops: &[GraphOp]) -> Option<Staged> {
     (stage == n).then_some(staged)
 }
 
-/// The fastest lifted schedule of `forward` (whose joint graph is `graph`)
+/// The fastest lifted schedule of `forward` (whose Checkmate graph is `graph`)
 /// within `budget` bytes, over the cut sets and chain budgets tried, stopping
 /// at `deadline` with the best so far. Deterministic when no deadline stops
 /// it. Each chain solve is `solve -a persistent` on at most [`MAX_BLOCKS`]
 /// blocks (exact in bytes where its fronts fit, else the DP at [`SLOTS`]
 /// slots), about a dozen per cut set, each followed by an O(ops) replay.
-pub fn lift(forward: &ForwardGraph, graph: &Graph, budget: u64, deadline: Option<Instant>) -> Result<Lifted, NoLift> {
+pub fn lift(
+    forward: &ForwardGraph,
+    graph: &CheckmateGraph,
+    budget: u64,
+    deadline: Option<Instant>,
+) -> Result<Lifted, NoLift> {
     let start = Instant::now();
     let n = forward.len();
     let counts = crossing_counts(forward);

@@ -39,8 +39,8 @@ use good_lp::{Constraint, Expression, ProblemVariables, ResolutionError, Solutio
 use thiserror::Error;
 
 use crate::error::ErrorKind;
-use crate::graph::Graph;
-use crate::graph::plan::Staged;
+use crate::graph::CheckmateGraph;
+use crate::graph::staged::Staged;
 
 /// The LP/MILP solver behind good_lp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,7 +102,7 @@ impl FromStr for Backend {
 
 /// Above this many graph nodes HiGHS runs without presolve. Its presolve's
 /// probing (the clique table, `HighsCliqueTable::findCommonCliqueId`) does not
-/// look at the time limit: on the 443-node joint graph of Inception v3 at a
+/// look at the time limit: on the 443-node Checkmate graph of Inception v3 at a
 /// 60 s limit it ran for over ten minutes without stopping, while without
 /// presolve it stops (57 s at a 20 s limit, model building included) with the
 /// same schedule. On the 101-node U-Net both settings give the same answer
@@ -284,14 +284,20 @@ impl Formulation {
 /// resident in stage `t`: held, or recomputed from its own inputs. Holding `i`
 /// can be the cheaper of the two, so that rule cut off optimal schedules and,
 /// near the smallest budget, every schedule.
-fn holdable(graph: &Graph, i: usize) -> bool {
+fn holdable(graph: &CheckmateGraph, i: usize) -> bool {
     !graph.users(i).is_empty()
 }
 
 /// Builds the model of `graph` (see the module documentation), or None once
 /// `deadline` has passed: the clock is read once a stage (O(n + |E|) work
 /// between reads), so building stops within a stage's work of the deadline.
-fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Option<Instant>) -> Option<Formulation> {
+fn formulate(
+    graph: &CheckmateGraph,
+    budget: u64,
+    goal: Goal,
+    relaxed: bool,
+    deadline: Option<Instant>,
+) -> Option<Formulation> {
     let n = graph.len();
     let total: u64 = graph.nodes().iter().map(|x| x.size + x.overhead).sum::<u64>() + graph.input_size();
     let scale = budget.max(1) as f64;
@@ -410,7 +416,7 @@ fn formulate(graph: &Graph, budget: u64, goal: Goal, relaxed: bool, deadline: Op
 
 /// Values of every variable (in column order) for a staged schedule: the warm
 /// start. Evaluates the same formulas as [`formulate`].
-fn warm_values(graph: &Graph, f: &Formulation, staged: &Staged) -> Vec<f64> {
+fn warm_values(graph: &CheckmateGraph, f: &Formulation, staged: &Staged) -> Vec<f64> {
     let mut values = vec![0.0; f.order.len()];
     let bit = |b: bool| if b { 1.0 } else { 0.0 };
     let acc = staged.accounting(graph);
@@ -645,7 +651,7 @@ fn late(start: Instant) -> MilpError {
     MilpError::NoSolution { seconds: start.elapsed().as_secs_f64() }
 }
 
-fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>], values: &[f64]) -> Staged {
+fn staged_from(graph: &CheckmateGraph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>], values: &[f64]) -> Staged {
     let mut staged = Staged::frontier(graph.len());
     for t in 0..graph.len() {
         for i in 0..t {
@@ -660,7 +666,7 @@ fn staged_from(graph: &Graph, r: &[Vec<Option<usize>>], s: &[Vec<Option<usize>>]
 /// from `warm` (a staged schedule whose MILP memory fits, e.g. the best
 /// baseline) when given.
 pub fn solve_milp(
-    graph: &Graph,
+    graph: &CheckmateGraph,
     budget: u64,
     warm: Option<&Staged>,
     opts: &MilpOptions,
@@ -683,7 +689,7 @@ pub fn solve_milp(
 /// Whether any staged schedule fits `budget` by the MILP's memory accounting:
 /// one that does, or None when the MILP is infeasible. Cheaper than
 /// [`solve_milp`]: the solver stops at the first feasible point.
-pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option<Staged>, MilpError> {
+pub fn feasible(graph: &CheckmateGraph, budget: u64, opts: &MilpOptions) -> Result<Option<Staged>, MilpError> {
     if budget < graph.working_set_bound() {
         return Ok(None);
     }
@@ -700,7 +706,7 @@ pub fn feasible(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<Option
 /// The LP relaxation (R, S, FREE in [0, 1]) under `budget`: its optimum, a
 /// lower bound on the MILP's, and the fractional `S*` (`s[t][i]`, 0 where S is
 /// fixed).
-pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64, Vec<Vec<f64>>), MilpError> {
+pub fn relaxation(graph: &CheckmateGraph, budget: u64, opts: &MilpOptions) -> Result<(f64, Vec<Vec<f64>>), MilpError> {
     // Below the widest working set nothing fits: no need to ask a solver
     // (microlp can fail numerically proving it).
     if budget < graph.working_set_bound() {
@@ -717,10 +723,10 @@ pub fn relaxation(graph: &Graph, budget: u64, opts: &MilpOptions) -> Result<(f64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Node;
+    use crate::graph::CheckmateNode;
 
-    fn node(name: &str, inputs: Vec<usize>) -> Node {
-        Node { name: name.into(), cost: 1.0, size: 1, overhead: 0, inputs }
+    fn node(name: &str, inputs: Vec<usize>) -> CheckmateNode {
+        CheckmateNode { name: name.into(), cost: 1.0, size: 1, overhead: 0, inputs }
     }
 
     #[test]
@@ -734,7 +740,8 @@ mod tests {
     fn warm_start_values_satisfy_the_model() {
         // The warm start of checkpoint-all must be a feasible point: check
         // every constraint of the model on it.
-        let g = Graph::new("g", 0, vec![node("a", vec![]), node("b", vec![0]), node("c", vec![0, 1])]).unwrap();
+        let g =
+            CheckmateGraph::new("g", 0, vec![node("a", vec![]), node("b", vec![0]), node("c", vec![0, 1])]).unwrap();
         let staged = Staged::keeping(&g, |_, _| true);
         let f = formulate(&g, 3, Goal::Cost, false, None).unwrap();
         let values = warm_values(&g, &f, &staged);

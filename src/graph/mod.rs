@@ -1,14 +1,18 @@
-//! General graphs (Checkmate): forward graphs, joint forward+backward graphs,
-//! their JSON forms, chain detection, the graph simulator and the solvers.
+//! General graphs (Checkmate): forward graphs and *Checkmate graphs* (joint
+//! forward+backward graphs in Checkmate's form), their JSON forms, chain
+//! detection, the graph simulator and the solvers. (The operator-level graphs
+//! of PyTorch's partitioner are another kind: [`crate::joint::OperatorGraph`].)
 //!
 //! Two file forms (see docs/guide.md, "Graphs"):
 //! - a *forward graph* ([`ForwardGraph`]): the network's layers with the stage
 //!   fields of a chain and the names of their inputs. remat derives the
-//!   backward nodes itself ([`joint::derive`]); a forward graph that is a path
-//!   is solved as a [`Chain`](crate::Chain) by the chain solvers.
-//! - a *joint graph* ([`Graph`]): Checkmate's own form, every forward and
-//!   backward operation a node with a cost and an output size, in topological
-//!   order, the last node the final result.
+//!   backward nodes itself ([`backward::derive`] gives its Checkmate graph); a
+//!   forward graph that is a path is solved as a [`Chain`](crate::Chain) by
+//!   the chain solvers.
+//! - a *Checkmate graph* ([`CheckmateGraph`], the joint form, `"joint":
+//!   true`): Checkmate's own form, every forward and backward operation a node
+//!   with a cost and an output size, in topological order, the last node the
+//!   final result.
 //!
 //! Both are validated on construction: names are unique, every input names an
 //! earlier node, times are finite and non-negative and the sizes add up to
@@ -20,29 +24,42 @@
 
 mod algorithm;
 pub mod approx;
+pub mod backward;
 pub mod baselines;
+mod checkmate;
 pub mod exhaustive;
 mod forward;
-pub mod joint;
-mod joint_graph;
 // The chain DP lifted to graphs: public for tests only.
 #[doc(hidden)]
 pub mod lift;
 pub mod milp;
-pub(crate) mod plan;
 pub mod schedule;
 pub mod simulate;
 mod solve;
+pub(crate) mod staged;
 
 pub use algorithm::{GraphAlgorithm, Method};
+pub use checkmate::{CheckmateGraph, CheckmateNode, CheckmateRole};
 pub use forward::{ForwardGraph, NotAPath};
-pub use joint_graph::{Graph, Node, Role};
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
 pub use solve::{
     AUTO_EXHAUSTIVE_NODES, GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget,
-    solve, solve_joint,
+    solve, solve_checkmate,
 };
+
+/// The old name of [`CheckmateGraph`] ("joint" also named the operator graph).
+#[doc(hidden)]
+#[deprecated(note = "renamed `CheckmateGraph` (the operator graph is `joint::OperatorGraph`)")]
+pub type Graph = CheckmateGraph;
+/// The old name of [`CheckmateNode`].
+#[doc(hidden)]
+#[deprecated(note = "renamed `CheckmateNode`")]
+pub type Node = CheckmateNode;
+/// The old name of [`CheckmateRole`].
+#[doc(hidden)]
+#[deprecated(note = "renamed `CheckmateRole`")]
+pub type Role = CheckmateRole;
 
 use std::collections::HashMap;
 
@@ -186,8 +203,8 @@ pub fn has_key(text: &str, key: &str) -> bool {
 pub enum GraphFile {
     /// A forward graph (remat derives the backward).
     Forward(ForwardGraph),
-    /// A joint forward+backward graph in Checkmate's form.
-    Joint(Graph),
+    /// A Checkmate graph: the joint forward+backward form (`"joint": true`).
+    Checkmate(CheckmateGraph),
 }
 
 impl GraphFile {
@@ -196,7 +213,7 @@ impl GraphFile {
     pub fn from_json(text: &str) -> Result<GraphFile, GraphError> {
         let value = parse_value(text)?;
         if value.get("joint").and_then(serde_json::Value::as_bool) == Some(true) {
-            Ok(GraphFile::Joint(Graph::from_parsed(deserialize(&value)?)?))
+            Ok(GraphFile::Checkmate(CheckmateGraph::from_parsed(deserialize(&value)?)?))
         } else {
             Ok(GraphFile::Forward(ForwardGraph::from_parsed(deserialize(&value)?)?))
         }
@@ -206,7 +223,7 @@ impl GraphFile {
     pub fn name(&self) -> &str {
         match self {
             GraphFile::Forward(f) => f.name(),
-            GraphFile::Joint(g) => g.name(),
+            GraphFile::Checkmate(g) => g.name(),
         }
     }
 
@@ -214,7 +231,7 @@ impl GraphFile {
     pub fn warnings(&self) -> &[String] {
         match self {
             GraphFile::Forward(f) => f.warnings(),
-            GraphFile::Joint(_) => &[],
+            GraphFile::Checkmate(_) => &[],
         }
     }
 }
@@ -283,13 +300,22 @@ mod tests {
     ], "metadata": {"from": "test"}}"#;
 
     #[test]
+    #[allow(deprecated)]
+    fn the_old_names_still_compile() {
+        let GraphFile::Checkmate(g) = GraphFile::from_json(JOINT).unwrap() else { panic!("a Checkmate graph") };
+        let old: Graph = Graph::from_json(&g.to_json()).unwrap();
+        let node: &Node = old.node(0);
+        assert_eq!((node, old.role(0)), (g.node(0), Role::Given));
+    }
+
+    #[test]
     fn joint_graphs_round_trip() {
-        let GraphFile::Joint(g) = GraphFile::from_json(JOINT).unwrap() else { panic!("a joint graph") };
+        let GraphFile::Checkmate(g) = GraphFile::from_json(JOINT).unwrap() else { panic!("a joint graph") };
         assert_eq!((g.len(), g.input_size(), g.total_cost()), (3, 5, 3.5));
         assert_eq!(g.node(2).inputs, [0, 1]);
         assert_eq!(g.users(0), [1, 2]);
         assert_eq!(g.working_set_bound(), 5 + 3 + 4 + 2, "y with its input x and its transient");
-        assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+        assert_eq!(CheckmateGraph::from_json(&g.to_json()).unwrap(), g);
         assert!(looks_like_graph(JOINT) && !looks_like_graph(r#"{"stages": []}"#) && !looks_like_graph("nodes"));
     }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::graph::Graph;
+use crate::graph::CheckmateGraph;
 
 /// One operation of a graph schedule, on a node index of its graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -149,7 +149,7 @@ pub enum GraphScheduleError {
 
 impl GraphSchedule {
     /// The JSON form, naming nodes by `graph`'s names.
-    pub fn to_json(&self, graph: &Graph) -> String {
+    pub fn to_json(&self, graph: &CheckmateGraph) -> String {
         let operations = self
             .operations
             .iter()
@@ -175,7 +175,7 @@ impl GraphSchedule {
 
     /// Reads a schedule written by [`GraphSchedule::to_json`], resolving node
     /// names against `graph`.
-    pub fn from_json(text: &str, graph: &Graph) -> Result<GraphSchedule, GraphScheduleError> {
+    pub fn from_json(text: &str, graph: &CheckmateGraph) -> Result<GraphSchedule, GraphScheduleError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         let j: ScheduleJson = serde_path_to_error::deserialize(&mut *de).map_err(|e| GraphScheduleError::Json {
             path: if e.path().to_string() == "." { "schedule".into() } else { e.path().to_string() },
@@ -202,7 +202,7 @@ impl GraphSchedule {
 /// [`GraphSchedule::to_json`] (`remat solve --json`), the notation of
 /// [`notation`] (`enc1 pool1 ... -enc1`), or the whole report `remat solve`
 /// prints for a graph (its last line is the notation). O(length of `text`).
-pub fn parse_graph_operations(text: &str, graph: &Graph) -> Result<Vec<GraphOp>, GraphScheduleError> {
+pub fn parse_graph_operations(text: &str, graph: &CheckmateGraph) -> Result<Vec<GraphOp>, GraphScheduleError> {
     if text.trim_start().starts_with('{') {
         return Ok(GraphSchedule::from_json(text, graph)?.operations);
     }
@@ -224,7 +224,7 @@ pub fn parse_graph_operations(text: &str, graph: &Graph) -> Result<Vec<GraphOp>,
         .collect()
 }
 
-fn parse_ops(ops: &[OpJson], graph: &Graph) -> Result<Vec<GraphOp>, GraphScheduleError> {
+fn parse_ops(ops: &[OpJson], graph: &CheckmateGraph) -> Result<Vec<GraphOp>, GraphScheduleError> {
     ops.iter()
         .enumerate()
         .map(|(index, o)| {
@@ -244,7 +244,7 @@ fn parse_ops(ops: &[OpJson], graph: &Graph) -> Result<Vec<GraphOp>, GraphSchedul
 
 /// A compact text form: computed nodes by name, freed ones as `-name`,
 /// separated by spaces.
-pub fn notation(graph: &Graph, ops: &[GraphOp]) -> String {
+pub fn notation(graph: &CheckmateGraph, ops: &[GraphOp]) -> String {
     ops.iter()
         .map(|op| match *op {
             GraphOp::Compute(i) => graph.node(i).name.clone(),
@@ -257,11 +257,17 @@ pub fn notation(graph: &Graph, ops: &[GraphOp]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Node;
+    use crate::graph::CheckmateNode;
 
-    fn graph() -> Graph {
-        let node = |name: &str, inputs: Vec<usize>| Node { name: name.into(), cost: 1.0, size: 1, overhead: 0, inputs };
-        Graph::new("g", 0, vec![node("a", vec![]), node("b", vec![0])]).unwrap()
+    fn graph() -> CheckmateGraph {
+        let node = |name: &str, inputs: Vec<usize>| CheckmateNode {
+            name: name.into(),
+            cost: 1.0,
+            size: 1,
+            overhead: 0,
+            inputs,
+        };
+        CheckmateGraph::new("g", 0, vec![node("a", vec![]), node("b", vec![0])]).unwrap()
     }
 
     #[test]

@@ -16,7 +16,8 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::graph::{Graph, GraphOp};
+use crate::error::ErrorKind;
+use crate::graph::{CheckmateGraph, GraphOp};
 
 /// The result of replaying a valid graph schedule.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -78,9 +79,24 @@ pub enum GraphSimulateError {
     },
 }
 
+impl GraphSimulateError {
+    /// What kind of failure this is, as for a chain's
+    /// [`SimulateError::kind`](crate::SimulateError::kind): a sequence that is
+    /// not a schedule of the graph is [`ErrorKind::Input`], a schedule over
+    /// the budget [`ErrorKind::Infeasible`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GraphSimulateError::Invalid { .. }
+            | GraphSimulateError::NoSuchNode { .. }
+            | GraphSimulateError::Incomplete { .. } => ErrorKind::Input,
+            GraphSimulateError::OverBudget { .. } => ErrorKind::Infeasible,
+        }
+    }
+}
+
 /// Replays `ops` on `graph`: its makespan, peak and memory timeline, or the
 /// first invalid operation and why. O(number of operations + |E|).
-pub fn simulate(graph: &Graph, ops: &[GraphOp]) -> Result<GraphReplay, GraphSimulateError> {
+pub fn simulate(graph: &CheckmateGraph, ops: &[GraphOp]) -> Result<GraphReplay, GraphSimulateError> {
     let n = graph.len();
     let mut resident = vec![false; n];
     let mut computed = vec![false; n];
@@ -141,7 +157,11 @@ pub fn simulate(graph: &Graph, ops: &[GraphOp]) -> Result<GraphReplay, GraphSimu
 
 /// Like [`simulate`], and also rejects a schedule whose peak exceeds `budget`,
 /// naming the first compute that goes over.
-pub fn simulate_within(graph: &Graph, ops: &[GraphOp], budget: u64) -> Result<GraphReplay, GraphSimulateError> {
+pub fn simulate_within(
+    graph: &CheckmateGraph,
+    ops: &[GraphOp],
+    budget: u64,
+) -> Result<GraphReplay, GraphSimulateError> {
     let replay = simulate(graph, ops)?;
     if replay.peak_memory > budget {
         // Memory only grows at computes, and every schedule has one, so some
@@ -163,18 +183,19 @@ pub fn simulate_within(graph: &Graph, ops: &[GraphOp], budget: u64) -> Result<Gr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Node;
+    use crate::graph::CheckmateNode;
 
     /// a -> b -> c, a -> c (a skip connection); sizes 1, 2, 4; input 8.
-    fn skip() -> Graph {
-        let node = |name: &str, size: u64, inputs: Vec<usize>| Node {
+    fn skip() -> CheckmateGraph {
+        let node = |name: &str, size: u64, inputs: Vec<usize>| CheckmateNode {
             name: name.into(),
             cost: size as f64,
             size,
             overhead: if name == "c" { 16 } else { 0 },
             inputs,
         };
-        Graph::new("skip", 8, vec![node("a", 1, vec![]), node("b", 2, vec![0]), node("c", 4, vec![0, 1])]).unwrap()
+        CheckmateGraph::new("skip", 8, vec![node("a", 1, vec![]), node("b", 2, vec![0]), node("c", 4, vec![0, 1])])
+            .unwrap()
     }
 
     use GraphOp::{Compute as C, Free as F};

@@ -11,10 +11,10 @@ use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
 use crate::graph::lift::{self, Lifted};
 use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
-use crate::graph::plan::Staged;
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
-use crate::graph::{ForwardGraph, Graph, GraphError, GraphFile, exhaustive, joint};
+use crate::graph::staged::Staged;
+use crate::graph::{CheckmateGraph, ForwardGraph, GraphError, GraphFile, backward, exhaustive};
 use crate::graph::{GraphAlgorithm, Method};
 use crate::size::format_size;
 use crate::solve::{Algorithm, Solution, SolveError, SolveOptions};
@@ -66,10 +66,10 @@ pub enum Outcome {
         /// Which path was taken and why.
         why: String,
     },
-    /// Solved on this joint graph.
+    /// Solved on this Checkmate graph.
     Graph {
-        /// The joint graph (derived from a forward graph, or as read).
-        graph: Graph,
+        /// The Checkmate graph (derived from a forward graph, or as read).
+        graph: CheckmateGraph,
         /// The checked graph schedule.
         solution: GraphSolution,
         /// Which path was taken and why.
@@ -108,7 +108,7 @@ impl fmt::Display for MinBudget {
 /// Why no graph schedule came back.
 #[derive(Debug, Error)]
 pub enum GraphSolveError {
-    /// The derived joint graph is invalid (a name collision, overflow).
+    /// The derived Checkmate graph is invalid (a name collision, overflow).
     #[error(transparent)]
     Graph(#[from] GraphError),
     /// The chain path failed (infeasible budget, bad options...), or a graph
@@ -210,18 +210,18 @@ impl From<MilpError> for GraphSolveError {
 
 /// Solves a graph file under `budget` bytes with `algorithm`:
 /// - `auto`: a forward graph that is a path is solved as a chain by the
-///   chain solvers; a joint graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
+///   chain solvers; a Checkmate graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
 ///   (given, or derived from a forward graph) by exhaustive search; any other
 ///   forward graph first by the chain DP of its
 ///   blocks lifted to the graph (`lift`), then by the Checkmate MILP
 ///   warm-started from the better of that and the baselines, and the faster
 ///   replay is returned (never the slower of the two); when the MILP is too
 ///   large for the guard or its build for the time limit, the lifted
-///   schedule with a note. A joint graph file goes to the MILP;
+///   schedule with a note. A Checkmate graph file goes to the MILP;
 /// - `checkmate`: the same on a forward graph, except that a MILP the guard
-///   refuses is an error ([`GraphSolveError::TooLarge`]); on a joint graph
+///   refuses is an error ([`GraphSolveError::TooLarge`]); on a Checkmate graph
 ///   as given, the MILP warm-started from the baselines;
-/// - `checkmate-approx`: LP rounding on the derived or the given joint graph;
+/// - `checkmate-approx`: LP rounding on the derived or the given Checkmate graph;
 /// - `exhaustive`: the chain oracle for a path, the graph oracle otherwise
 ///   (tiny graphs only);
 /// - any other (chain) algorithm: only for a forward graph that is a path.
@@ -230,16 +230,19 @@ impl From<MilpError> for GraphSolveError {
 /// returned. Deterministic except where a time limit stops a solver.
 pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions) -> Result<Outcome, GraphSolveError> {
     let chain_opts = &opts.chain;
-    let graph_outcome = |graph: Graph, algorithm: GraphAlgorithm, why: String| -> Result<Outcome, GraphSolveError> {
-        let solution = solve_joint(&graph, budget, algorithm, &opts.milp)?;
-        Ok(Outcome::Graph { graph, solution, why })
-    };
+    let graph_outcome =
+        |graph: CheckmateGraph, algorithm: GraphAlgorithm, why: String| -> Result<Outcome, GraphSolveError> {
+            let solution = solve_checkmate(&graph, budget, algorithm, &opts.milp)?;
+            Ok(Outcome::Graph { graph, solution, why })
+        };
     match file {
-        GraphFile::Joint(graph) if method == Method::Chain(Algorithm::Auto) && graph.len() <= AUTO_EXHAUSTIVE_NODES => {
+        GraphFile::Checkmate(graph)
+            if method == Method::Chain(Algorithm::Auto) && graph.len() <= AUTO_EXHAUSTIVE_NODES =>
+        {
             let why = format!("exhaustive search on the joint graph as given: {}", tiny(graph.len()));
             graph_outcome(graph.clone(), GraphAlgorithm::Exhaustive, why)
         }
-        GraphFile::Joint(graph) => match method {
+        GraphFile::Checkmate(graph) => match method {
             Method::Chain(Algorithm::Auto | Algorithm::Exhaustive) | Method::Graph(_) => {
                 let algorithm = match method {
                     Method::Graph(g) => g,
@@ -265,7 +268,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
         },
         GraphFile::Forward(forward) => {
             let as_chain = forward.as_chain();
-            let derived = || joint::derive(forward);
+            let derived = || backward::derive(forward);
             match (method, as_chain) {
                 (Method::Graph(GraphAlgorithm::Checkmate), _) => {
                     let graph = derived()?;
@@ -340,7 +343,7 @@ pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions)
 /// MILP's, which some tight budgets need (`tests/suite/graph_milp_vs_exhaustive.rs`).
 pub const AUTO_EXHAUSTIVE_NODES: usize = exhaustive::MAX_NODES;
 
-/// Why `auto` ran exhaustive search on a joint graph of `nodes` nodes.
+/// Why `auto` ran exhaustive search on a Checkmate graph of `nodes` nodes.
 fn tiny(nodes: usize) -> String {
     format!(
         "{nodes} nodes (at most {AUTO_EXHAUSTIVE_NODES}), so every schedule is tried, including those the MILP's \
@@ -353,7 +356,7 @@ fn tiny(nodes: usize) -> String {
 /// skips recomputing a value it holds).
 #[allow(clippy::too_many_arguments)]
 fn checked(
-    graph: &Graph,
+    graph: &CheckmateGraph,
     budget: u64,
     algorithm: GraphAlgorithm,
     ops: Vec<GraphOp>,
@@ -414,7 +417,7 @@ impl Known<'_> {
     /// lifted one (the algorithm that made it).
     fn solution(
         &self,
-        graph: &Graph,
+        graph: &CheckmateGraph,
         budget: u64,
         status: Status,
         bound: f64,
@@ -424,7 +427,7 @@ impl Known<'_> {
         let algorithm = GraphAlgorithm::Checkmate;
         let (ops, predicted) = match self {
             Known::Lift(l) => (l.ops.clone(), l.replay.makespan),
-            Known::Baseline(b) => (b.staged.plan(graph), b.cost),
+            Known::Baseline(b) => (b.staged.operations(graph), b.cost),
         };
         let mut out = checked(graph, budget, algorithm, ops, status, predicted, Some(bound), seconds)?;
         if matches!(self, Known::Lift(_)) {
@@ -442,7 +445,7 @@ pub const LIFT_NAME: &str = "chain-lift";
 /// the better of it and the baselines. One deadline for all of it.
 fn checkmate_forward(
     forward: &ForwardGraph,
-    graph: &Graph,
+    graph: &CheckmateGraph,
     budget: u64,
     auto: bool,
     opts: &MilpOptions,
@@ -467,7 +470,7 @@ fn checkmate_forward(
 /// `opts.time_limit` is counted from `start` and covers the lift, the
 /// baselines, the model's build and the solver.
 fn checkmate(
-    graph: &Graph,
+    graph: &CheckmateGraph,
     budget: u64,
     lifted: Option<&Result<Lifted, lift::NoLift>>,
     auto: bool,
@@ -612,7 +615,7 @@ fn checkmate(
     let bound = if sol.optimal { sol.objective } else { sol.bound.map_or(floor, |b| b.max(floor)) };
     let seconds = start.elapsed().as_secs_f64();
     let mut out =
-        checked(graph, budget, algorithm, sol.staged.plan(graph), status, sol.objective, Some(bound), seconds)?;
+        checked(graph, budget, algorithm, sol.staged.operations(graph), status, sol.objective, Some(bound), seconds)?;
     out.backend = Some(opts.backend);
     out.warm_start = warm_start;
     let proven = if sol.optimal {
@@ -644,10 +647,10 @@ fn checkmate(
     Ok((out, joined(rest)))
 }
 
-/// Solves a joint graph with `checkmate`, `checkmate-approx` or
+/// Solves a Checkmate graph with `checkmate`, `checkmate-approx` or
 /// `exhaustive`, and replays the result within `budget`.
-pub fn solve_joint(
-    graph: &Graph,
+pub fn solve_checkmate(
+    graph: &CheckmateGraph,
     budget: u64,
     algorithm: GraphAlgorithm,
     opts: &MilpOptions,
@@ -720,7 +723,7 @@ pub fn solve_joint(
 /// proven the smallest; the MILP's proven lower bound stays the lower bound.
 /// An infeasible verdict must name a budget that then works. Within `opts`'
 /// time limit in all; `None` when none was found. O(log(peak)) LP solves.
-pub fn approx_min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget> {
+pub fn approx_min_budget(graph: &CheckmateGraph, opts: &MilpOptions) -> Option<MinBudget> {
     let start = std::time::Instant::now();
     let exact = min_budget(graph, opts)?;
     let remaining = || opts.time_limit.map(|limit| limit.saturating_sub(start.elapsed()));
@@ -765,7 +768,7 @@ pub fn approx_min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget>
 /// feasibility MILP (much easier for a solver than minimising the peak).
 /// Within `opts`' time limit in all; when it runs out, the best budget known
 /// to work and the best lower bound.
-pub fn min_budget(graph: &Graph, opts: &MilpOptions) -> Option<MinBudget> {
+pub fn min_budget(graph: &CheckmateGraph, opts: &MilpOptions) -> Option<MinBudget> {
     let start = std::time::Instant::now();
     // Invariant: every budget below `lo` is infeasible, `hi` is feasible.
     let mut hi = baselines::candidates(graph).iter().map(|b| b.peak).min()?;

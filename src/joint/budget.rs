@@ -28,7 +28,7 @@
 use good_lp::{Expression, ProblemVariables, ResolutionError, Solution, SolverModel, Variable, variable};
 use thiserror::Error;
 
-use super::graph::{JointGraph, OpClass, Role};
+use super::graph::{OpClass, OperatorGraph, Role};
 use super::maxflow::INFINITE;
 use super::mincut::{Analysis, CutRule, cut, cut_with_value, recompute_set};
 use crate::error::ErrorKind;
@@ -72,20 +72,20 @@ pub struct BudgetSolution {
 }
 
 /// Bytes node `i` costs the budget when saved: primals are free.
-pub fn budget_bytes(graph: &JointGraph, i: usize) -> u64 {
+pub fn budget_bytes(graph: &OperatorGraph, i: usize) -> u64 {
     let node = &graph.nodes()[i];
     if node.role == Role::Primal { 0 } else { node.bytes }
 }
 
 /// Whether node `i` may be recomputed under a budget.
-fn recomputable(graph: &JointGraph, i: usize) -> bool {
+fn recomputable(graph: &OperatorGraph, i: usize) -> bool {
     let node = &graph.nodes()[i];
     node.role != Role::Primal && !node.banned && node.op != Some(OpClass::Random)
 }
 
 /// The smallest activation bytes of any valid saved set that never
 /// recomputes a random op, and that set. One max-flow.
-pub fn smallest_budget(graph: &JointGraph, analysis: &Analysis) -> (u64, Vec<bool>) {
+pub fn smallest_budget(graph: &OperatorGraph, analysis: &Analysis) -> (u64, Vec<bool>) {
     let saved = cut(graph, analysis, |i| CutRule {
         banned: !recomputable(graph, i),
         weight: if graph.nodes()[i].tuple { INFINITE } else { budget_bytes(graph, i) as u128 },
@@ -112,7 +112,7 @@ impl Default for BudgetOptions {
 
 /// [`least_recompute_with`] with the default options (a 60 s limit per ILP).
 pub fn least_recompute(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     budget: Option<u64>,
 ) -> Result<BudgetSolution, BudgetError> {
@@ -130,7 +130,7 @@ pub fn least_recompute(
 /// the time limit, the Lagrangian set is returned with `optimal: false` and
 /// its bound.
 pub fn least_recompute_with(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     budget: Option<u64>,
     options: &BudgetOptions,
@@ -190,7 +190,7 @@ pub struct Hull {
 /// that fits is the answer, the best bound its certificate. Weights are
 /// rounded to 10^-9 ns; the bound subtracts the rounding's worst case.
 /// About 100 max-flows.
-pub fn lagrangian(graph: &JointGraph, analysis: &Analysis, budget: u64) -> Hull {
+pub fn lagrangian(graph: &OperatorGraph, analysis: &Analysis, budget: u64) -> Hull {
     const UNIT_NS: f64 = 1e-9;
     let nodes = graph.nodes();
     let n = nodes.len();
@@ -273,7 +273,7 @@ enum IlpError {
 
 /// The ILP of the module doc: least cost, then fewest bytes at that cost.
 fn ilp(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     budget: Option<u64>,
     time_limit: Option<f64>,
@@ -406,7 +406,11 @@ fn ilp(
 /// point is the least cost within the previous point's bytes minus one, so
 /// every point is optimal and none dominates another. At most `max_points`
 /// points (the front can be long); the last is the smallest budget's.
-pub fn pareto(graph: &JointGraph, analysis: &Analysis, max_points: usize) -> Result<Vec<BudgetSolution>, BudgetError> {
+pub fn pareto(
+    graph: &OperatorGraph,
+    analysis: &Analysis,
+    max_points: usize,
+) -> Result<Vec<BudgetSolution>, BudgetError> {
     Ok(pareto_with(graph, analysis, max_points, &BudgetOptions::default())?.points)
 }
 
@@ -433,7 +437,7 @@ pub enum Stopped {
 /// the front found so far is returned with [`Stopped::TimeLimit`]. A point
 /// whose ILP ran out of time is the Lagrangian one, marked not optimal.
 pub fn pareto_with(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     max_points: usize,
     options: &BudgetOptions,

@@ -13,7 +13,7 @@
 //! (reduction), none (view), or two per input element (compute-intensive: a
 //! crude floor; exporters should give the real count).
 
-use super::graph::{JointGraph, OpClass};
+use super::graph::{OpClass, OperatorGraph};
 
 /// A reference machine for recompute costs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,7 +32,7 @@ impl Default for Roofline {
 
 impl Roofline {
     /// Seconds to recompute node `i` (see the module doc). O(inputs).
-    pub fn seconds(&self, graph: &JointGraph, i: usize) -> f64 {
+    pub fn seconds(&self, graph: &OperatorGraph, i: usize) -> f64 {
         let nodes = graph.nodes();
         let node = &nodes[i];
         let input_numel: u64 = node.inputs.iter().map(|&j| nodes[j].numel()).sum();

@@ -1,5 +1,5 @@
-//! The operator-level joint graph: every node of one forward and its backward,
-//! as AOTAutograd traces them, with what the min-cut needs to know about each
+//! The operator graph ([`OperatorGraph`]): the operator-level joint graph,
+//! every node of one forward and its backward as AOTAutograd traces them, with what the min-cut needs to know about each
 //! (op class, size, role). Read from JSON (documented in `docs/joint.md`) and
 //! validated once, so the partitioners may assume a well-formed graph.
 
@@ -53,7 +53,7 @@ impl OpClass {
     }
 }
 
-/// Where a node lives in the joint graph.
+/// Where a node lives in the operator graph (PyTorch's partitioner's terms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -95,7 +95,7 @@ pub struct Node {
     pub op: Option<OpClass>,
     /// The operator it runs, for people (`aten.tanh.default`); not interpreted.
     pub target: Option<String>,
-    /// Indices of its inputs in [`JointGraph::nodes`], in argument order, with
+    /// Indices of its inputs in [`OperatorGraph::nodes`], in argument order, with
     /// repeats (`mul(x, x)` lists `x` twice).
     pub inputs: Vec<usize>,
     /// Shape, when known.
@@ -124,10 +124,11 @@ impl Node {
     }
 }
 
-/// A validated joint graph. `nodes` keeps the file's order (which need not be
-/// topological); [`JointGraph::order`] is a topological order.
+/// A validated operator graph: the operator-level joint graph of one forward
+/// and its backward, as AOTAutograd traces them. `nodes` keeps the file's order (which need not be
+/// topological); [`OperatorGraph::order`] is a topological order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct JointGraph {
+pub struct OperatorGraph {
     name: String,
     nodes: Vec<Node>,
     outputs: Vec<usize>,
@@ -138,9 +139,9 @@ pub struct JointGraph {
     users: Vec<Vec<usize>>,
 }
 
-/// Why a joint graph was rejected; every variant names the node or field at fault.
+/// Why an operator graph was rejected; every variant names the node or field at fault.
 #[derive(Debug, Error, PartialEq)]
-pub enum JointError {
+pub enum OperatorGraphError {
     /// Not JSON of the joint format (syntax, unknown or missing field, wrong type).
     #[error("invalid joint graph JSON at `{path}`: {message}")]
     Json {
@@ -323,28 +324,28 @@ pub fn dtype_size(dtype: &str) -> Option<u64> {
     })
 }
 
-impl JointGraph {
+impl OperatorGraph {
     /// Parses and validates the JSON form (see `docs/joint.md`).
     ///
     /// Guarantees on success: unique names, known inputs, no cycle, an op class
     /// on every computed node, no forward node reading a tangent or a backward
     /// node, at least one gradient, every backward node reaching a gradient,
     /// sizes whose total fits in `u64`. O(V + E) after parsing.
-    pub fn from_json(text: &str) -> Result<JointGraph, JointError> {
+    pub fn from_json(text: &str) -> Result<OperatorGraph, OperatorGraphError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         let parsed: GraphJson = serde_path_to_error::deserialize(de)
-            .map_err(|e| JointError::Json { path: e.path().to_string(), message: e.inner().to_string() })?;
-        JointGraph::validate(parsed)
+            .map_err(|e| OperatorGraphError::Json { path: e.path().to_string(), message: e.inner().to_string() })?;
+        OperatorGraph::validate(parsed)
     }
 
-    fn validate(parsed: GraphJson) -> Result<JointGraph, JointError> {
+    fn validate(parsed: GraphJson) -> Result<OperatorGraph, OperatorGraphError> {
         if parsed.nodes.is_empty() {
-            return Err(JointError::Empty);
+            return Err(OperatorGraphError::Empty);
         }
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(parsed.nodes.len());
         for (i, n) in parsed.nodes.iter().enumerate() {
             if let Some(&first) = index.get(n.name.as_str()) {
-                return Err(JointError::DuplicateName { name: n.name.clone(), first, second: i });
+                return Err(OperatorGraphError::DuplicateName { name: n.name.clone(), first, second: i });
             }
             index.insert(&n.name, i);
         }
@@ -358,19 +359,19 @@ impl JointGraph {
                     index
                         .get(input.as_str())
                         .copied()
-                        .ok_or_else(|| JointError::UnknownInput { node: n.name.clone(), input: input.clone() })
+                        .ok_or_else(|| OperatorGraphError::UnknownInput { node: n.name.clone(), input: input.clone() })
                 })
-                .collect::<Result<Vec<usize>, JointError>>()?;
+                .collect::<Result<Vec<usize>, OperatorGraphError>>()?;
             if n.role.is_input() && !inputs.is_empty() {
-                return Err(JointError::InputWithInputs { node: n.name.clone(), role: n.role.name() });
+                return Err(OperatorGraphError::InputWithInputs { node: n.name.clone(), role: n.role.name() });
             }
             if !n.role.is_input() && n.op.is_none() {
-                return Err(JointError::MissingOp { node: n.name.clone(), role: n.role.name() });
+                return Err(OperatorGraphError::MissingOp { node: n.name.clone(), role: n.role.name() });
             }
             if let Some(value) = n.flops
                 && !(value.is_finite() && value >= 0.0)
             {
-                return Err(JointError::InvalidFlops { node: n.name.clone(), value });
+                return Err(OperatorGraphError::InvalidFlops { node: n.name.clone(), value });
             }
             let bytes = if n.tuple {
                 0
@@ -378,19 +379,20 @@ impl JointGraph {
                 match (n.bytes, &n.shape, n.dtype.as_deref()) {
                     (Some(b), _, _) => b,
                     (None, Some(shape), Some(dtype)) => {
-                        let size = dtype_size(dtype).ok_or_else(|| JointError::UnknownDtype {
+                        let size = dtype_size(dtype).ok_or_else(|| OperatorGraphError::UnknownDtype {
                             node: n.name.clone(),
                             dtype: dtype.to_string(),
                         })?;
                         shape
                             .iter()
                             .try_fold(size, |acc, &d| acc.checked_mul(d))
-                            .ok_or_else(|| JointError::SizeOverflow { node: n.name.clone() })?
+                            .ok_or_else(|| OperatorGraphError::SizeOverflow { node: n.name.clone() })?
                     }
-                    _ => return Err(JointError::MissingSize { node: n.name.clone() }),
+                    _ => return Err(OperatorGraphError::MissingSize { node: n.name.clone() }),
                 }
             };
-            total = total.checked_add(bytes).ok_or_else(|| JointError::SizeOverflow { node: n.name.clone() })?;
+            total =
+                total.checked_add(bytes).ok_or_else(|| OperatorGraphError::SizeOverflow { node: n.name.clone() })?;
             nodes.push(Node {
                 name: n.name.clone(),
                 role: n.role,
@@ -412,9 +414,9 @@ impl JointGraph {
                     index
                         .get(name.as_str())
                         .copied()
-                        .ok_or_else(|| JointError::UnknownOutput { field, name: name.clone() })
+                        .ok_or_else(|| OperatorGraphError::UnknownOutput { field, name: name.clone() })
                 })
-                .collect::<Result<Vec<usize>, JointError>>()
+                .collect::<Result<Vec<usize>, OperatorGraphError>>()
         };
         let outputs = lookup("outputs", &parsed.outputs)?;
         let gradients = lookup("gradients", &parsed.gradients)?;
@@ -433,7 +435,7 @@ impl JointGraph {
                 for &input in &n.inputs {
                     let role = nodes[input].role;
                     if matches!(role, Role::Backward | Role::Tangent) {
-                        return Err(JointError::BackwardFeedsForward {
+                        return Err(OperatorGraphError::BackwardFeedsForward {
                             node: n.name.clone(),
                             input: nodes[input].name.clone(),
                             input_role: role.name(),
@@ -446,18 +448,21 @@ impl JointGraph {
             if n.tuple {
                 for &u in &users[i] {
                     if nodes[u].op != Some(OpClass::View) {
-                        return Err(JointError::TupleUse { node: n.name.clone(), user: nodes[u].name.clone() });
+                        return Err(OperatorGraphError::TupleUse { node: n.name.clone(), user: nodes[u].name.clone() });
                     }
                 }
             }
         }
         for &o in &outputs {
             if !matches!(nodes[o].role, Role::Primal | Role::Forward) {
-                return Err(JointError::OutputNotForward { name: nodes[o].name.clone(), role: nodes[o].role.name() });
+                return Err(OperatorGraphError::OutputNotForward {
+                    name: nodes[o].name.clone(),
+                    role: nodes[o].role.name(),
+                });
             }
         }
         if gradients.is_empty() {
-            return Err(JointError::NoGradients);
+            return Err(OperatorGraphError::NoGradients);
         }
         // Every backward node must reach a gradient: walk back from them.
         let mut reaches = vec![false; nodes.len()];
@@ -471,9 +476,9 @@ impl JointGraph {
         if let Some(n) =
             nodes.iter().enumerate().find(|&(i, n)| n.role == Role::Backward && !reaches[i]).map(|(_, n)| n)
         {
-            return Err(JointError::NoPathToGradients { node: n.name.clone() });
+            return Err(OperatorGraphError::NoPathToGradients { node: n.name.clone() });
         }
-        Ok(JointGraph {
+        Ok(OperatorGraph {
             name: parsed.name.unwrap_or_else(|| "joint".to_string()),
             nodes,
             outputs,
@@ -521,7 +526,7 @@ impl JointGraph {
 }
 
 /// Kahn's algorithm with a min-heap on the file index: O((V + E) log V).
-fn topological_order(nodes: &[Node], users: &[Vec<usize>]) -> Result<Vec<usize>, JointError> {
+fn topological_order(nodes: &[Node], users: &[Vec<usize>]) -> Result<Vec<usize>, OperatorGraphError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let mut pending: Vec<usize> = nodes
@@ -566,7 +571,7 @@ fn topological_order(nodes: &[Node], users: &[Vec<usize>]) -> Result<Vec<usize>,
     ring.rotate_left(first);
     let mut cycle: Vec<&str> = ring.iter().map(|&i| nodes[i].name.as_str()).collect();
     cycle.push(cycle[0]);
-    Err(JointError::Cycle { cycle: cycle.join(" -> ") })
+    Err(OperatorGraphError::Cycle { cycle: cycle.join(" -> ") })
 }
 
 impl fmt::Display for OpClass {

@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::graph::{JointGraph, OpClass, Role};
+use super::graph::{OpClass, OperatorGraph, Role};
 use super::maxflow::{FlowNetwork, INFINITE};
 
 /// Facts about each node the partitioners share, computed once. O(V + E).
@@ -36,7 +36,7 @@ pub struct Analysis {
 
 impl Analysis {
     /// Computes the analysis of a validated graph.
-    pub fn new(graph: &JointGraph) -> Analysis {
+    pub fn new(graph: &OperatorGraph) -> Analysis {
         let nodes = graph.nodes();
         let n = nodes.len();
         let mut tangent_dependent = vec![false; n];
@@ -87,7 +87,7 @@ impl Analysis {
 
 /// Whether `a` fuses into its user `b`: both ops fusible (graph inputs are not
 /// ops and fuse with nothing).
-pub fn fusible(graph: &JointGraph, a: usize, b: usize) -> bool {
+pub fn fusible(graph: &OperatorGraph, a: usize, b: usize) -> bool {
     let nodes = graph.nodes();
     nodes[a].op.is_some_and(OpClass::is_fusible) && nodes[b].op.is_some_and(OpClass::is_fusible)
 }
@@ -121,7 +121,7 @@ pub enum BanReason {
 
 /// The min-cut's ban on node `i`, if any. Only nodes the forward needs are
 /// banned (others are never computed in the forward anyway); views never are.
-pub fn ban_reason(graph: &JointGraph, analysis: &Analysis, i: usize) -> Option<BanReason> {
+pub fn ban_reason(graph: &OperatorGraph, analysis: &Analysis, i: usize) -> Option<BanReason> {
     let node = &graph.nodes()[i];
     if node.role == Role::Primal {
         return Some(BanReason::Primal);
@@ -151,7 +151,7 @@ pub fn ban_reason(graph: &JointGraph, analysis: &Analysis, i: usize) -> Option<B
 /// Whether some user outside the forward reads `i` (through views) without
 /// fusing with it; the graph's output counts as such a user of the forward
 /// outputs. O(users reached).
-fn materialized_in_backward(graph: &JointGraph, analysis: &Analysis, i: usize) -> bool {
+fn materialized_in_backward(graph: &OperatorGraph, analysis: &Analysis, i: usize) -> bool {
     if analysis.is_output[i] {
         return true;
     }
@@ -178,7 +178,7 @@ fn materialized_in_backward(graph: &JointGraph, analysis: &Analysis, i: usize) -
 /// the backward clamped to [1, 100] (section 3.4: among equal sizes prefer
 /// saving nodes close to the backward), times 2 when the forward would not
 /// write it otherwise (Algorithm 2). Truncated to an integer as PyTorch does.
-pub fn cut_weight(graph: &JointGraph, analysis: &Analysis, i: usize) -> u128 {
+pub fn cut_weight(graph: &OperatorGraph, analysis: &Analysis, i: usize) -> u128 {
     let node = &graph.nodes()[i];
     if node.tuple {
         return INFINITE;
@@ -212,7 +212,7 @@ pub struct Partition {
 /// The backward's view of a saved set: the forward nodes it must recompute
 /// (in topological order), or the first node it needs but can get neither way
 /// (a primal not saved). O(V + E).
-pub fn recompute_set(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Result<Vec<usize>, usize> {
+pub fn recompute_set(graph: &OperatorGraph, analysis: &Analysis, saved: &[bool]) -> Result<Vec<usize>, usize> {
     let nodes = graph.nodes();
     let mut needed = vec![false; nodes.len()];
     let mut recomputed = vec![false; nodes.len()];
@@ -246,7 +246,7 @@ pub fn recompute_set(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) ->
 
 /// The figures of saving `saved` (a flag per node). Panics if the backward
 /// cannot be computed from it: callers pass sets built to be valid.
-pub fn evaluate(graph: &JointGraph, analysis: &Analysis, saved: &[bool]) -> Partition {
+pub fn evaluate(graph: &OperatorGraph, analysis: &Analysis, saved: &[bool]) -> Partition {
     let nodes = graph.nodes();
     let recomputed = recompute_set(graph, analysis, saved)
         .unwrap_or_else(|j| panic!("invalid partition: the backward needs `{}`", nodes[j].name));
@@ -283,13 +283,13 @@ pub(crate) struct CutRule {
 /// Builds the auxiliary graph of Algorithm 1 under `rule` and returns the
 /// minimum cut's saved set, or `None` if every cut is infinite. Vertices:
 /// 0 = source, 1 = sink, 2 + 2i = i_in, 3 + 2i = i_out. O(flow on 2V + 2 vertices).
-pub(crate) fn cut(graph: &JointGraph, analysis: &Analysis, rule: impl Fn(usize) -> CutRule) -> Option<Vec<bool>> {
+pub(crate) fn cut(graph: &OperatorGraph, analysis: &Analysis, rule: impl Fn(usize) -> CutRule) -> Option<Vec<bool>> {
     cut_with_value(graph, analysis, rule).map(|(_, saved)| saved)
 }
 
 /// [`cut`], with the cut's capacity.
 pub(crate) fn cut_with_value(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     rule: impl Fn(usize) -> CutRule,
 ) -> Option<(u128, Vec<bool>)> {
@@ -339,7 +339,7 @@ pub(crate) fn cut_with_value(
 ///   over 100 forward nodes past its start with nothing else pending is banned.
 ///
 /// Views are never banned. O((V + E) log V).
-pub fn bans(graph: &JointGraph, analysis: &Analysis) -> Vec<Option<BanReason>> {
+pub fn bans(graph: &OperatorGraph, analysis: &Analysis) -> Vec<Option<BanReason>> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let nodes = graph.nodes();
@@ -419,7 +419,7 @@ pub fn bans(graph: &JointGraph, analysis: &Analysis) -> Vec<Option<BanReason>> {
 /// paper's cost model and the bans of [`bans`], the heuristics' re-weighting
 /// included. Ties go to the cut saving latest in the forward (see
 /// [`FlowNetwork::min_cut`]). O((V + E) log V) to build, then one max-flow.
-pub fn min_cut(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
+pub fn min_cut(graph: &OperatorGraph, analysis: &Analysis) -> Vec<bool> {
     let bans = bans(graph, analysis);
     cut(graph, analysis, |i| CutRule {
         banned: bans[i].is_some(),
@@ -431,7 +431,7 @@ pub fn min_cut(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
 
 /// "Save everything" (plain autograd): every V_f node that a backward-required
 /// node reads. Never recomputes anything.
-pub fn save_all(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
+pub fn save_all(graph: &OperatorGraph, analysis: &Analysis) -> Vec<bool> {
     let nodes = graph.nodes();
     let mut saved = vec![false; nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
@@ -453,7 +453,7 @@ pub fn save_all(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
 /// backward recomputes every V_f node it needs from the primals, except random
 /// ops and user-banned nodes, which are saved (a recompute would change their
 /// value or the user forbade it).
-pub fn recompute_all(graph: &JointGraph, analysis: &Analysis) -> Vec<bool> {
+pub fn recompute_all(graph: &OperatorGraph, analysis: &Analysis) -> Vec<bool> {
     let nodes = graph.nodes();
     let fixed = |i: usize| nodes[i].role == Role::Primal || nodes[i].banned || nodes[i].op == Some(OpClass::Random);
     // A tuple cannot be saved: its getitems are, when the tuple must not be recomputed.

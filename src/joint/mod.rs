@@ -1,8 +1,10 @@
-//! Operator-level joint graphs (a forward and its backward, as AOTAutograd
-//! traces them) and the fusion-aware min-cut partitioner that chooses which
-//! forward values to save for the backward, with an exact byte budget.
+//! Operator graphs ([`OperatorGraph`]: operator-level joint graphs, a forward
+//! and its backward as AOTAutograd traces them; not Checkmate's layer-level
+//! [`CheckmateGraph`](crate::graph::CheckmateGraph)) and the fusion-aware
+//! min-cut partitioner that chooses which forward values to save for the
+//! backward, with an exact byte budget.
 //!
-//! - [`graph`]: the [`JointGraph`], its JSON form (`docs/joint.md`) and
+//! - [`graph`]: the [`OperatorGraph`], its JSON form (`docs/joint.md`) and
 //!   validation with named errors.
 //! - [`mincut`]: the paper's Algorithms 1 and 2 and section 3.4 heuristics;
 //!   the "save everything" and "recompute everything" baselines; the figures
@@ -32,8 +34,17 @@ use thiserror::Error;
 use crate::error::ErrorKind;
 
 pub use budget::BudgetError;
-pub use graph::{JointError, JointGraph, Node, OpClass, Role};
+pub use graph::{Node, OpClass, OperatorGraph, OperatorGraphError, Role};
 pub use mincut::{Analysis, BanReason, Partition};
+
+/// The old name of [`OperatorGraph`] ("joint" also named the Checkmate graph).
+#[doc(hidden)]
+#[deprecated(note = "renamed `OperatorGraph` (the Checkmate graph is `graph::CheckmateGraph`)")]
+pub type JointGraph = OperatorGraph;
+/// The old name of [`OperatorGraphError`].
+#[doc(hidden)]
+#[deprecated(note = "renamed `OperatorGraphError`")]
+pub type JointError = OperatorGraphError;
 
 /// A node the min-cut bans from recompute, and why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -88,7 +99,7 @@ pub struct Answer {
 pub enum PartitionError {
     /// The graph was rejected.
     #[error(transparent)]
-    Graph(#[from] JointError),
+    Graph(#[from] OperatorGraphError),
     /// The budget has no answer.
     #[error(transparent)]
     Budget(#[from] BudgetError),
@@ -112,10 +123,10 @@ impl PartitionError {
 /// # Examples
 ///
 /// ```
-/// use remat::joint::{BudgetError, JointGraph, partition};
+/// use remat::joint::{BudgetError, OperatorGraph, partition};
 ///
 /// // y = tanh(tanh(x)) and its backward, as `remat.torch.export_joint` writes it.
-/// let graph = JointGraph::from_json(r#"{"name": "tanh_tanh", "nodes": [
+/// let graph = OperatorGraph::from_json(r#"{"name": "tanh_tanh", "nodes": [
 ///   {"name": "x", "role": "primal", "bytes": 4096},
 ///   {"name": "dy", "role": "tangent", "bytes": 4096},
 ///   {"name": "t1", "role": "forward", "op": "pointwise", "inputs": ["x"], "bytes": 4096},
@@ -133,13 +144,13 @@ impl PartitionError {
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn partition(graph: &JointGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
+pub fn partition(graph: &OperatorGraph, memory: Option<u64>) -> Result<Answer, BudgetError> {
     partition_with(graph, memory, &budget::BudgetOptions::default())
 }
 
 /// [`partition`] with the budget's solver options (its ILP time limit).
 pub fn partition_with(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     memory: Option<u64>,
     options: &budget::BudgetOptions,
 ) -> Result<Answer, BudgetError> {
@@ -172,7 +183,7 @@ pub enum SavedSetError {
 /// The figures of a saved set given by name (e.g. PyTorch's), beside the
 /// min-cut and the baselines. The set may recompute anything, random ops
 /// included (the answer's `chosen.recomputed` shows it). O(V + E) + one max-flow.
-pub fn partition_saved(graph: &JointGraph, names: &[String]) -> Result<Answer, SavedSetError> {
+pub fn partition_saved(graph: &OperatorGraph, names: &[String]) -> Result<Answer, SavedSetError> {
     let analysis = Analysis::new(graph);
     let mut saved = vec![false; graph.nodes().len()];
     for name in names {
@@ -189,7 +200,7 @@ pub fn partition_saved(graph: &JointGraph, names: &[String]) -> Result<Answer, S
 }
 
 fn answer(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     analysis: &Analysis,
     method: Method,
     memory: Option<u64>,
@@ -224,14 +235,14 @@ fn answer(
 
 /// Parses a joint graph from JSON and partitions it (see [`partition`]).
 pub fn partition_json(text: &str, memory: Option<u64>) -> Result<Answer, PartitionError> {
-    let graph = JointGraph::from_json(text)?;
+    let graph = OperatorGraph::from_json(text)?;
     Ok(partition(&graph, memory)?)
 }
 
 /// The Pareto front of saved bytes against recompute cost, most bytes first,
 /// at most `max_points` points, within [`budget::BudgetOptions::default`]'s
 /// time limit in all (see [`budget::pareto_with`]).
-pub fn pareto(graph: &JointGraph, max_points: usize) -> Result<Vec<(Partition, bool)>, BudgetError> {
+pub fn pareto(graph: &OperatorGraph, max_points: usize) -> Result<Vec<(Partition, bool)>, BudgetError> {
     Ok(pareto_with(graph, max_points, &budget::BudgetOptions::default())?.0)
 }
 
@@ -239,7 +250,7 @@ pub fn pareto(graph: &JointGraph, max_points: usize) -> Result<Vec<(Partition, b
 /// stopped before the smallest budget, if it did (see [`budget::pareto_with`]).
 #[allow(clippy::type_complexity)]
 pub fn pareto_with(
-    graph: &JointGraph,
+    graph: &OperatorGraph,
     max_points: usize,
     options: &budget::BudgetOptions,
 ) -> Result<(Vec<(Partition, bool)>, Option<budget::Stopped>), BudgetError> {

@@ -113,7 +113,7 @@ impl DpPlan for CubicPlan<true> {
     }
 }
 
-impl DpPlan for floating::Plan {
+impl DpPlan for floating::Thresholds {
     type Table = floating::Table;
     fn min_peak_slots(&self) -> usize {
         self.min_peak()
@@ -122,7 +122,7 @@ impl DpPlan for floating::Plan {
         self.estimate().table_bytes
     }
     fn fill(self, progress: Option<Progress>) -> floating::Table {
-        floating::Plan::fill(self, progress)
+        floating::Thresholds::fill(self, progress)
     }
 }
 
@@ -144,9 +144,9 @@ impl SlotDp for Revolve {
 
 impl SlotDp for Floating {
     const ALGORITHM: Algorithm = Algorithm::Floating;
-    type Plan = floating::Plan;
-    fn plan(sc: SlotChain) -> floating::Plan {
-        floating::Plan::new(sc)
+    type Plan = floating::Thresholds;
+    fn plan(sc: SlotChain) -> floating::Thresholds {
+        floating::Thresholds::new(sc)
     }
     /// Also refuses a chain whose tables would not fit even at 0 slots (they
     /// grow as L^3 before any slot is counted).

@@ -11,7 +11,7 @@
 //! recurrence of Theorem 4.7 misses (a floating activation moved by F_none onto
 //! an F_all; a floating activation moved to a *smaller* one).
 //!
-//! [`Plan::fill`] computes, for every budget up to the one asked, the fastest
+//! [`Thresholds::fill`] computes, for every budget up to the one asked, the fastest
 //! nested sequence over the slot-rounded sizes: exactly the optimum over
 //! nested sequences when a slot is one byte (`tests/suite/floating_vs_exhaustive.rs`
 //! checks it against `exhaustive::fastest_nested`, the shortest path over the
@@ -132,9 +132,9 @@
 //! (F), so the schedule does not depend on the thread count.
 //!
 //! The same options with (max, min) in place of (+, min) give each cell's
-//! smallest feasible m ([`Plan::new`], O(L^4)): feasibility is monotone in m,
+//! smallest feasible m ([`Thresholds::new`], O(L^4)): feasibility is monotone in m,
 //! so that is the whole-chain minimum peak over nested sequences, and each
-//! row is stored only from its threshold up. [`Plan::estimate`] gives the
+//! row is stored only from its threshold up. [`Thresholds::estimate`] gives the
 //! exact table size before anything large is allocated;
 //! [`crate::machine::memory_limit`] is what a solve may use. Reconstruction (the paper's Alg. 2, extended)
 //! re-evaluates a visited cell's options in the same order and takes the first
@@ -317,7 +317,7 @@ pub struct Estimate {
 /// Bytes of bookkeeping per cell: its threshold and its row header.
 const CELL_BYTES: u64 = 8 + 32;
 
-/// An upper bound of [`Plan::estimate`] that needs no thresholds: every row
+/// An upper bound of [`Thresholds::estimate`] that needs no thresholds: every row
 /// full, `m_slots + 1` entries, for a chain without options (a stage with k
 /// options adds k - 1 F_all options to each of its at most L + 1 D cells, a
 /// small term beside the L^4 / 24 of the F cells; [`upper_estimate_shared`]
@@ -343,8 +343,8 @@ pub fn upper_estimate(len: usize, m_slots: usize) -> Estimate {
     }
 }
 
-/// [`upper_estimate`] counting only the rows [`Plan::fill`] fills: one group
-/// (s, l) per distinct content (issue 25, see [`Plan::new`]), at the
+/// [`upper_estimate`] counting only the rows [`Thresholds::fill`] fills: one group
+/// (s, l) per distinct content (issue 25, see [`Thresholds::new`]), at the
 /// budget in slots of `chain` under `slots`; every cell still takes its
 /// bookkeeping. The caller keeps L within [`MAX_STAGES`]. O(L^2).
 pub fn upper_estimate_shared(chain: &Chain, slots: Slots) -> Estimate {
@@ -423,12 +423,13 @@ fn shares_groups(_sc: &SlotChain) -> bool {
     true
 }
 
-/// A chain in slots with every cell's smallest feasible m: enough to answer
-/// feasibility and the minimum peak, and to size the table before filling it.
-pub struct Plan {
+/// The floating DP before its table is filled: a chain in slots with every
+/// cell's smallest feasible m (its threshold), enough to answer feasibility
+/// and the minimum peak, and to size the table; [`Thresholds::fill`] fills it.
+pub struct Thresholds {
     sc: SlotChain,
     lay: Layout,
-    /// The groups (s, l) keyed by content (issue 25): see [`Plan::canon`].
+    /// The groups (s, l) keyed by content (issue 25): see [`Thresholds::canon`].
     groups: Distinct,
     /// Smallest m at which each cell is feasible (`NEVER` if none).
     threshold: Vec<usize>,
@@ -436,7 +437,7 @@ pub struct Plan {
     top: Option<usize>,
 }
 
-impl Plan {
+impl Thresholds {
     /// Computes every cell's threshold: O(L^4) time, O(L^3) memory. The
     /// caller keeps L within [`MAX_STAGES`].
     ///
@@ -449,22 +450,22 @@ impl Plan {
     /// [`crate::solve::distinct`]; the first stage apart, its input never
     /// floats) have the same rows, bit
     /// for bit (induction on l - s, the same options in the same order with
-    /// the same float operations). [`Plan::fill`] fills only the first
+    /// the same float operations). [`Thresholds::fill`] fills only the first
     /// occurrence of each distinct group and every read goes through
-    /// `Plan::canon`; the read-back compares values only, so schedules are
+    /// `Thresholds::canon`; the read-back compares values only, so schedules are
     /// the same too. Thresholds are still computed for every cell (integer
     /// work, no slot factor).
-    pub fn new(sc: SlotChain) -> Plan {
-        Plan::new_keyed(sc, true)
+    pub fn new(sc: SlotChain) -> Thresholds {
+        Thresholds::new_keyed(sc, true)
     }
 
-    /// [`Plan::new`] with every group filled on its own: the plain DP, which
+    /// [`Thresholds::new`] with every group filled on its own: the plain DP, which
     /// tests and benchmarks compare the shared one with.
-    pub fn new_plain(sc: SlotChain) -> Plan {
-        Plan::new_keyed(sc, false)
+    pub fn new_plain(sc: SlotChain) -> Thresholds {
+        Thresholds::new_keyed(sc, false)
     }
 
-    fn new_keyed(sc: SlotChain, share: bool) -> Plan {
+    fn new_keyed(sc: SlotChain, share: bool) -> Thresholds {
         // `Distinct` keys a group by its stages' own figures; a stage's
         // options are read by the F_all options of D cells, so a chain with
         // options is filled group by group (the plain DP) unless its keys
@@ -481,7 +482,7 @@ impl Plan {
             }
         }
         let top = sc.slots.capacity.checked_sub(sc.output[0]);
-        Plan { sc, lay, groups, threshold, top }
+        Thresholds { sc, lay, groups, threshold, top }
     }
 
     /// The cell whose row `cell` reads: the same cell of the first
@@ -522,7 +523,7 @@ impl Plan {
         self.sc.output[0].saturating_add(self.threshold[self.lay.index(Cell::D(1, self.lay.n))])
     }
 
-    /// True when some nested sequence fits the budget the plan was made for.
+    /// True when some nested sequence fits the budget the thresholds were computed for.
     pub fn feasible(&self) -> bool {
         self.min_peak() <= self.sc.slots.capacity
     }
@@ -534,7 +535,7 @@ impl Plan {
         }
     }
 
-    /// The exact table size and work of [`Plan::fill`]. O(L^3).
+    /// The exact table size and work of [`Thresholds::fill`]. O(L^3).
     pub fn estimate(&self) -> Estimate {
         let (mut entries, mut work) = (0u64, 0u64);
         for d in 0..self.lay.n {
@@ -553,7 +554,7 @@ impl Plan {
 
     /// Fills the cost rows for every m up to the budget, diagonal by diagonal,
     /// in parallel. `progress(done, total)` is called after each diagonal with
-    /// work units. Time and memory as [`Plan::estimate`] says.
+    /// work units. Time and memory as [`Thresholds::estimate`] says.
     pub fn fill(self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Table {
         let total = self.estimate().work;
         let mut rows: Vec<Row> = (0..self.lay.cells()).map(|_| Row::EMPTY).collect();
@@ -574,7 +575,7 @@ impl Plan {
                 p(done, total);
             }
         }
-        Table { plan: self, rows }
+        Table { thresholds: self, rows }
     }
 
     /// The rows of D(s, l) and of F(s, t, l) for every t, from the rows of
@@ -670,18 +671,18 @@ impl Row {
 /// The filled program for one chain and one budget: answers that budget and
 /// every smaller one.
 pub struct Table {
-    plan: Plan,
+    thresholds: Thresholds,
     rows: Vec<Row>,
 }
 
 impl Table {
     /// The discretization the table was built with.
     pub fn slots(&self) -> Slots {
-        self.plan.sc.slots
+        self.thresholds.sc.slots
     }
 
     fn cost(&self, cell: Cell, m: usize) -> f64 {
-        self.rows[self.plan.slot(cell)].at(m)
+        self.rows[self.thresholds.slot(cell)].at(m)
     }
 
     /// The value of option `o` at `m`, computed exactly as the fill does.
@@ -705,8 +706,8 @@ impl Table {
     /// Best makespan for a budget of `m_slots` slots (at most the table's), or
     /// infinity when no nested sequence fits.
     pub fn makespan(&self, m_slots: usize) -> f64 {
-        match m_slots.checked_sub(self.plan.sc.output[0]) {
-            Some(m) if m_slots <= self.plan.sc.slots.capacity => self.cost(Cell::D(1, self.plan.lay.n), m),
+        match m_slots.checked_sub(self.thresholds.sc.output[0]) {
+            Some(m) if m_slots <= self.thresholds.sc.slots.capacity => self.cost(Cell::D(1, self.thresholds.lay.n), m),
             _ => INF,
         }
     }
@@ -717,12 +718,12 @@ impl Table {
         if !self.makespan(m_slots).is_finite() {
             return None;
         }
-        Some(self.sub_sequence(Cell::D(1, self.plan.sc.n), m_slots - self.plan.sc.output[0]))
+        Some(self.sub_sequence(Cell::D(1, self.thresholds.sc.n), m_slots - self.thresholds.sc.output[0]))
     }
 
     /// The chain in slots the table was filled for.
     pub(crate) fn slot_chain(&self) -> &SlotChain {
-        &self.plan.sc
+        &self.thresholds.sc
     }
 
     /// The options of `cell` as the in-flight spine reads them
@@ -733,7 +734,7 @@ impl Table {
         let s = match cell {
             Cell::D(s, _) | Cell::F(s, _, _) => s,
         };
-        options(&self.plan.sc, cell)
+        options(&self.thresholds.sc, cell)
             .into_iter()
             .map(|o| SpineOption {
                 op: match o.kind {
@@ -752,7 +753,7 @@ impl Table {
     /// The breakpoints of `cell`'s row up to `cap`: (m, value) where it
     /// drops, by increasing m. O(cap - threshold).
     pub(crate) fn steps(&self, cell: Cell, cap: usize) -> Vec<(usize, f64)> {
-        let row = &self.rows[self.plan.slot(cell)];
+        let row = &self.rows[self.thresholds.slot(cell)];
         let mut out: Vec<(usize, f64)> = Vec::new();
         for (i, &c) in row.cost.iter().enumerate() {
             let m = row.lo + i;
@@ -773,7 +774,7 @@ impl Table {
             Solve(Cell, usize),
             Emit(Op),
         }
-        let sc = &self.plan.sc;
+        let sc = &self.thresholds.sc;
         let mut ops = Vec::new();
         let mut stack = vec![Task::Solve(cell, m)];
         while let Some(task) = stack.pop() {
@@ -887,7 +888,7 @@ mod tests {
     #[test]
     fn ample_memory_is_store_all() {
         let c = chain();
-        let table = Plan::new(SlotChain::new(&c, Slots::new(1000, 1000))).fill(None);
+        let table = Thresholds::new(SlotChain::new(&c, Slots::new(1000, 1000))).fill(None);
         assert_eq!(table.makespan(1000), c.store_all_time());
         let ops = table.sequence(1000).unwrap();
         assert!(ops.iter().all(|op| matches!(op, Op::FAll(..) | Op::B(_))));
@@ -898,7 +899,7 @@ mod tests {
     fn threshold_is_where_the_table_turns_finite() {
         let c = chain();
         let p = crate::solve::dp::min_peak_exact::<crate::solve::dp::Floating>(&c);
-        let table = Plan::new(SlotChain::new(&c, Slots::new(100, 100))).fill(None);
+        let table = Thresholds::new(SlotChain::new(&c, Slots::new(100, 100))).fill(None);
         let first = (0..=100).find(|&m| table.makespan(m).is_finite()).unwrap();
         assert_eq!(first as u64, p);
         let replay = simulate(&c, &table.sequence(first).unwrap()).unwrap();
@@ -910,7 +911,7 @@ mod tests {
     #[test]
     fn estimate_bounds_the_fill() {
         let c = crate::synthetic::network_like(3, 12);
-        let plan = Plan::new(SlotChain::new(&c, Slots::new(200 << 20, 300)));
+        let plan = Thresholds::new(SlotChain::new(&c, Slots::new(200 << 20, 300)));
         let est = plan.estimate();
         let upper = upper_estimate(12, plan.sc.slots.capacity);
         assert!(est.table_bytes <= upper.table_bytes && est.work <= upper.work, "{est:?} {upper:?}");

@@ -4,25 +4,27 @@
 //! is handed out: the [`Solution`]'s makespan and peak are the simulator's, and
 //! a schedule that is invalid or over budget is reported as a bug, never shown.
 //!
-//! One file per concept: [`algorithm`] (the catalogue), [`options`], [`error`],
-//! [`auto`] (what `auto` runs and why), [`budget`] (smallest budgets and
-//! estimates), `dp` (the interface of the slot DPs and what is written once
-//! over it), and one module per algorithm: [`persistent`], [`floating`],
+//! One file per concept, its items re-exported here: `algorithm` (the
+//! catalogue, [`Algorithm`]), `options` ([`SolveOptions`]), `error`
+//! ([`SolveError`]), `auto` (what `auto` runs and why, [`auto_choice`]),
+//! `budget` (smallest budgets and estimates, [`min_budget`]), `dp` (the
+//! interface of the slot DPs and what is written once over it), and one
+//! module per algorithm: [`persistent`], [`floating`],
 //! [`exhaustive`], [`baselines`]; [`limits`] (each family's limits, which
 //! every entry point checks before any work); `fit` fits a DP to a budget by replay;
 //! `fronts` is the persistent program exact in bytes, and `exact` decides
 //! when `solve` answers with it (persistent, floating and auto all do where
 //! its fronts fit) and when with the slot table.
 
-pub mod algorithm;
-pub mod auto;
+mod algorithm;
+mod auto;
 pub mod baselines;
-pub mod budget;
+mod budget;
 pub mod distinct;
 // The slot DPs' internals: public for tests and benches only.
 #[doc(hidden)]
 pub mod dp;
-pub mod error;
+mod error;
 pub(crate) mod exact;
 pub mod exhaustive;
 pub(crate) mod fit;
@@ -32,7 +34,7 @@ pub mod floating;
 pub mod fronts;
 pub mod in_flight;
 pub mod limits;
-pub mod options;
+mod options;
 pub mod persistent;
 
 pub use algorithm::Algorithm;
@@ -139,9 +141,10 @@ fn solve_unverified(
             }
         }
         baseline => {
-            let plan = baselines::plan(chain, budget, baseline, opts)?;
-            let mut solution = checked(chain, budget, algorithm, plan.ops, plan.slot_size, plan.makespan)?;
-            solution.detail = plan.detail;
+            let generated = baselines::schedule(chain, budget, baseline, opts)?;
+            let mut solution =
+                checked(chain, budget, algorithm, generated.ops, generated.slot_size, generated.makespan)?;
+            solution.detail = generated.detail;
             return Ok(solution);
         }
     };

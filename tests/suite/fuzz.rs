@@ -483,7 +483,7 @@ fn joint_text() -> impl Strategy<Value = String> {
 #[test]
 fn joint_graphs_keep_the_promise() {
     use remat::joint::budget::BudgetOptions;
-    use remat::joint::{BudgetError, JointGraph};
+    use remat::joint::{BudgetError, OperatorGraph};
     let dir = tempfile::tempdir().unwrap();
     let n = (cases() / 10).max(1);
     let strategy = (joint_text(), 0u8..6, 0.0f64..1.5, any::<u8>());
@@ -492,7 +492,7 @@ fn joint_graphs_keep_the_promise() {
     runner
         .run(&strategy, |(text, pick, frac, sample)| {
             let start = Instant::now();
-            let graph = match JointGraph::from_json(&text) {
+            let graph = match OperatorGraph::from_json(&text) {
                 Ok(g) => g,
                 Err(e) => {
                     prop_assert!(!e.to_string().is_empty());

@@ -19,7 +19,7 @@
 
 use remat::chain::{Chain, Stage};
 use remat::graph::{
-    ForwardGraph, GraphFile, GraphOp, GraphOptions, Outcome, exhaustive as graph_exhaustive, joint,
+    ForwardGraph, GraphFile, GraphOp, GraphOptions, Outcome, backward, exhaustive as graph_exhaustive,
     simulate as graph_simulate, solve as graph_solve,
 };
 use remat::schedule::Op;
@@ -81,7 +81,7 @@ fn as_graph_schedule(chain: &Chain, ops: &[Op]) -> Vec<GraphOp> {
     }
     let n = chain.len(); // forward nodes 0..n are stages 1..=n
     let node = |l: usize| l - 1;
-    let grad = |l: usize| joint::backward_index(n, l - 1);
+    let grad = |l: usize| backward::backward_index(n, l - 1);
     let mut held = vec![Held::No; n + 2];
     let mut out = Vec::new();
     for &op in ops {
@@ -122,7 +122,7 @@ fn chain_schedules_are_joint_schedules_with_the_same_makespan_and_peak() {
     let mut rng = Rng::new(61);
     for i in 0..300 {
         let chain = path_chain(&mut rng, 1 + i % 6, true);
-        let graph = joint::derive(&ForwardGraph::from_chain(&chain)).unwrap();
+        let graph = backward::derive(&ForwardGraph::from_chain(&chain)).unwrap();
         let (min, _) = exhaustive::min_peak(&chain);
         for budget in [min, min + 3, min + 10] {
             let (time, ops) = exhaustive::fastest(&chain, budget).unwrap();
@@ -141,7 +141,7 @@ fn the_joint_optimum_is_at_most_the_chain_optimum_and_sometimes_below() {
     let (mut cases, mut strictly_below) = (0, 0);
     for i in 0..80 {
         let chain = path_chain(&mut rng, 1 + i % 5, true); // joint graphs of 3..=11 nodes
-        let graph = joint::derive(&ForwardGraph::from_chain(&chain)).unwrap();
+        let graph = backward::derive(&ForwardGraph::from_chain(&chain)).unwrap();
         let (min, _) = exhaustive::min_peak(&chain);
         let (graph_min, _) = graph_exhaustive::min_peak(&graph);
         assert!(graph_min <= min);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
-    GraphFile, GraphOptions, LIFT_NAME, Outcome, exhaustive, joint, lift, simulate, simulate_within, solve,
+    GraphFile, GraphOptions, LIFT_NAME, Outcome, backward, exhaustive, lift, simulate, simulate_within, solve,
 };
 use remat::problem::Method;
 use remat::solve::{Algorithm, SolveOptions};
@@ -26,7 +26,7 @@ fn a_chain_schedule_of_a_path_lifts_with_its_makespan_and_within_its_peak() {
         let k = rng.range(1, 9) as usize;
         let forward = small_forward_graph(&mut rng, k, false, Figures::Plain);
         let chain = forward.as_chain().unwrap();
-        let graph = joint::derive(&forward).unwrap();
+        let graph = backward::derive(&forward).unwrap();
         // One block per node: the block chain is the path's own chain.
         let counts = lift::crossing_counts(&forward);
         let ends = lift::cuts(&counts, k, usize::MAX);
@@ -74,7 +74,7 @@ fn lifted_schedules_of_graphs_with_skips_replay_within_budget_and_have_a_staged_
     for _ in 0..120 {
         let k = rng.range(2, 5) as usize;
         let forward = small_forward_graph(&mut rng, k, true, Figures::Random);
-        let graph = joint::derive(&forward).unwrap();
+        let graph = backward::derive(&forward).unwrap();
         let (lowest, _) = exhaustive::min_peak(&graph);
         let all = graph.nodes().iter().map(|n| n.size + n.overhead).sum::<u64>() + graph.input_size();
         for budget in lowest.saturating_sub(1)..=all {
@@ -91,7 +91,7 @@ fn lifted_schedules_of_graphs_with_skips_replay_within_budget_and_have_a_staged_
                     );
                     let staged = lift::staged_form(&graph, &l.ops).expect("first computes come in node order");
                     assert!((staged.cost(&graph) - l.replay.makespan).abs() < 1e-9);
-                    let plan = simulate(&graph, &staged.plan(&graph)).unwrap();
+                    let plan = simulate(&graph, &staged.operations(&graph)).unwrap();
                     assert!(plan.makespan <= l.replay.makespan + 1e-9);
                     lifted_cases += 1;
                 }
@@ -118,7 +118,7 @@ fn auto_and_checkmate_are_never_worse_than_the_lifted_schedule() {
         if forward.as_chain().is_ok() {
             continue;
         }
-        let graph = joint::derive(&forward).unwrap();
+        let graph = backward::derive(&forward).unwrap();
         let (lowest, _) = exhaustive::min_peak(&graph);
         let file = GraphFile::Forward(forward.clone());
         for budget in [lowest, lowest + 2, lowest + 5] {
@@ -159,7 +159,7 @@ fn a_store_all_budget_is_answered_by_the_lift_without_a_milp() {
     // optimum, so no MILP runs (even one far too large to build).
     let mut rng = Rng::new(164);
     let forward = small_forward_graph(&mut rng, 700, true, Figures::Random);
-    let graph = joint::derive(&forward).unwrap();
+    let graph = backward::derive(&forward).unwrap();
     let opts = GraphOptions::default();
     let Outcome::Graph { solution, why, .. } =
         solve(&GraphFile::Forward(forward), u64::MAX / 4, Method::Chain(Algorithm::Auto), &opts).unwrap()

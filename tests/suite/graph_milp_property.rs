@@ -19,12 +19,15 @@
 
 use rayon::prelude::*;
 use remat::graph::milp::{Backend, MilpOptions};
-use remat::graph::{Graph, GraphSolveError, Node, Status, exhaustive, joint, lift, simulate_within, solve_joint};
+use remat::graph::{
+    CheckmateGraph, CheckmateNode, GraphSolveError, Status, backward, exhaustive, lift, simulate_within,
+    solve_checkmate,
+};
 use remat::synthetic::{Figures, Rng, small_forward_graph};
 
 /// A random DAG of `n` nodes: node v reads 1..=3 distinct earlier nodes
 /// (always including v - 1, so the graph is connected).
-fn random_dag(rng: &mut Rng, n: usize) -> Graph {
+fn random_dag(rng: &mut Rng, n: usize) -> CheckmateGraph {
     let nodes = (0..n)
         .map(|v| {
             let mut inputs = Vec::new();
@@ -36,7 +39,7 @@ fn random_dag(rng: &mut Rng, n: usize) -> Graph {
             }
             inputs.sort_unstable();
             inputs.dedup();
-            Node {
+            CheckmateNode {
                 name: format!("n{v}"),
                 cost: rng.range(0, 4) as f64,
                 size: rng.range(1, 4),
@@ -45,10 +48,10 @@ fn random_dag(rng: &mut Rng, n: usize) -> Graph {
             }
         })
         .collect();
-    Graph::new("dag", rng.range(0, 2), nodes).unwrap()
+    CheckmateGraph::new("dag", rng.range(0, 2), nodes).unwrap()
 }
 
-fn graphs() -> Vec<Graph> {
+fn graphs() -> Vec<CheckmateGraph> {
     let cases: usize = std::env::var("GRAPH_PROPERTY_CASES").map_or(500, |s| s.parse().expect("a number"));
     let mut rng = Rng::new(16);
     (0..cases)
@@ -58,7 +61,7 @@ fn graphs() -> Vec<Graph> {
                 random_dag(&mut rng, n)
             } else {
                 let k = rng.range(2, 4) as usize;
-                joint::derive(&small_forward_graph(&mut rng, k, true, Figures::Random)).unwrap()
+                backward::derive(&small_forward_graph(&mut rng, k, true, Figures::Random)).unwrap()
             }
         })
         .collect()
@@ -94,7 +97,7 @@ impl std::ops::Add for Tally {
 /// pins one), so the MILP must equal the exhaustive optimum whenever the
 /// exhaustive schedule has a staged form ([`lift::staged_form`]), and may
 /// only be slower (or infeasible) when it has none.
-fn check(graph: &Graph, backend: Backend) -> Tally {
+fn check(graph: &CheckmateGraph, backend: Backend) -> Tally {
     let opts = MilpOptions { backend, time_limit: None, ticker: None };
     let (min_any, min_ops) = exhaustive::min_peak(graph);
     let min_staged = lift::staged_form(graph, &min_ops).is_some();
@@ -104,7 +107,7 @@ fn check(graph: &Graph, backend: Backend) -> Tally {
         tally.budgets += 1;
         let oracle = exhaustive::fastest(graph, budget);
         let case = || format!("{} ({:?}) at budget {budget} with {backend}", graph.name(), graph.nodes());
-        match (solve_joint(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts), oracle) {
+        match (solve_checkmate(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts), oracle) {
             (Ok(sol), Some((best, ops))) => {
                 assert_eq!(sol.schedule.status, Status::Optimal, "{}", case());
                 assert_eq!(sol.schedule.gap, Some(0.0), "{}", case());
@@ -137,7 +140,7 @@ fn check(graph: &Graph, backend: Backend) -> Tally {
             (other, oracle) => panic!("{}: MILP {other:?}, exhaustive {oracle:?}", case()),
         }
     }
-    let all = solve_joint(graph, store_all.max(min_any), remat::graph::GraphAlgorithm::Checkmate, &opts).unwrap();
+    let all = solve_checkmate(graph, store_all.max(min_any), remat::graph::GraphAlgorithm::Checkmate, &opts).unwrap();
     assert_eq!(all.schedule.makespan, graph.total_cost(), "store-all at the checkpoint-all peak");
     tally
 }

@@ -7,20 +7,20 @@
 
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
-    Graph, GraphAlgorithm, GraphFile, GraphOptions, GraphSolveError, Node, Outcome, Status, exhaustive, joint, lift,
-    simulate_within, solve as graph_solve, solve_joint,
+    CheckmateGraph, CheckmateNode, GraphAlgorithm, GraphFile, GraphOptions, GraphSolveError, Outcome, Status, backward,
+    exhaustive, lift, simulate_within, solve as graph_solve, solve_checkmate,
 };
 use remat::problem::Method;
 use remat::solve::Algorithm;
 use remat::synthetic::{Figures, Rng, small_forward_graph};
 
-fn unit(name: String, inputs: Vec<usize>) -> Node {
-    Node { name, cost: 1.0, size: 1, overhead: 0, inputs }
+fn unit(name: String, inputs: Vec<usize>) -> CheckmateNode {
+    CheckmateNode { name, cost: 1.0, size: 1, overhead: 0, inputs }
 }
 
 /// Checkmate's `gen_linear_graph(k)`: nodes 0..=2k, edges i -> i+1, and
 /// forward node i -> its gradient node 2k - i; plus `skips` (u, v) edges.
-fn linear_graph(k: usize, skips: &[(usize, usize)]) -> Graph {
+fn linear_graph(k: usize, skips: &[(usize, usize)]) -> CheckmateGraph {
     let nodes = (0..=2 * k)
         .map(|v| {
             let mut inputs: Vec<usize> = if v == 0 { vec![] } else { vec![v - 1] };
@@ -33,12 +33,12 @@ fn linear_graph(k: usize, skips: &[(usize, usize)]) -> Graph {
             unit(format!("node{v}"), inputs)
         })
         .collect();
-    Graph::new(format!("linear{k}"), 0, nodes).unwrap()
+    CheckmateGraph::new(format!("linear{k}"), 0, nodes).unwrap()
 }
 
 /// A small joint graph with unit figures and skip connections.
-fn unit_graph(rng: &mut Rng, k: usize) -> Graph {
-    joint::derive(&small_forward_graph(rng, k, true, Figures::Unit)).unwrap()
+fn unit_graph(rng: &mut Rng, k: usize) -> CheckmateGraph {
+    backward::derive(&small_forward_graph(rng, k, true, Figures::Unit)).unwrap()
 }
 
 fn options() -> MilpOptions<'static> {
@@ -48,7 +48,7 @@ fn options() -> MilpOptions<'static> {
 /// Compares the MILP and the rounding with the oracle on `graph` at every
 /// budget from one below the smallest feasible one to one above the
 /// checkpoint-all peak. Returns (budgets tried, rounded schedules found).
-fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
+fn check(graph: &CheckmateGraph, backend: Backend) -> (usize, usize) {
     let opts = MilpOptions { backend, ..options() };
     let (min_any, _) = exhaustive::min_peak(graph);
     let ample = graph.nodes().iter().map(|n| n.size).sum::<u64>() + 1;
@@ -56,7 +56,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
     for budget in min_any.saturating_sub(1)..=ample {
         budgets += 1;
         let oracle = exhaustive::fastest(graph, budget).map(|(cost, _)| cost);
-        let milp = solve_joint(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts);
+        let milp = solve_checkmate(graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts);
         match (&milp, oracle) {
             (Ok(sol), Some(best)) => {
                 assert_eq!(sol.schedule.makespan, best, "{} at budget {budget}: MILP vs exhaustive", graph.name());
@@ -74,7 +74,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
             }
             (other, oracle) => panic!("{} at budget {budget}: MILP {other:?}, exhaustive {oracle:?}", graph.name()),
         }
-        match solve_joint(graph, budget, remat::graph::GraphAlgorithm::CheckmateApprox, &opts) {
+        match solve_checkmate(graph, budget, remat::graph::GraphAlgorithm::CheckmateApprox, &opts) {
             Ok(sol) => {
                 rounded += 1;
                 let best = oracle.expect("a rounded schedule proves a schedule exists");
@@ -91,7 +91,7 @@ fn check(graph: &Graph, backend: Backend) -> (usize, usize) {
         }
     }
     // With ample memory the LP's S* is integral enough to round to checkpoint-all.
-    let ample_sol = solve_joint(graph, ample, remat::graph::GraphAlgorithm::CheckmateApprox, &opts).unwrap();
+    let ample_sol = solve_checkmate(graph, ample, remat::graph::GraphAlgorithm::CheckmateApprox, &opts).unwrap();
     assert_eq!(ample_sol.schedule.makespan, graph.total_cost());
     (budgets, rounded)
 }
@@ -145,7 +145,7 @@ fn highs_matches_exhaustive_too() {
 /// class and says what it can meet.
 #[test]
 fn a_node_computed_twice_in_one_stage_is_beyond_the_milp() {
-    let node = |name: &str, cost: f64, size: u64, overhead: u64, inputs: Vec<usize>| Node {
+    let node = |name: &str, cost: f64, size: u64, overhead: u64, inputs: Vec<usize>| CheckmateNode {
         name: name.to_string(),
         cost,
         size,
@@ -160,7 +160,7 @@ fn a_node_computed_twice_in_one_stage_is_beyond_the_milp() {
         node("n4", 4.0, 3, 0, vec![3]),
         node("n5", 0.0, 1, 0, vec![0, 2, 4]),
     ];
-    let graph = Graph::new("twice", 0, nodes).unwrap();
+    let graph = CheckmateGraph::new("twice", 0, nodes).unwrap();
     let (min, ops) = exhaustive::min_peak(&graph);
     assert_eq!(min, 7);
     assert_eq!(simulate_within(&graph, &ops, 7).unwrap().peak_memory, 7);
@@ -168,14 +168,14 @@ fn a_node_computed_twice_in_one_stage_is_beyond_the_milp() {
     let (best, _) = exhaustive::fastest(&graph, 7).unwrap();
     assert_eq!(best, 15.0);
 
-    match solve_joint(&graph, 7, GraphAlgorithm::Checkmate, &options()) {
+    match solve_checkmate(&graph, 7, GraphAlgorithm::Checkmate, &options()) {
         Err(GraphSolveError::Infeasible { min_budget: Some(m), .. }) => assert_eq!((m.bytes, m.proven), (8, true)),
         other => panic!("{other:?}"),
     }
-    let at8 = solve_joint(&graph, 8, GraphAlgorithm::Checkmate, &options()).unwrap();
+    let at8 = solve_checkmate(&graph, 8, GraphAlgorithm::Checkmate, &options()).unwrap();
     assert_eq!(at8.schedule.makespan, exhaustive::fastest(&graph, 8).unwrap().0);
 
-    let file = GraphFile::Joint(graph);
+    let file = GraphFile::Checkmate(graph);
     match graph_solve(&file, 7, Method::Chain(Algorithm::Auto), &GraphOptions::default()).unwrap() {
         Outcome::Graph { solution, why, .. } => {
             assert_eq!(solution.schedule.makespan, best);

@@ -6,21 +6,22 @@ use std::time::Duration;
 
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
-    Graph, GraphFile, GraphSolveError, Status, baselines, joint, min_budget, simulate_within, solve_joint,
+    CheckmateGraph, GraphFile, GraphSolveError, Status, backward, baselines, min_budget, simulate_within,
+    solve_checkmate,
 };
 
 const MIB: u64 = 1 << 20;
 
-fn load(name: &str) -> Graph {
+fn load(name: &str) -> CheckmateGraph {
     let path = format!("{}/chains/graphs/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let GraphFile::Forward(forward) = GraphFile::from_json(&std::fs::read_to_string(path).unwrap()).unwrap() else {
         panic!("{name} is a forward graph")
     };
     assert!(forward.as_chain().is_err(), "{name} has skips");
-    joint::derive(&forward).unwrap()
+    backward::derive(&forward).unwrap()
 }
 
-fn cases() -> [(Graph, [u64; 3]); 2] {
+fn cases() -> [(CheckmateGraph, [u64; 3]); 2] {
     [(load("unet-tiny"), [350 * MIB, 300 * MIB, 250 * MIB]), (load("resnet-blocks"), [200 * MIB, 175 * MIB, 150 * MIB])]
 }
 
@@ -35,7 +36,7 @@ fn the_real_graphs_have_the_expected_shape() {
     // The smallest budget is the widest working set: grad:dec1 with its inputs.
     let m = min_budget(&unet, &opts(Backend::Microlp, 60.0)).unwrap();
     assert!(m.proven && m.bytes == unet.working_set_bound(), "{m:?}");
-    let e = solve_joint(&unet, m.bytes - 1, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 60.0))
+    let e = solve_checkmate(&unet, m.bytes - 1, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 60.0))
         .unwrap_err();
     assert!(matches!(e, GraphSolveError::Infeasible { min_budget: Some(b), .. } if b == m), "{e}");
 }
@@ -46,7 +47,7 @@ fn a_time_limit_returns_the_best_schedule_known() {
     let budget = budgets[1];
     // Far too short for the root LP: the warm start is the answer.
     let sol =
-        solve_joint(&unet, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 1e-9)).unwrap();
+        solve_checkmate(&unet, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 1e-9)).unwrap();
     assert_eq!(sol.schedule.status, Status::TimeLimit);
     let warm = baselines::best_fitting(&unet, budget).unwrap();
     assert!((sol.schedule.makespan - warm.cost).abs() < 1e-9 * warm.cost, "{} vs {}", sol.schedule.makespan, warm.cost);
@@ -59,7 +60,7 @@ fn a_time_limit_returns_the_best_schedule_known() {
 fn rounding_fits_the_budget_or_says_so() {
     for (graph, budgets) in cases() {
         for budget in budgets {
-            match solve_joint(
+            match solve_checkmate(
                 &graph,
                 budget,
                 remat::graph::GraphAlgorithm::CheckmateApprox,
@@ -88,12 +89,12 @@ fn highs_solves_the_real_graphs() {
     for (graph, budgets) in cases() {
         for budget in budgets {
             let sol =
-                solve_joint(&graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Highs, 300.0))
+                solve_checkmate(&graph, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Highs, 300.0))
                     .unwrap();
             simulate_within(&graph, &sol.schedule.operations, budget).unwrap();
             let warm = baselines::best_fitting(&graph, budget).unwrap();
             assert!(sol.schedule.makespan <= warm.cost + 1e-9);
-            let approx = solve_joint(
+            let approx = solve_checkmate(
                 &graph,
                 budget,
                 remat::graph::GraphAlgorithm::CheckmateApprox,
@@ -120,8 +121,9 @@ fn a_large_graph_gets_a_proven_gap_and_store_all_needs_no_milp() {
     // At the checkpoint-all peak nothing needs recomputing: optimal, proven by
     // the total-cost bound, without building the MILP (which would not finish
     // within this limit: see the tight budget below).
-    let sol = solve_joint(&inception, store_all, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5))
-        .unwrap();
+    let sol =
+        solve_checkmate(&inception, store_all, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5))
+            .unwrap();
     assert_eq!((sol.schedule.status, sol.schedule.gap), (Status::Optimal, Some(0.0)));
     assert_eq!(sol.schedule.makespan, inception.total_cost());
     // Halfway to the recompute-all peak, microlp stops at the limit with the
@@ -129,7 +131,8 @@ fn a_large_graph_gets_a_proven_gap_and_store_all_needs_no_milp() {
     let lowest = all.iter().map(|b| b.peak).min().unwrap();
     let budget = lowest + (store_all - lowest) / 2;
     let sol =
-        solve_joint(&inception, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5)).unwrap();
+        solve_checkmate(&inception, budget, remat::graph::GraphAlgorithm::Checkmate, &opts(Backend::Microlp, 0.5))
+            .unwrap();
     assert_ne!(sol.schedule.status, Status::Optimal);
     let bound = sol.bound.expect("a proven bound");
     assert!(bound >= inception.total_cost() - 1e-9 && bound <= sol.schedule.makespan, "{bound}");

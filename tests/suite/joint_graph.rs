@@ -1,7 +1,7 @@
 //! Joint-graph validation through the library: the named errors, and answers
 //! that do not depend on the order of the nodes in the file.
 
-use remat::joint::{self, JointError, JointGraph};
+use remat::joint::{self, OperatorGraph, OperatorGraphError};
 
 fn fixture_value(name: &str) -> serde_json::Value {
     let path = format!("{}/tests/data/joint/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -28,46 +28,46 @@ fn node_order_in_the_file_does_not_change_the_answer() {
 
 #[test]
 fn errors_are_named() {
-    let err = |text: &str| JointGraph::from_json(text).unwrap_err();
-    assert_eq!(err(r#"{"nodes": []}"#), JointError::Empty);
+    let err = |text: &str| OperatorGraph::from_json(text).unwrap_err();
+    assert_eq!(err(r#"{"nodes": []}"#), OperatorGraphError::Empty);
     match err(r#"{"nodes": [{"name": "x", "role": "primal", "bytes": -1}]}"#) {
-        JointError::Json { path, .. } => assert_eq!(path, "nodes[0].bytes"),
+        OperatorGraphError::Json { path, .. } => assert_eq!(path, "nodes[0].bytes"),
         other => panic!("{other:?}"),
     }
     assert_eq!(
         err(r#"{"nodes": [{"name": "x", "role": "primal", "shape": [2], "dtype": "float4"}]}"#),
-        JointError::UnknownDtype { node: "x".into(), dtype: "float4".into() }
+        OperatorGraphError::UnknownDtype { node: "x".into(), dtype: "float4".into() }
     );
     assert_eq!(
         err(r#"{"nodes": [{"name": "x", "role": "primal", "shape": [4294967296, 4294967296], "dtype": "float32"}]}"#),
-        JointError::SizeOverflow { node: "x".into() }
+        OperatorGraphError::SizeOverflow { node: "x".into() }
     );
     assert_eq!(
         err(r#"{"nodes": [{"name": "x", "role": "primal", "bytes": 4, "inputs": ["x"]}]}"#),
-        JointError::InputWithInputs { node: "x".into(), role: "primal" }
+        OperatorGraphError::InputWithInputs { node: "x".into(), role: "primal" }
     );
     let nodes = r#"[{"name": "x", "role": "primal", "bytes": 4},
         {"name": "t", "role": "forward", "op": "pointwise", "inputs": ["x"], "bytes": 4, "flops": -1}]"#;
     assert_eq!(
         err(&format!(r#"{{"nodes": {nodes}, "gradients": ["t"]}}"#)),
-        JointError::InvalidFlops { node: "t".into(), value: -1.0 }
+        OperatorGraphError::InvalidFlops { node: "t".into(), value: -1.0 }
     );
     let nodes = r#"[{"name": "x", "role": "primal", "bytes": 4},
         {"name": "g", "role": "tangent", "bytes": 4},
         {"name": "dx", "role": "backward", "op": "pointwise", "inputs": ["g"], "bytes": 4}]"#;
     assert_eq!(
         err(&format!(r#"{{"nodes": {nodes}, "outputs": ["dx"], "gradients": ["dx"]}}"#)),
-        JointError::OutputNotForward { name: "dx".into(), role: "backward" }
+        OperatorGraphError::OutputNotForward { name: "dx".into(), role: "backward" }
     );
     assert_eq!(
         err(&format!(r#"{{"nodes": {nodes}, "gradients": ["dy"]}}"#)),
-        JointError::UnknownOutput { field: "gradients", name: "dy".into() }
+        OperatorGraphError::UnknownOutput { field: "gradients", name: "dy".into() }
     );
     let nodes = r#"[{"name": "x", "role": "primal", "bytes": 4},
         {"name": "tup", "role": "forward", "op": "other", "inputs": ["x"], "tuple": true},
         {"name": "y", "role": "forward", "op": "pointwise", "inputs": ["tup"], "bytes": 4}]"#;
     assert_eq!(
         err(&format!(r#"{{"nodes": {nodes}, "gradients": ["y"]}}"#)),
-        JointError::TupleUse { node: "tup".into(), user: "y".into() }
+        OperatorGraphError::TupleUse { node: "tup".into(), user: "y".into() }
     );
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use remat::joint::maxflow::FlowNetwork;
-use remat::joint::{Analysis, JointGraph, OpClass, Role, budget, mincut};
+use remat::joint::{Analysis, OpClass, OperatorGraph, Role, budget, mincut};
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -94,7 +94,7 @@ fn random_graph(seed: u64) -> String {
 }
 
 /// Every subset of the forward-computable nodes, as saved flags.
-fn subsets(g: &JointGraph, a: &Analysis) -> Vec<Vec<bool>> {
+fn subsets(g: &OperatorGraph, a: &Analysis) -> Vec<Vec<bool>> {
     let vf: Vec<usize> = (0..g.nodes().len()).filter(|&i| a.forward_computable[i]).collect();
     (0u32..1 << vf.len())
         .map(|mask| {
@@ -111,7 +111,7 @@ fn subsets(g: &JointGraph, a: &Analysis) -> Vec<Vec<bool>> {
 fn min_cut_is_the_cheapest_valid_saved_set() {
     for seed in 0..300 {
         let text = random_graph(seed);
-        let g = JointGraph::from_json(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        let g = OperatorGraph::from_json(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
         let a = Analysis::new(&g);
         let cost = |s: &[bool]| -> u128 { (0..s.len()).filter(|&i| s[i]).map(|i| mincut::cut_weight(&g, &a, i)).sum() };
         let valid = |s: &[bool]| {
@@ -129,7 +129,7 @@ fn min_cut_is_the_cheapest_valid_saved_set() {
 fn the_budget_ilp_finds_the_least_recompute_cost_that_fits() {
     for seed in 0..120 {
         let text = random_graph(seed);
-        let g = JointGraph::from_json(&text).unwrap();
+        let g = OperatorGraph::from_json(&text).unwrap();
         let a = Analysis::new(&g);
         let allowed = |s: &[bool]| {
             mincut::recompute_set(&g, &a, s).is_ok_and(|rec| {

@@ -223,8 +223,8 @@ fn floating_is_the_nested_optimum_with_options() {
         let lo = min_any.saturating_sub(1);
         let nested = profile(&chain, lo, hi, exhaustive::fastest_nested);
         // One table at exact slots answers every budget up to hi.
-        let table = floating::Plan::new(SlotChain::new(&chain, Slots::with_slot(hi, 1))).fill(None);
-        let table_plain = floating::Plan::new(SlotChain::new(&plain, Slots::with_slot(hi, 1))).fill(None);
+        let table = floating::Thresholds::new(SlotChain::new(&chain, Slots::with_slot(hi, 1))).fill(None);
+        let table_plain = floating::Thresholds::new(SlotChain::new(&plain, Slots::with_slot(hi, 1))).fill(None);
         for budget in lo..=hi {
             c.cases += 1;
             let k = (budget - lo) as usize;
@@ -254,7 +254,7 @@ fn floating_is_the_nested_optimum_with_options() {
                 Algorithm::ChenSqrt,
                 Algorithm::Revolve,
             ] {
-                match baselines::plan(&chain, budget, b, &exact(budget)) {
+                match baselines::schedule(&chain, budget, b, &exact(budget)) {
                     Ok(plan) => {
                         baseline_checks += 1;
                         assert!(time <= plan.makespan + 1e-9, "{b} beats floating: {chain:?} at {budget}");
@@ -375,7 +375,7 @@ fn repeated_stages_with_different_options_are_not_shared() {
     let chain = Chain::new("stack-options", 4, stages, Stage::zero_loss()).unwrap();
     let top = 200;
     let slots = Slots::with_slot(top, 1);
-    let plan = floating::Plan::new(SlotChain::new(&chain, slots));
+    let plan = floating::Thresholds::new(SlotChain::new(&chain, slots));
     let est = plan.estimate();
     let upper = floating::upper_estimate_shared(&chain, slots);
     assert!(est.work <= upper.work && est.table_bytes <= upper.table_bytes, "{est:?} {upper:?}");
@@ -386,7 +386,7 @@ fn repeated_stages_with_different_options_are_not_shared() {
     };
     let shared = plan.fill(Some(&progress));
     assert_eq!(done.load(std::sync::atomic::Ordering::Relaxed), est.work);
-    let plain = floating::Plan::new_plain(SlotChain::new(&chain, slots)).fill(None);
+    let plain = floating::Thresholds::new_plain(SlotChain::new(&chain, slots)).fill(None);
     let mut feasible = 0;
     for m in 0..=top as usize {
         let (a, b) = (shared.makespan(m), plain.makespan(m));

@@ -112,7 +112,7 @@ fn shared_slot_table_equals_the_plain_one() {
 /// nested schedules (exhaustive search over that class).
 #[test]
 fn shared_floating_table_equals_the_plain_one() {
-    use remat::solve::floating::Plan;
+    use remat::solve::floating::Thresholds;
     let mut rng = Rng::new(2505);
     let mut nested = 0;
     for i in 0..800 {
@@ -120,8 +120,8 @@ fn shared_floating_table_equals_the_plain_one() {
         let top = store_all_peak(&chain) + 2;
         let slots = [3, 10, 40, top as usize][i % 4];
         let disc = Slots::new(top, slots);
-        let plain = Plan::new_plain(SlotChain::new(&chain, disc)).fill(None);
-        let shared = Plan::new(SlotChain::new(&chain, disc)).fill(None);
+        let plain = Thresholds::new_plain(SlotChain::new(&chain, disc)).fill(None);
+        let shared = Thresholds::new(SlotChain::new(&chain, disc)).fill(None);
         for m in 0..=disc.capacity {
             assert_eq!(shared.makespan(m).to_bits(), plain.makespan(m).to_bits(), "{chain:?} at {m} of {disc:?}");
             assert_eq!(shared.sequence(m), plain.sequence(m), "{chain:?} at {m} of {disc:?}");

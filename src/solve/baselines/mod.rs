@@ -32,7 +32,7 @@ pub const BASELINES: &[Algorithm] = &[
 
 /// A baseline's schedule before [`crate::solve::solve`] replays it.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct BaselineSchedule {
     /// The operation sequence.
     pub ops: Vec<Op>,
     /// The makespan the generator expects (a formula or its DP's value), which
@@ -50,14 +50,19 @@ pub struct Plan {
 ///
 /// # Panics
 /// If `algorithm` is not a baseline.
-pub fn plan(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<Plan, SolveError> {
+pub fn schedule(
+    chain: &Chain,
+    budget: u64,
+    algorithm: Algorithm,
+    opts: &SolveOptions,
+) -> Result<BaselineSchedule, SolveError> {
     let candidates = match algorithm {
-        Algorithm::Revolve => return revolve::plan(chain, budget, opts),
+        Algorithm::Revolve => return revolve::schedule(chain, budget, opts),
         Algorithm::StoreAll => vec![store_all::candidate(chain)],
         Algorithm::Sequential => sequential::candidates(chain, opts.segments)?,
         Algorithm::ChenSqrt => vec![chen::sqrt_candidate(chain)],
         Algorithm::ChenGreedy => chen::greedy_candidates(chain),
-        Algorithm::Uniform => return uniform_plan(chain, budget),
+        Algorithm::Uniform => return uniform_schedule(chain, budget),
         other => panic!("{other} is not a baseline"),
     };
     fastest_fitting(chain, candidates, budget, algorithm)
@@ -66,7 +71,7 @@ pub fn plan(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOption
 /// The smallest budget in bytes at which `algorithm` (a baseline) finds a
 /// schedule with these options; `None` if no budget works.
 pub fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<Option<u64>, SolveError> {
-    match plan(chain, 0, algorithm, opts) {
+    match schedule(chain, 0, algorithm, opts) {
         Ok(_) => Ok(Some(0)),
         Err(SolveError::Infeasible { min_budget, .. }) => Ok(min_budget),
         Err(e) => Err(e),
@@ -139,7 +144,7 @@ pub fn faster(a: (f64, u64), b: (f64, u64)) -> bool {
 
 /// The fastest uniform policy ([`uniform`]) that fits `budget`: every policy
 /// replayed, ties to the smaller peak, then the first. O(policies x L).
-fn uniform_plan(chain: &Chain, budget: u64) -> Result<Plan, SolveError> {
+fn uniform_schedule(chain: &Chain, budget: u64) -> Result<BaselineSchedule, SolveError> {
     let algorithm = Algorithm::Uniform;
     let mut best: Option<(f64, u64, Vec<Op>, String, f64)> = None;
     let mut min_peak: Option<u64> = None;
@@ -158,9 +163,12 @@ fn uniform_plan(chain: &Chain, budget: u64) -> Result<Plan, SolveError> {
         }
     }
     match best {
-        Some((_, _, ops, name, makespan)) => {
-            Ok(Plan { ops, makespan, slot_size: 1, detail: Some(format!("policy `{name}` on every stage")) })
-        }
+        Some((_, _, ops, name, makespan)) => Ok(BaselineSchedule {
+            ops,
+            makespan,
+            slot_size: 1,
+            detail: Some(format!("policy `{name}` on every stage")),
+        }),
         None => Err(SolveError::Infeasible { algorithm, budget, min_budget: min_peak }),
     }
 }
@@ -173,7 +181,7 @@ fn fastest_fitting(
     candidates: Vec<Candidate>,
     budget: u64,
     algorithm: Algorithm,
-) -> Result<Plan, SolveError> {
+) -> Result<BaselineSchedule, SolveError> {
     let mut best: Option<(f64, u64, Vec<Op>, Candidate)> = None;
     let mut min_peak: Option<u64> = None;
     for cand in candidates {
@@ -192,9 +200,12 @@ fn fastest_fitting(
         }
     }
     match best {
-        Some((_, _, ops, cand)) => {
-            Ok(Plan { ops, makespan: segmented_makespan(chain, &cand.checkpoints), slot_size: 1, detail: cand.detail })
-        }
+        Some((_, _, ops, cand)) => Ok(BaselineSchedule {
+            ops,
+            makespan: segmented_makespan(chain, &cand.checkpoints),
+            slot_size: 1,
+            detail: cand.detail,
+        }),
         None => Err(SolveError::Infeasible { algorithm, budget, min_budget: min_peak }),
     }
 }

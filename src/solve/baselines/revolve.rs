@@ -24,7 +24,7 @@
 
 use rayon::prelude::*;
 
-use super::Plan;
+use super::BaselineSchedule;
 use crate::chain::Chain;
 use crate::schedule::Op;
 use crate::slots::{SlotChain, Slots};
@@ -152,10 +152,10 @@ pub fn table_bytes_estimate(sc: &SlotChain) -> u64 {
 
 /// The revolve schedule of `chain` under `budget` bytes with `opts.slots.get()`
 /// (through the shared slot-DP path, `solve::dp`).
-pub fn plan(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Plan, SolveError> {
+pub fn schedule(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<BaselineSchedule, SolveError> {
     let (ops, slot_size, makespan) =
         crate::solve::dp::solve_dp::<crate::solve::dp::Revolve>(chain, budget, opts.slots.get(), opts.progress)?;
-    Ok(Plan { ops, makespan, slot_size, detail: None })
+    Ok(BaselineSchedule { ops, makespan, slot_size, detail: None })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The joint forward+backward graph in Checkmate's form ([`Graph`]): every
-//! operation a node with a cost and an output size, in topological order.
+//! The Checkmate graph ([`CheckmateGraph`]): a joint forward+backward graph in
+//! Checkmate's form, every operation a node with a cost and an output size, in
+//! topological order. Its file form is the joint form (`"joint": true`).
 
 use std::collections::HashMap;
 
@@ -7,9 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{GraphError, check_time, deserialize, parse_value, resolve_inputs, users_of};
 
-/// One node of a joint graph: an operation that produces one value.
+/// One node of a Checkmate graph: an operation that produces one value.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Node {
+pub struct CheckmateNode {
     /// Unique name (forward nodes keep the forward graph's names).
     pub name: String,
     /// C_i: time of one evaluation (ms by convention).
@@ -28,9 +29,10 @@ fn is_zero(x: &u64) -> bool {
     *x == 0
 }
 
-/// What a node of a derived joint graph stands for.
+/// What a node of a Checkmate graph stands for: the forward or backward of
+/// which forward-graph node (when derived by [`super::backward::derive`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub enum CheckmateRole {
     /// The forward of forward-graph node `v` (its value: everything a recorded
     /// forward keeps, `saved_size` bytes).
     Forward(usize),
@@ -39,43 +41,45 @@ pub enum Role {
     /// The backward of forward-graph node `v` (its value: the gradients of
     /// `v`'s inputs).
     Backward(usize),
-    /// A node of a joint graph read from a file (no forward graph behind it).
+    /// A node of a Checkmate graph read from a file (no forward graph behind it).
     Given,
 }
 
-/// A validated joint graph (Checkmate's `G = (V, E)`).
+/// A validated Checkmate graph (Checkmate's `G = (V, E)`): the joint
+/// forward+backward graph the Checkmate MILP, its LP rounding and exhaustive
+/// search solve.
 ///
 /// Nodes are in topological order (every input of node `i` is below `i`); the
 /// last node is the final result. `input_size` bytes (the network input) are
 /// resident throughout and count against every budget.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Graph {
+pub struct CheckmateGraph {
     name: String,
     input_size: u64,
-    nodes: Vec<Node>,
+    nodes: Vec<CheckmateNode>,
     users: Vec<Vec<usize>>,
-    roles: Vec<Role>,
+    roles: Vec<CheckmateRole>,
     pub(super) metadata: Option<serde_json::Value>,
 }
 
-/// The JSON shape of a joint graph.
+/// The JSON shape of a Checkmate graph (the joint form).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct JointJson {
+pub(super) struct CheckmateJson {
     name: String,
     #[allow(dead_code)]
     joint: bool,
     /// Bytes always resident (the network input); not part of Checkmate's form.
     #[serde(default)]
     input_size: u64,
-    nodes: Vec<JointNodeJson>,
+    nodes: Vec<CheckmateNodeJson>,
     #[serde(default)]
     metadata: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JointNodeJson {
+struct CheckmateNodeJson {
     name: String,
     cost: f64,
     size: u64,
@@ -84,19 +88,23 @@ struct JointNodeJson {
     inputs: Vec<String>,
 }
 
-impl Graph {
-    /// Builds and validates a joint graph. `nodes[i].inputs` must all be below `i`.
-    pub fn new(name: impl Into<String>, input_size: u64, nodes: Vec<Node>) -> Result<Graph, GraphError> {
-        let roles = vec![Role::Given; nodes.len()];
-        Graph::with_roles(name.into(), input_size, nodes, roles)
+impl CheckmateGraph {
+    /// Builds and validates a Checkmate graph. `nodes[i].inputs` must all be below `i`.
+    pub fn new(
+        name: impl Into<String>,
+        input_size: u64,
+        nodes: Vec<CheckmateNode>,
+    ) -> Result<CheckmateGraph, GraphError> {
+        let roles = vec![CheckmateRole::Given; nodes.len()];
+        CheckmateGraph::with_roles(name.into(), input_size, nodes, roles)
     }
 
     pub(crate) fn with_roles(
         name: String,
         input_size: u64,
-        nodes: Vec<Node>,
-        roles: Vec<Role>,
-    ) -> Result<Graph, GraphError> {
+        nodes: Vec<CheckmateNode>,
+        roles: Vec<CheckmateRole>,
+    ) -> Result<CheckmateGraph, GraphError> {
         if nodes.is_empty() {
             return Err(GraphError::Empty);
         }
@@ -131,28 +139,28 @@ impl Graph {
         }
         let inputs: Vec<Vec<usize>> = nodes.iter().map(|n| n.inputs.clone()).collect();
         let users = users_of(&inputs);
-        Ok(Graph { name, input_size, nodes, users, roles, metadata: None })
+        Ok(CheckmateGraph { name, input_size, nodes, users, roles, metadata: None })
     }
 
     /// Parses and validates the joint form (`"joint": true`).
-    pub fn from_json(text: &str) -> Result<Graph, GraphError> {
-        Graph::from_parsed(deserialize(&parse_value(text)?)?)
+    pub fn from_json(text: &str) -> Result<CheckmateGraph, GraphError> {
+        CheckmateGraph::from_parsed(deserialize(&parse_value(text)?)?)
     }
 
-    pub(super) fn from_parsed(parsed: JointJson) -> Result<Graph, GraphError> {
+    pub(super) fn from_parsed(parsed: CheckmateJson) -> Result<CheckmateGraph, GraphError> {
         let inputs = resolve_inputs(parsed.nodes.iter().map(|n| (n.name.as_str(), n.inputs.as_slice())))?;
         let nodes = parsed
             .nodes
             .into_iter()
             .zip(inputs)
-            .map(|(n, inputs)| Node { name: n.name, cost: n.cost, size: n.size, overhead: n.overhead, inputs })
+            .map(|(n, inputs)| CheckmateNode { name: n.name, cost: n.cost, size: n.size, overhead: n.overhead, inputs })
             .collect();
-        let mut graph = Graph::new(parsed.name, parsed.input_size, nodes)?;
+        let mut graph = CheckmateGraph::new(parsed.name, parsed.input_size, nodes)?;
         graph.metadata = parsed.metadata;
         Ok(graph)
     }
 
-    /// The joint form, readable again by [`Graph::from_json`].
+    /// The joint form, readable again by [`CheckmateGraph::from_json`].
     pub fn to_json(&self) -> String {
         let nodes: Vec<serde_json::Value> = self
             .nodes
@@ -196,12 +204,12 @@ impl Graph {
     }
 
     /// The nodes in topological order.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn nodes(&self) -> &[CheckmateNode] {
         &self.nodes
     }
 
     /// Node `i`.
-    pub fn node(&self, i: usize) -> &Node {
+    pub fn node(&self, i: usize) -> &CheckmateNode {
         &self.nodes[i]
     }
 
@@ -210,8 +218,8 @@ impl Graph {
         &self.users[i]
     }
 
-    /// What node `i` stands for ([`Role::Given`] for nodes read from a joint file).
-    pub fn role(&self, i: usize) -> Role {
+    /// What node `i` stands for ([`CheckmateRole::Given`] for nodes read from a joint file).
+    pub fn role(&self, i: usize) -> CheckmateRole {
         self.roles[i]
     }
 

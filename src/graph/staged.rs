@@ -1,4 +1,4 @@
-//! Schedules in Checkmate's staged form (R, S) and their execution plans.
+//! Schedules in Checkmate's staged form (R, S) and the operations they run.
 //!
 //! Stage `t` is where node `t` is computed for the first time (frontier
 //! advancing). `R[t][i]` (i <= t): node `i` is computed in stage `t`, at most
@@ -7,11 +7,11 @@
 //! value is freed after the last node of the stage that reads it, unless it is
 //! held into the next stage.
 //!
-//! [`Staged::plan`] turns (R, S) into `compute`/`free` operations (Checkmate
+//! [`Staged::operations`] turns (R, S) into `compute`/`free` operations (Checkmate
 //! Alg. 1, with values that a stage does not use freed when it starts);
 //! [`Staged::accounting`] evaluates the MILP's own memory variables U on it.
 
-use crate::graph::{Graph, GraphOp};
+use crate::graph::{CheckmateGraph, GraphOp};
 
 /// A schedule in staged form. Row `t` of `r` has `t + 1` entries with
 /// `r[t][t] = true`; row `t` of `s` has `t` entries.
@@ -27,7 +27,7 @@ pub struct Staged {
 /// baselines hold `i` only up to this stage; an optimal schedule may hold it
 /// longer (a user of `i` recomputed in a later stage reads it), so the MILP
 /// does not use this as a bound.
-pub fn last_use(graph: &Graph, i: usize) -> Option<usize> {
+pub fn last_use(graph: &CheckmateGraph, i: usize) -> Option<usize> {
     graph.users(i).last().copied()
 }
 
@@ -82,7 +82,7 @@ impl Staged {
     /// and a node of stage `t` or later still reads it, and recomputes
     /// everything else where needed (the checkpoint-based baselines).
     /// O(n (n + |E|)).
-    pub fn keeping(graph: &Graph, keep: impl Fn(usize, usize) -> bool) -> Staged {
+    pub fn keeping(graph: &CheckmateGraph, keep: impl Fn(usize, usize) -> bool) -> Staged {
         let n = graph.len();
         let mut staged = Staged::frontier(n);
         for t in 1..n {
@@ -100,7 +100,7 @@ impl Staged {
     /// every input of a computed node that is neither held nor computed is
     /// computed too (1b). R only gains entries, each one forced by a
     /// constraint, so R is the cheapest completion of S. O(n (n + |E|)).
-    pub fn complete(&mut self, graph: &Graph) {
+    pub fn complete(&mut self, graph: &CheckmateGraph) {
         let n = self.len();
         for t in 1..n {
             for i in 0..t {
@@ -123,19 +123,19 @@ impl Staged {
     }
 
     /// Sum of `C_i R[t][i]`: the MILP's objective for this schedule.
-    pub fn cost(&self, graph: &Graph) -> f64 {
+    pub fn cost(&self, graph: &CheckmateGraph) -> f64 {
         (0..self.len()).map(|t| (0..=t).filter(|&i| self.r[t][i]).map(|i| graph.node(i).cost).sum::<f64>()).sum()
     }
 
     /// Checkmate's FREE_{t,i,k} (eq. 5) for the edge `i -> k`: node `k` is
     /// computed in stage `t`, `i` is not held into stage `t + 1`, and no later
     /// node of the stage reads `i`.
-    pub fn frees(&self, graph: &Graph, t: usize, i: usize, k: usize) -> bool {
+    pub fn frees(&self, graph: &CheckmateGraph, t: usize, i: usize, k: usize) -> bool {
         self.r[t][k] && !self.held_next(t, i) && !graph.users(i).iter().any(|&j| j > k && j <= t && self.r[t][j])
     }
 
     /// The MILP's memory variables for this schedule (eqs. 2-3). O(n (n + |E|)).
-    pub fn accounting(&self, graph: &Graph) -> Accounting {
+    pub fn accounting(&self, graph: &CheckmateGraph) -> Accounting {
         let n = self.len();
         let size = |i: usize| graph.node(i).size;
         let mut u = Vec::with_capacity(n);
@@ -167,13 +167,13 @@ impl Staged {
         Accounting { u, peak: peak + graph.input_size() }
     }
 
-    /// The execution plan (Checkmate Alg. 1): stage by stage, nodes in index
-    /// order, each value freed right after the last node of its stage that
-    /// reads it unless it is held into the next stage; a value held into a
-    /// stage that does not read it and does not pass it on is freed when the
-    /// stage starts. The final node is never freed. Memory after every compute
+    /// The `compute`/`free` operations (Checkmate Alg. 1, its execution
+    /// plan): stage by stage, nodes in index order, each value freed right
+    /// after the last node of its stage that reads it unless it is held into
+    /// the next stage; a value held into a stage that does not read it and
+    /// does not pass it on is freed when the stage starts. The final node is never freed. Memory after every compute
     /// is at most the MILP's `U` there. O(n (n + |E|) d) for maximum degree d.
-    pub fn plan(&self, graph: &Graph) -> Vec<GraphOp> {
+    pub fn operations(&self, graph: &CheckmateGraph) -> Vec<GraphOp> {
         let n = self.len();
         let last = n - 1;
         let mut resident = vec![false; n];
@@ -215,18 +215,24 @@ impl Staged {
 mod tests {
     use super::*;
     use crate::graph::simulate::simulate;
-    use crate::graph::{GraphOp, Node};
+    use crate::graph::{CheckmateNode, GraphOp};
 
     /// Checkmate's linear graph with 2 forward nodes: 0 -> 1 -> 2 -> 3 -> 4,
     /// skips 0 -> 4 and 1 -> 3 (forward node to its gradient node).
-    fn linear2() -> Graph {
+    fn linear2() -> CheckmateGraph {
         let inputs = [vec![], vec![0], vec![1], vec![1, 2], vec![0, 3]];
         let nodes = inputs
             .iter()
             .enumerate()
-            .map(|(i, ins)| Node { name: format!("n{i}"), cost: 1.0, size: 1, overhead: 0, inputs: ins.clone() })
+            .map(|(i, ins)| CheckmateNode {
+                name: format!("n{i}"),
+                cost: 1.0,
+                size: 1,
+                overhead: 0,
+                inputs: ins.clone(),
+            })
             .collect();
-        Graph::new("linear2", 0, nodes).unwrap()
+        CheckmateGraph::new("linear2", 0, nodes).unwrap()
     }
 
     #[test]
@@ -234,7 +240,7 @@ mod tests {
         let g = linear2();
         let staged = Staged::keeping(&g, |_, _| true);
         assert_eq!(staged.cost(&g), 5.0, "every node once");
-        let ops = staged.plan(&g);
+        let ops = staged.operations(&g);
         use GraphOp::{Compute as C, Free as F};
         assert_eq!(ops, [C(0), C(1), C(2), C(3), F(1), F(2), C(4), F(0), F(3)]);
         let replay = simulate(&g, &ops).unwrap();
@@ -248,7 +254,7 @@ mod tests {
     fn keeping_nothing_recomputes_and_completion_is_minimal() {
         let g = linear2();
         let staged = Staged::keeping(&g, |_, _| false);
-        let replay = simulate(&g, &staged.plan(&g)).unwrap();
+        let replay = simulate(&g, &staged.operations(&g)).unwrap();
         assert_eq!(replay.makespan, staged.cost(&g));
         assert_eq!(staged.r[2], [true, true, true], "stage 2 recomputes n0 and n1 for n2");
         assert_eq!(staged.r[4], [true; 5], "n4 needs n0 and n3, n3 needs n1 and n2");
@@ -263,7 +269,7 @@ mod tests {
         staged.s[3][0] = true; // hold n0 into stage 3: it must exist at the end of stage 2
         staged.complete(&g);
         assert!(staged.r[2][0]);
-        assert!(simulate(&g, &staged.plan(&g)).is_ok());
+        assert!(simulate(&g, &staged.operations(&g)).is_ok());
     }
 
     #[test]
@@ -282,7 +288,7 @@ mod tests {
                     if v > 1 && rng.chance(1, 2) {
                         inputs.insert(0, rng.range(0, v as u64 - 2) as usize);
                     }
-                    Node {
+                    CheckmateNode {
                         name: format!("n{v}"),
                         cost: rng.range(0, 4) as f64,
                         size: rng.range(0, 5),
@@ -291,7 +297,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let g = Graph::new("r", rng.range(0, 3), nodes).unwrap();
+            let g = CheckmateGraph::new("r", rng.range(0, 3), nodes).unwrap();
             let mut staged = Staged::frontier(n);
             for t in 1..n {
                 for i in 0..t {
@@ -299,7 +305,7 @@ mod tests {
                 }
             }
             staged.complete(&g);
-            let replay = simulate(&g, &staged.plan(&g)).unwrap();
+            let replay = simulate(&g, &staged.operations(&g)).unwrap();
             assert!(replay.makespan <= staged.cost(&g) + 1e-9);
             assert!(replay.peak_memory <= staged.accounting(&g).peak);
         }

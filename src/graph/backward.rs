@@ -1,6 +1,7 @@
-//! The joint forward+backward graph of a forward graph.
+//! The backward of a forward graph: [`derive()`] adds the gradient nodes and
+//! gives the network's Checkmate graph (joint forward+backward, [`CheckmateGraph`]).
 //!
-//! For forward nodes `0..n` (the last one the network's output) the joint graph
+//! For forward nodes `0..n` (the last one the network's output) the Checkmate graph
 //! has `2n + 1` nodes, in this topological order:
 //!
 //! | index | node | inputs | cost | size | overhead |
@@ -9,7 +10,7 @@
 //! | `n` | `loss-grad`, dLoss/d(output) | the last forward node | 0 | last node's `gradient_size` | 0 |
 //! | `2n - v` | `grad:v`, the backward of `v` | `v`'s inputs, `v`, and the gradient nodes of `v`'s users (`loss-grad` for the last node) | `backward_time` | sum of the `gradient_size` of `v`'s inputs (`input_size` for the network input) | `backward_overhead` |
 //!
-//! The network input is resident throughout (`input_size` of the joint graph),
+//! The network input is resident throughout (`input_size` of the Checkmate graph),
 //! as in the chain model, where a^0 stays until B^1.
 //!
 //! How this relates to the chain model ([the model](crate::model)): a forward node's value is
@@ -25,7 +26,7 @@
 //! right after the node's forward and recompute it for the backward, a move the
 //! chain's operation table does not have.
 
-use crate::graph::{ForwardGraph, Graph, GraphError, Node, Role};
+use crate::graph::{CheckmateGraph, CheckmateNode, CheckmateRole, ForwardGraph, GraphError};
 
 /// Name of the node computing dLoss/d(output).
 pub const LOSS_GRAD: &str = "loss-grad";
@@ -35,40 +36,40 @@ pub fn grad_name(name: &str) -> String {
     format!("grad:{name}")
 }
 
-/// Index in the joint graph of the backward node of forward node `v`
+/// Index in the Checkmate graph of the backward node of forward node `v`
 /// (`n` forward nodes).
 pub fn backward_index(n: usize, v: usize) -> usize {
     2 * n - v
 }
 
-/// Derives the joint graph of `forward` (table above). O(n + |E|).
+/// Derives the Checkmate graph of `forward` (table above). O(n + |E|).
 ///
 /// Fails only when a derived name collides with a forward node's name (a
 /// forward node called `loss-grad` or `grad:x`) or the sizes overflow.
-pub fn derive(forward: &ForwardGraph) -> Result<Graph, GraphError> {
+pub fn derive(forward: &ForwardGraph) -> Result<CheckmateGraph, GraphError> {
     let n = forward.len();
     let mut nodes = Vec::with_capacity(2 * n + 1);
     let mut roles = Vec::with_capacity(2 * n + 1);
     for v in 0..n {
         let s = forward.stage(v);
-        nodes.push(Node {
+        nodes.push(CheckmateNode {
             name: forward.node_name(v).to_string(),
             cost: s.forward_time,
             size: s.saved_size,
             overhead: s.forward_overhead,
             inputs: forward.inputs(v).to_vec(),
         });
-        roles.push(Role::Forward(v));
+        roles.push(CheckmateRole::Forward(v));
     }
     let last = n - 1;
-    nodes.push(Node {
+    nodes.push(CheckmateNode {
         name: LOSS_GRAD.to_string(),
         cost: 0.0,
         size: forward.stage(last).gradient_size,
         overhead: 0,
         inputs: vec![last],
     });
-    roles.push(Role::Loss);
+    roles.push(CheckmateRole::Loss);
     for v in (0..n).rev() {
         let s = forward.stage(v);
         let ins = forward.inputs(v);
@@ -86,16 +87,16 @@ pub fn derive(forward: &ForwardGraph) -> Result<Graph, GraphError> {
         }
         inputs.extend(forward.users(v).iter().map(|&w| backward_index(n, w)));
         inputs.sort_unstable();
-        nodes.push(Node {
+        nodes.push(CheckmateNode {
             name: grad_name(forward.node_name(v)),
             cost: s.backward_time,
             size,
             overhead: s.backward_overhead,
             inputs,
         });
-        roles.push(Role::Backward(v));
+        roles.push(CheckmateRole::Backward(v));
     }
-    let mut graph = Graph::with_roles(forward.name().to_string(), forward.input_size(), nodes, roles)?;
+    let mut graph = CheckmateGraph::with_roles(forward.name().to_string(), forward.input_size(), nodes, roles)?;
     graph.metadata = forward.metadata().cloned();
     Ok(graph)
 }
@@ -136,7 +137,7 @@ mod tests {
         assert_eq!(g.node(g.index_of("grad:a").unwrap()).size, 3, "the input's gradient");
         assert_eq!(g.node(0).size, 11, "a forward keeps its saved data");
         assert_eq!(g.input_size(), 3);
-        assert_eq!(g.role(5), Role::Backward(3));
+        assert_eq!(g.role(5), CheckmateRole::Backward(3));
         assert_eq!(backward_index(4, 3), 5);
     }
 
