@@ -584,6 +584,11 @@ impl Table {
         &self.sc
     }
 
+    /// C(s, t, m), m besides a^{s-1} (infinite where nothing fits). O(1).
+    pub(crate) fn cost(&self, s: usize, t: usize, m: usize) -> f64 {
+        self.row(s, t).get(m)
+    }
+
     /// The breakpoints of C(s, t, .) up to m = `cap`: each (m, C(s, t, m))
     /// where the row drops, by increasing m (the row's exact step function,
     /// as [`crate::solve::fronts`] stores it). O(length of the row).
