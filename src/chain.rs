@@ -30,6 +30,13 @@ pub struct Stage {
     pub gradient_size: u64,
     /// o_f: transient bytes while the forward runs.
     pub forward_overhead: u64,
+    /// o_r: transient bytes while a recording forward (`F_all^l`, option 0)
+    /// runs, when it differs from `forward_overhead` (a plain forward frees
+    /// its intermediates as it goes, a recording one keeps them in `saved_size`,
+    /// so its transient beyond them is often smaller); `None`:
+    /// `forward_overhead`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_overhead: Option<u64>,
     /// o_b: transient bytes while the backward runs.
     pub backward_overhead: u64,
     /// Further ways to record this stage (options 1, 2, ...; option 0 is the
@@ -88,6 +95,7 @@ impl Stage {
             saved_size,
             gradient_size: output_size,
             forward_overhead: 0,
+            recording_overhead: None,
             backward_overhead: 0,
             options: Vec::new(),
         }
@@ -102,7 +110,7 @@ impl Stage {
             Recording {
                 saved_size: self.saved_size,
                 backward_time: self.backward_time,
-                forward_overhead: self.forward_overhead,
+                forward_overhead: self.recording_overhead.unwrap_or(self.forward_overhead),
                 backward_overhead: self.backward_overhead,
             }
         } else {
@@ -227,6 +235,8 @@ struct StageJson {
     #[serde(default)]
     forward_overhead: u64,
     #[serde(default)]
+    recording_overhead: Option<u64>,
+    #[serde(default)]
     backward_overhead: u64,
     #[serde(default)]
     options: Vec<Object<OptionJson>>,
@@ -297,7 +307,7 @@ impl From<StageJson> for Stage {
                 name: o.name,
                 saved_size: o.saved_size,
                 recompute_time: o.recompute_time,
-                forward_overhead: o.forward_overhead.unwrap_or(s.forward_overhead),
+                forward_overhead: o.forward_overhead.unwrap_or(s.recording_overhead.unwrap_or(s.forward_overhead)),
                 backward_overhead: o.backward_overhead.unwrap_or(s.backward_overhead),
             })
             .collect();
@@ -309,6 +319,7 @@ impl From<StageJson> for Stage {
             saved_size: s.saved_size,
             gradient_size: s.gradient_size.unwrap_or(s.output_size),
             forward_overhead: s.forward_overhead,
+            recording_overhead: s.recording_overhead,
             backward_overhead: s.backward_overhead,
             options,
         }
@@ -325,6 +336,7 @@ impl From<LossJson> for Stage {
             saved_size: s.saved_size,
             gradient_size: s.gradient_size.unwrap_or(s.output_size),
             forward_overhead: s.forward_overhead,
+            recording_overhead: None,
             backward_overhead: s.backward_overhead,
             options: Vec::new(),
         }
@@ -546,7 +558,12 @@ impl Chain {
             for size in [s.output_size, s.saved_size, s.gradient_size, s.forward_overhead, s.backward_overhead] {
                 eat(size);
             }
-            // Only chains with options hash them: older schedules keep their ids.
+            // Only stages that set it or options hash them: older schedules
+            // keep their ids.
+            if let Some(r) = s.recording_overhead {
+                eat(u64::MAX);
+                eat(r);
+            }
             for o in &s.options {
                 eat(o.saved_size);
                 eat(o.recompute_time.to_bits());
@@ -618,11 +635,10 @@ impl Chain {
                 }
             }
             let most_saved = stage.options.iter().map(|o| o.saved_size).fold(stage.saved_size, u64::max);
-            let most_transient = stage
-                .options
-                .iter()
-                .map(|o| o.forward_overhead.max(o.backward_overhead))
-                .fold(stage.forward_overhead.max(stage.backward_overhead), u64::max);
+            let most_transient = stage.options.iter().map(|o| o.forward_overhead.max(o.backward_overhead)).fold(
+                stage.forward_overhead.max(stage.backward_overhead).max(stage.recording_overhead.unwrap_or(0)),
+                u64::max,
+            );
             // Every figure the simulator adds up is at most this total, so
             // checking it once here rules out overflow everywhere else.
             for size in [stage.output_size, most_saved, stage.gradient_size, most_transient] {

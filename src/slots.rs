@@ -74,6 +74,9 @@ pub struct SlotChain {
     pub gradient: Vec<usize>,
     /// o_f in slots.
     pub forward_overhead: Vec<usize>,
+    /// o_r in slots: the transient of a recording forward, option 0
+    /// ([`crate::chain::Stage::recording_overhead`], o_f when unset).
+    pub recording_overhead: Vec<usize>,
     /// o_b in slots.
     pub backward_overhead: Vec<usize>,
     /// u_f.
@@ -114,6 +117,7 @@ impl SlotChain {
             saved: per_stage(&|l| chain.saved_size(l)),
             gradient: (0..=n).map(|l| slots.of(chain.gradient_size(l))).collect(),
             forward_overhead: per_stage(&|l| chain.forward_overhead(l)),
+            recording_overhead: per_stage(&|l| chain.recording(l, 0).forward_overhead),
             backward_overhead: per_stage(&|l| chain.backward_overhead(l)),
             forward_time: times(&|l| chain.forward_time(l)),
             backward_time: times(&|l| chain.backward_time(l)),
@@ -145,7 +149,7 @@ impl SlotChain {
         if o == 0 {
             SlotRecording {
                 saved: self.saved[s],
-                forward_overhead: self.forward_overhead[s],
+                forward_overhead: self.recording_overhead[s],
                 backward_overhead: self.backward_overhead[s],
                 backward_time: self.backward_time[s],
             }
@@ -172,7 +176,7 @@ impl SlotChain {
     /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:
     /// w_d^t + w_abar^s + o_f^s ([the model](crate::model): the gradient is delta^t, not delta^s).
     pub fn forward_all_need(&self, s: usize, t: usize) -> usize {
-        self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.forward_overhead[s])
+        self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.recording_overhead[s])
     }
 
     /// Memory (without a^{s-1}) while B^s runs: w_d^s + w_abar^s + w_d^{s-1} + o_b^s.

@@ -264,6 +264,14 @@ impl PyStage {
         self.inner.forward_overhead
     }
 
+    /// o_r: transient bytes while a recording forward (option 0) runs:
+    /// ``recording_overhead`` when the stage sets it, else
+    /// ``forward_overhead``.
+    #[getter]
+    fn recording_overhead(&self) -> u64 {
+        self.inner.recording_overhead.unwrap_or(self.inner.forward_overhead)
+    }
+
     /// o_b: transient bytes while the backward runs.
     #[getter]
     fn backward_overhead(&self) -> u64 {

@@ -456,17 +456,20 @@ def test_pipeline_gradients_and_peaks(world: int, reference: dict[str, torch.Ten
             assert res["in_flight"] == want_n
             where = f"{kind}, {world} stages, rank {res['rank']} ({want_n} in flight)"
             assert res["recomputed"] > 0, f"{where}: nothing recomputed at 60% of store-all"
-            assert res["measured"] <= res["predicted"] <= res["memory"], (
+            assert res["measured"] <= res["memory"] and res["predicted"] <= res["memory"], (
                 f"{where}: measured {res['measured']}, predicted {res['predicted']}, budget {res['memory']}"
             )
-            # The plan's prediction counts a plain forward's transient for
-            # recording forwards too (docs/pytorch.md, Limits), so it may be
-            # high; with the recording forward's transient measured apart, the
-            # prediction must be the measured peak within 2%.
+            # The plan's own prediction is the measured peak within 2%, and
+            # so is the one with the recording forward's transient measured
+            # apart (a check of the profile's recording_overhead).
+            assert math.isclose(res["measured"], res["predicted"], rel_tol=0.02), (
+                f"{where}: measured {res['measured']}, predicted {res['predicted']} by the plan"
+            )
             assert math.isclose(res["measured"], res["exact"], rel_tol=0.02), (
                 f"{where}: measured {res['measured']} against {res['exact']} predicted with the recording "
                 f"forward's transient ({res['predicted']} by the plan)"
             )
+            print(f"{where}: measured {res['measured']}, predicted {res['predicted']}, budget {res['memory']}")
             grads.update(res["grads"])
         assert grads.keys() == reference.keys()
         for n, g in reference.items():

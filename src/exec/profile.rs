@@ -186,6 +186,7 @@ pub fn profile(
             saved_size: sizes.saved,
             gradient_size: sizes.output,
             forward_overhead: sizes.plain_workspace.max(sizes.record_workspace),
+            recording_overhead: None,
             backward_overhead: sizes.backward_workspace,
             options: Vec::new(),
         });

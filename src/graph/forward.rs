@@ -101,6 +101,7 @@ impl ForwardGraph {
                 saved_size,
                 gradient_size: n.gradient_size.unwrap_or(n.output_size),
                 forward_overhead: n.forward_overhead,
+                recording_overhead: None,
                 backward_overhead: n.backward_overhead,
                 options: Vec::new(),
             });

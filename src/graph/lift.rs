@@ -188,6 +188,7 @@ pub fn block_chain(forward: &ForwardGraph, graph: &CheckmateGraph, ends: &[usize
             saved_size: saved.max(output),
             gradient_size: gradient,
             forward_overhead,
+            recording_overhead: None,
             backward_overhead,
             options: Vec::new(),
         });

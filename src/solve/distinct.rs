@@ -112,7 +112,7 @@ impl Distinct {
     fn build(sc: &SlotChain, share: bool, input: bool) -> Distinct {
         let n = sc.n;
         let class: Vec<u32> = if share {
-            let mut classes: KeyMap<[u64; 10]> = KeyMap::default();
+            let mut classes: KeyMap<[u64; 11]> = KeyMap::default();
             // The options of a stage (issue 24), interned: 0 for none, so a
             // chain without options keys exactly as before.
             let mut option_lists: HashMap<Vec<[u64; 4]>, u64> = HashMap::new();
@@ -137,6 +137,7 @@ impl Distinct {
                         sc.saved[i] as u64,
                         sc.gradient[i] as u64,
                         sc.forward_overhead[i] as u64,
+                        sc.recording_overhead[i] as u64,
                         sc.backward_overhead[i] as u64,
                         sc.forward_time[i].to_bits(),
                         sc.backward_time[i].to_bits(),

@@ -41,6 +41,7 @@ mod persistent_exact_solve;
 mod persistent_pinned;
 mod persistent_reference;
 mod persistent_vs_exhaustive;
+mod recording_overhead;
 mod repeated_blocks;
 mod rotor_example;
 mod zoo;

@@ -754,7 +754,14 @@ def _scaled(chain: remat.Chain, factor: float) -> remat.Chain:
     """The chain with every size and time multiplied by ``factor`` (an input with
     ``factor`` times the elements between blocks)."""
     d = chain.to_dict()
-    sizes = ("output_size", "saved_size", "gradient_size", "forward_overhead", "backward_overhead")
+    sizes = (
+        "output_size",
+        "saved_size",
+        "gradient_size",
+        "forward_overhead",
+        "recording_overhead",
+        "backward_overhead",
+    )
     parts = [*d["stages"], d.get("loss") or {}]
     parts += [o for s in parts for o in s.get("options") or []]
     for s in parts:

@@ -238,10 +238,9 @@ class StagePlan:
 
         Args:
             recording_overhead: per block, the transient bytes of its recording
-                forward measured apart (the model counts one forward overhead
-                per block, the larger of a recording and a plain forward's:
-                docs/pytorch.md, Limits); ``F_all`` operations without an
-                option then take it instead. None: the plan's own figure.
+                forward measured apart, to check the profile's own
+                ``recording_overhead``; ``F_all`` operations without an option
+                then take it instead. None: the plan's own figure.
         """
         plan = self.plan
         chain, schedule = plan.chain, plan.schedule
@@ -262,7 +261,8 @@ class StagePlan:
             backward = backward or kind == "B"
             during = int(st["during"]["total"])
             if recording_overhead is not None and kind == "F_all" and stage <= L and not option:
-                during -= int(stages[stage - 1]["forward_overhead"]) - int(recording_overhead[stage - 1])
+                own = stages[stage - 1].get("recording_overhead", stages[stage - 1]["forward_overhead"])
+                during -= int(own) - int(recording_overhead[stage - 1])
             if not backward:
                 fwd = max(fwd, during)
             else:

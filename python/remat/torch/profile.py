@@ -221,7 +221,9 @@ def profile(
       storage (the model's abar^l includes a^l).
     - ``gradient_size``: bytes of the gradient of the output (its elements).
     - ``forward_overhead``: the largest number of new bytes alive during a
-      forward (with or without autograd) beyond what it leaves behind.
+      plain forward (without autograd) beyond its output.
+    - ``recording_overhead``: the same for a recording forward (with
+      autograd), beyond what it saves for the backward.
     - ``backward_overhead``: the largest number of bytes alive during the
       backward beyond those alive when it starts and the input's gradient
       (the saved tensors it frees as it goes make room). Parameter gradients
@@ -542,7 +544,10 @@ def _profile_stage(
         "output_size": out_bytes,
         "saved_size": max(saved_bytes, out_bytes),
         "gradient_size": grad_bytes,
-        "forward_overhead": max(0, nograd_peak - out_bytes, fwd_peak - saved_bytes),
+        # A plain forward (F_ck, F_none) frees its intermediates as it goes; a
+        # recording one (F_all) keeps them in saved_size: two transients.
+        "forward_overhead": max(0, nograd_peak - out_bytes),
+        "recording_overhead": max(0, fwd_peak - saved_bytes),
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
     }
 
