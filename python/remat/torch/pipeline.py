@@ -61,6 +61,7 @@ import remat
 
 from .apply import AppliedPlan, apply
 from .checkpointed import _fmt
+from .executor import Op
 from .memory import LiveBytes
 
 __all__ = ["PipelineSchedule", "StagePlan", "apply_stage", "in_flight"]
@@ -258,16 +259,16 @@ class StagePlan:
         backward, past_l = False, False
         for st, (_, _, option) in zip(replay.steps, ops):
             kind, stage = st["op"][0], st["op"][1]
-            backward = backward or kind == "B"
+            backward = backward or Op(kind) is Op.B
             during = int(st["during"]["total"])
-            if recording_overhead is not None and kind == "F_all" and stage <= L and not option:
+            if recording_overhead is not None and Op(kind) is Op.F_ALL and stage <= L and not option:
                 own = stages[stage - 1].get("recording_overhead", stages[stage - 1]["forward_overhead"])
                 during -= int(own) - int(recording_overhead[stage - 1])
             if not backward:
                 fwd = max(fwd, during)
             else:
                 bwd = max(bwd, during - (0 if past_l else released))
-                past_l = past_l or (kind == "B" and stage == L)
+                past_l = past_l or (Op(kind) is Op.B and stage == L)
         stack = max(fwd + n1 * (residue + self.outside_held), bwd + n1 * (residue - released + self.outside_held))
         outside = _outside_of(plan)
         if outside is None:
@@ -321,7 +322,7 @@ def _residue(chain: remat.Chain, schedule: remat.Schedule) -> int:
     replay = remat.simulate(chain, schedule)
     held = int(replay.initial["total"])
     for st in replay.steps:
-        if st["op"][0] == "B":
+        if Op(st["op"][0]) is Op.B:
             break
         held = int(st["after"]["total"])
     return held
