@@ -135,6 +135,12 @@ pub fn balanced_split(chain: &Chain, ranks: usize) -> Result<Vec<RangeInclusive<
             }
         }
     }
+    Ok(ranges(&cut, ranks, n))
+}
+
+/// The stage ranges of a split DP's cuts: `cut[p][j]` is where the first p
+/// ranks end when the p-th ends at stage j. O(P).
+fn ranges(cut: &[Vec<usize>], ranks: usize, n: usize) -> Vec<RangeInclusive<usize>> {
     let mut out = Vec::with_capacity(ranks);
     let mut j = n;
     for p in (1..=ranks).rev() {
@@ -143,7 +149,7 @@ pub fn balanced_split(chain: &Chain, ranks: usize) -> Result<Vec<RangeInclusive<
         j = i;
     }
     out.reverse();
-    Ok(out)
+    out
 }
 
 /// Splits stages 1..=L into `ranks` contiguous ranges for remat: the split
@@ -194,15 +200,7 @@ pub fn memory_aware_split(
     if !best[ranks][n].is_finite() {
         return Ok(None);
     }
-    let mut out = Vec::with_capacity(ranks);
-    let mut j = n;
-    for p in (1..=ranks).rev() {
-        let i = cut[p][j];
-        out.push(i + 1..=j);
-        j = i;
-    }
-    out.reverse();
-    Ok(Some(out))
+    Ok(Some(ranges(&cut, ranks, n)))
 }
 
 /// The chain one rank runs: stages `range` of `chain`, the output of the
