@@ -14,8 +14,9 @@ use super::{CliResult, Failure, load_chain, size_arg};
 /// Plan a pipeline: split a chain into ranks and plan each for the
 /// micro-batches it holds in flight.
 ///
-/// The chain is split into --ranks contiguous stages of balanced time (or as
-/// --split says). Rank k holds all micro-batches under GPipe and
+/// Checkpointing every block runs on the split of --ranks contiguous ranges
+/// of balanced time; remat chooses its own split, the one whose slowest rank
+/// is fastest within the budget (--split fixes one for both). Rank k holds all micro-batches under GPipe and
 /// min(P - k, M) under 1F1B, so each rank's schedule is planned for its own
 /// count (`remat solve --in-flight N`): its peak plus N - 1 residues fits the
 /// budget. Printed per rank: stages, micro-batches in flight, the rank peak
