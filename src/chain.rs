@@ -489,6 +489,7 @@ impl Chain {
     ///     saved_size: 300,
     ///     gradient_size: 100,
     ///     forward_overhead: 0,
+    ///     recording_overhead: None,
     ///     backward_overhead: 0,
     ///     options: Vec::new(),
     /// };
