@@ -484,9 +484,9 @@ mod tests {
             let plain = small_chain(&mut rng, len, 8, 3);
             let chain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 3) } else { plain };
             let (lo, _) = min_peak(&chain);
-            let n = chain.len() + 1;
-            let ops: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
-            let store_all = simulate(&chain, &ops).unwrap();
+            let opts = crate::solve::SolveOptions::default();
+            let store_all = crate::solve::solve(&chain, u64::MAX / 8, crate::solve::Algorithm::StoreAll, &opts);
+            let store_all = store_all.unwrap().replay;
             for k in 1..=4usize {
                 let hi = store_all.rank_peak(k) + 2;
                 for i in 0..8u64 {

@@ -162,12 +162,14 @@ enum How {
 
 /// A point of a spine front: need N, residue r (in the table's units) and
 /// time, not dominated in all three by another point of the front.
+/// `how` says how the point starts its cell (`How` for the persistent
+/// spine, `FloatingHow` for the floating one).
 #[derive(Clone, Copy, Debug)]
-struct Point {
+struct Point<H = How> {
     need: usize,
     residue: usize,
     time: f64,
-    how: How,
+    how: H,
 }
 
 /// The spine fronts F(1), ..., F(L+1) of a chain (see the module
@@ -180,9 +182,22 @@ pub(crate) struct Spine {
 
 /// The rank's memory bound for a spine point of F(1): (n - 1)(w_a^0 + r) +
 /// w_a^0 + N, saturating.
-fn rank_memory(input: usize, p: &Point, in_flight: usize) -> usize {
+fn rank_memory<H>(input: usize, p: &Point<H>, in_flight: usize) -> usize {
     let residue = input.saturating_add(p.residue);
     residue.saturating_mul(in_flight - 1).saturating_add(input).saturating_add(p.need)
+}
+
+/// The fastest point of a top front whose rank memory with `in_flight`
+/// micro-batches is at most `capacity`, as (time, index): the first in the
+/// front's order (by need, then residue) among equally fast ones. O(|front|).
+fn best_of<H>(front: &[Point<H>], input: usize, capacity: usize, in_flight: usize) -> Option<(f64, usize)> {
+    let mut best: Option<(f64, usize)> = None;
+    for (i, p) in front.iter().enumerate() {
+        if rank_memory(input, p, in_flight) <= capacity && best.is_none_or(|b| p.time < b.0) {
+            best = Some((p.time, i));
+        }
+    }
+    best
 }
 
 impl Spine {
@@ -265,13 +280,7 @@ impl Spine {
     /// micro-batches is at most `capacity`, as (time, index). The first in
     /// the front's order (by need, then residue) among equally fast ones. O(|F(1)|).
     fn best(&self, capacity: usize, in_flight: usize) -> Option<(f64, usize)> {
-        let mut best: Option<(f64, usize)> = None;
-        for (i, p) in self.fronts[1].iter().enumerate() {
-            if rank_memory(self.input, p, in_flight) <= capacity && best.is_none_or(|b| p.time < b.0) {
-                best = Some((p.time, i));
-            }
-        }
-        best
+        best_of(&self.fronts[1], self.input, capacity, in_flight)
     }
 
     /// The smallest rank memory of any point of F(1) with `in_flight`
@@ -332,15 +341,12 @@ struct FloatingHow {
 /// cells and options). The leaf D(L+1, L+1) keeps abar^{L+1} and
 /// delta^{L+1}.
 struct FloatingSpine {
-    fronts: std::collections::HashMap<floating::Cell, Vec<(Point3, FloatingHow)>>,
+    fronts: std::collections::HashMap<floating::Cell, Vec<Point<FloatingHow>>>,
     /// Candidates made so far (the build gives up past [`SPINE_CANDIDATES`]).
     made: usize,
     input: usize,
     cap: usize,
 }
-
-/// (need, residue, time) of a spine point.
-type Point3 = (usize, usize, f64);
 
 impl FloatingSpine {
     /// The spine fronts of `table`, or `Err` with the candidates made once
@@ -372,69 +378,52 @@ impl FloatingSpine {
         }
         let sc = table.slot_chain();
         let n = sc.n;
-        let mut cand: Vec<Point> = Vec::new();
-        let mut hows: Vec<FloatingHow> = Vec::new();
+        let mut cand: Vec<Point<FloatingHow>> = Vec::new();
+        let mut push = |need, residue, time, how| cand.push(Point { need, residue, time, how });
         for (option, o) in table.spine_options(cell).into_iter().enumerate() {
             let Some((first, shift)) = o.first else {
                 // The leaf D(L+1, L+1): F_all^{L+1}[o] B^{L+1}.
                 let crate::schedule::Op::FAll(l, k) = o.op else { unreachable!("only the leaf has no sub-problem") };
                 let residue = sc.recording(l, k).saved.saturating_add(sc.gradient[n]);
-                push(&mut cand, &mut hows, (o.from, residue, o.base), FloatingHow { option, next: usize::MAX });
+                push(o.from, residue, o.base, FloatingHow { option, next: usize::MAX });
                 continue;
             };
             self.front(table, first, steps);
             let second = o.second.map(|c| steps.entry(c).or_insert_with(|| table.steps(c, self.cap)).clone());
-            for (next, &((need, residue, time), _)) in self.fronts[&first].iter().enumerate() {
-                let base = o.from.max(need.saturating_add(shift));
+            for (next, p) in self.fronts[&first].iter().enumerate() {
+                let base = o.from.max(p.need.saturating_add(shift));
                 if base > self.cap {
                     continue;
                 }
-                let head = o.base + time;
-                let residue = shift.saturating_add(residue);
+                let head = o.base + p.time;
+                let residue = shift.saturating_add(p.residue);
                 let how = FloatingHow { option, next };
                 match &second {
-                    None => push(&mut cand, &mut hows, (base, residue, head), how),
+                    None => push(base, residue, head, how),
                     Some(left) => {
                         let k = left.partition_point(|q| q.0 <= base);
                         let at_base = (k > 0).then(|| (base, left[k - 1].1));
                         for (m, c) in at_base.into_iter().chain(left[k..].iter().copied()) {
-                            push(&mut cand, &mut hows, (m, residue, head + c), how);
+                            push(m, residue, head + c, how);
                         }
                     }
                 }
             }
         }
-        // Carry each candidate's how through the Pareto filter by its index.
-        for (i, p) in cand.iter_mut().enumerate() {
-            p.how = How::All { option: i, next: 0 };
-        }
         self.made += cand.len();
-        let kept = pareto(cand, self.cap)
-            .into_iter()
-            .map(|p| {
-                let How::All { option: i, .. } = p.how else { unreachable!() };
-                ((p.need, p.residue, p.time), hows[i])
-            })
-            .collect();
+        let kept = pareto(cand, self.cap);
         self.fronts.insert(cell, kept);
     }
 
     /// The fastest point of D(1, L+1) within `capacity` with `in_flight`
     /// micro-batches, as (time, index).
     fn best(&self, capacity: usize, in_flight: usize, top: floating::Cell) -> Option<(f64, usize)> {
-        let mut best: Option<(f64, usize)> = None;
-        for (i, &((need, residue, time), _)) in self.fronts[&top].iter().enumerate() {
-            let p = Point { need, residue, time, how: How::All { option: 0, next: 0 } };
-            if rank_memory(self.input, &p, in_flight) <= capacity && best.is_none_or(|b| time < b.0) {
-                best = Some((time, i));
-            }
-        }
-        best
+        best_of(&self.fronts[&top], self.input, capacity, in_flight)
     }
 
     /// The operations of point `index` of `cell`.
     fn sequence(&self, table: &floating::Table, cell: floating::Cell, index: usize, ops: &mut Vec<Op>) {
-        let ((need, _, _), how) = self.fronts[&cell][index];
+        let Point { need, how, .. } = self.fronts[&cell][index];
         let o = table.spine_options(cell)[how.option];
         ops.push(o.op);
         if let Some((first, _)) = o.first {
@@ -447,11 +436,6 @@ impl FloatingSpine {
             ops.push(Op::B(s));
         }
     }
-}
-
-fn push(cand: &mut Vec<Point>, hows: &mut Vec<FloatingHow>, p: Point3, how: FloatingHow) {
-    cand.push(Point { need: p.0, residue: p.1, time: p.2, how: How::All { option: 0, next: 0 } });
-    hows.push(how);
 }
 
 /// The fastest nested schedule (the floating DP at `opts.slots` slots) at
@@ -646,7 +630,7 @@ fn sweep_at(table: &Table, in_flight: usize, rho: usize, ops: Option<&mut Vec<Op
 /// The points of `cand` with need at most `cap` that no other point
 /// dominates (no larger need, residue and time, one of them smaller); among
 /// equal points the first. Sorted by need, then residue. O(c log c).
-fn pareto(mut cand: Vec<Point>, cap: usize) -> Vec<Point> {
+fn pareto<H>(mut cand: Vec<Point<H>>, cap: usize) -> Vec<Point<H>> {
     cand.retain(|p| p.need <= cap && p.time.is_finite());
     // Stable: equal points keep the order they were generated in.
     cand.sort_by(|a, b| a.need.cmp(&b.need).then(a.residue.cmp(&b.residue)).then(a.time.total_cmp(&b.time)));
@@ -1025,9 +1009,9 @@ mod tests {
             let plain = small_chain(&mut rng, len, 8, 3);
             let chain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 3) } else { plain };
             let (lo, _) = min_peak_nested(&chain);
-            let n = chain.len() + 1;
-            let store_all: Vec<Op> = (1..=n).map(|l| Op::FAll(l, 0)).chain((1..=n).rev().map(Op::B)).collect();
-            let store_all = simulate(&chain, &store_all).unwrap();
+            let opts = crate::solve::SolveOptions::default();
+            let store_all = crate::solve::solve(&chain, u64::MAX / 8, crate::solve::Algorithm::StoreAll, &opts);
+            let store_all = store_all.unwrap().replay;
             for k in 1..=4usize {
                 let hi = store_all.rank_peak(k) + 2;
                 for i in 0..8u64 {
