@@ -543,7 +543,7 @@ impl Chain {
     /// its numbers (input size, every field of every stage and of the loss;
     /// FNV-1a, 64 bits, stable across platforms and versions). Two chains
     /// with the same hash accept the same schedules. O(L).
-    pub fn id(&self) -> crate::schedule::ChainId {
+    pub fn id(&self) -> ChainId {
         const PRIME: u64 = 0x0000_0100_0000_01b3;
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |x: u64| {
@@ -572,7 +572,7 @@ impl Chain {
                 eat(o.backward_overhead);
             }
         }
-        crate::schedule::ChainId { name: self.name.clone(), hash: format!("{hash:016x}") }
+        ChainId { name: self.name.clone(), hash: format!("{hash:016x}") }
     }
 
     /// The JSON form, readable again by [`Chain::from_json`].
@@ -763,6 +763,24 @@ impl Chain {
     /// Sum of every forward and backward time: the makespan without recomputation.
     pub fn store_all_time(&self) -> f64 {
         (1..=self.len() + 1).map(|l| self.forward_time(l) + self.backward_time(l)).sum()
+    }
+}
+
+/// Which chain a schedule was computed for: its name and a hash of its
+/// content (every number of every stage and of the loss; names and metadata
+/// left out, since they change no schedule's validity).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainId {
+    /// The chain's name.
+    pub name: String,
+    /// 16 hex digits of FNV-1a over the chain's numbers ([`crate::Chain::id`]).
+    pub hash: String,
+}
+
+impl std::fmt::Display for ChainId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` (content hash {})", self.name, self.hash)
     }
 }
 

@@ -149,23 +149,9 @@ impl TryFrom<OpJson> for Op {
     }
 }
 
-/// Which chain a schedule was computed for: its name and a hash of its
-/// content (every number of every stage and of the loss; names and metadata
-/// left out, since they change no schedule's validity).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChainId {
-    /// The chain's name.
-    pub name: String,
-    /// 16 hex digits of FNV-1a over the chain's numbers ([`crate::Chain::id`]).
-    pub hash: String,
-}
-
-impl fmt::Display for ChainId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` (content hash {})", self.name, self.hash)
-    }
-}
+/// Which chain a schedule was computed for (defined beside the chain, whose
+/// identity it is, so that `chain` needs nothing from this module).
+pub use crate::chain::ChainId;
 
 /// A schedule replayed on another chain than the one it names.
 #[derive(Debug, Error, PartialEq)]

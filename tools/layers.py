@@ -4,7 +4,8 @@ them: every `crate::` path in src/ (a `use`, or a path in code) must point to
 its own module or to one in the same or a lower layer. An edge that points up
 a layer fails, naming the file and line, unless it is one of the EXCEPTIONS
 (each says why it is there and what removes it); an exception that no longer
-occurs fails too, so that the list only shrinks. Test modules (`#[cfg(test)]
+occurs fails too, so that the list only shrinks. A cycle between modules
+(two of one layer using each other, directly or round a loop) fails too. Test modules (`#[cfg(test)]
 mod ... { }`) may use any layer and are not checked; comments are skipped.
 
     python3 tools/layers.py          # check (exit 0 when clean), CI runs it
@@ -104,6 +105,46 @@ def edges() -> dict[tuple[str, str], list[str]]:
     return found
 
 
+def cycles(found: dict[tuple[str, str], list[str]]) -> list[list[str]]:
+    """The module cycles (strongly connected components of more than one
+    module, Tarjan's algorithm), each sorted, in sorted order. Modules of one
+    layer may use each other, but not both ways round."""
+    graph: dict[str, list[str]] = defaultdict(list)
+    for source, target in sorted(found):
+        graph[source].append(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(set(graph)):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
 def main() -> int:
     layers = layer_of()
     found = edges()
@@ -132,6 +173,9 @@ def main() -> int:
                 f"src/{place}: `{source}` (layer {layers[source]}: {LAYERS[layers[source]][0]}) uses `{target}`, "
                 f"a layer above it (layer {layers[target]}: {LAYERS[layers[target]][0]})"
             )
+    for cycle in cycles(found):
+        pairs = [f"{a} -> {b} ({found[(a, b)][0]})" for a in cycle for b in cycle if (a, b) in found]
+        errors.append(f"module cycle {' <-> '.join(cycle)}: {'; '.join(pairs)}; break it (move the shared item down)")
     for file, target in sorted(excepted - used_exceptions):
         errors.append(f"exception (src/{file} -> {target}) no longer occurs: remove it from EXCEPTIONS")
     for e in errors:
@@ -139,7 +183,7 @@ def main() -> int:
     if errors:
         print(f"{len(errors)} layering error(s); the layers are defined in tools/layers.py", file=sys.stderr)
         return 1
-    print(f"layers: {len(found)} module edges, none up a layer ({len(EXCEPTIONS)} listed exceptions)")
+    print(f"layers: {len(found)} module edges, none up a layer, no cycle ({len(EXCEPTIONS)} listed exceptions)")
     return 0
 
 
