@@ -2,7 +2,8 @@
 //! every front end chooses its response from the kind and never from the
 //! variants.
 
-/// The kind of a library error. Each top-level error (a solve's
+/// The kind of a library error. Each top-level error (the router's
+/// [`problem::Error`](crate::problem::Error), a solve's
 /// [`SolveError`](crate::SolveError) and
 /// [`GraphSolveError`](crate::graph::GraphSolveError), reading's
 /// [`ProblemError`](crate::ProblemError), the joint min-cut's

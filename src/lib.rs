@@ -29,9 +29,10 @@
 //! # How data flows
 //!
 //! A file becomes a validated [`Problem`] ([`Problem::read`]: a [`Chain`] or a
-//! graph, read once, from a path or standard input); [`problem::solve`] routes
-//! it to the chain solvers ([`solve()`]) or the graph solvers
-//! ([`graph::solve`]); whatever a solver returns is replayed by the exact
+//! graph, read once, from a path or standard input); [`problem::solve`], the
+//! one router, sends it to the chain solvers ([`solve()`]) or the graph
+//! solvers ([`graph::solve_checkmate`], [`graph::checkmate_forward`]), neither
+//! of which decides where an input goes; whatever a solver returns is replayed by the exact
 //! simulator ([`simulate()`], [`graph::simulate()`]) before it is handed out, and
 //! the front ends (the `remat` command, the Python package) only print or run
 //! it. [The model](crate::model) is the contract all of them follow.
@@ -41,7 +42,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`model`] | the rematerialization model: stages, the four operations, memory, slots |
-//! | [`problem`] | what an input file holds, read once, and the one solve entry |
+//! | [`problem`] | what an input file holds, read once, and the one router: what to run ([`problem::Method`]), options, outcome, error |
 //! | [`chain`] | the chain and its JSON form, validated with errors naming the field |
 //! | [`schedule`] | operations, schedules (which name their chain), notation |
 //! | [`simulate`](mod@simulate) | the exact replay in bytes: the judge of every chain schedule |
@@ -58,8 +59,8 @@
 //!
 //! # Errors
 //!
-//! Every top-level error ([`SolveError`], [`graph::GraphSolveError`],
-//! [`ProblemError`], [`joint::PartitionError`], the simulators'
+//! Every top-level error ([`problem::Error`], the router's, and the solvers'
+//! it wraps: [`SolveError`], [`graph::GraphSolveError`]; [`ProblemError`], [`joint::PartitionError`], the simulators'
 //! [`SimulateError`] and [`graph::GraphSimulateError`]) says its
 //! [`ErrorKind`] through `kind()`: a verdict on the budget, bad input, a time limit, or a bug in
 //! remat. Front ends choose from the kind alone: the `remat` command its exit

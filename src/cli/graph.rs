@@ -12,8 +12,8 @@ use crate::Problem;
 use crate::graph::GraphAlgorithm;
 use crate::graph::milp::{Backend, MilpOptions};
 use crate::graph::schedule::notation;
-use crate::graph::{CheckmateGraph, GraphFile, GraphSolveError, Outcome};
-use crate::problem::Method;
+use crate::graph::{CheckmateGraph, GraphFile, GraphSolveError};
+use crate::problem::{self, Method, Outcome};
 use crate::size::format_size;
 use crate::solve::Algorithm;
 
@@ -81,10 +81,16 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 impl From<GraphSolveError> for Failure {
     fn from(e: GraphSolveError) -> Failure {
-        // The exit code is the error's kind's (`GraphSolveError::kind`); a
+        Failure::of(e.kind(), e)
+    }
+}
+
+impl From<problem::Error> for Failure {
+    fn from(e: problem::Error) -> Failure {
+        // The exit code is the error's kind's (`problem::Error::kind`); a
         // chain error also names the flags that change it.
         match e {
-            GraphSolveError::Chain(e) => e.into(),
+            problem::Error::Chain(e) => e.into(),
             e => Failure::of(e.kind(), e),
         }
     }

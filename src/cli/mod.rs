@@ -426,13 +426,21 @@ mod tests {
         let chain =
             crate::SolveError::Mispredicted { algorithm: crate::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
         assert_eq!(Failure::from(chain).exit(), Exit::Internal);
-        let wrapped = GraphSolveError::Chain(crate::SolveError::Mispredicted {
+        let wrapped = crate::problem::Error::Chain(crate::SolveError::Mispredicted {
             algorithm: crate::Algorithm::Floating,
             predicted: 1.0,
             replayed: 2.0,
         });
         assert_eq!(Failure::from(wrapped).exit(), Exit::Internal);
         assert_eq!(Failure::from(GraphSolveError::Backend("x".into())).exit(), Exit::Internal);
+        let routed = crate::problem::Error::Graph(GraphSolveError::Backend("x".into()));
+        assert_eq!(Failure::from(routed).exit(), Exit::Internal);
+        let not_a_chain = crate::problem::Error::NotAChain {
+            algorithm: crate::Algorithm::Floating,
+            graph: "g".into(),
+            why: "a skip".into(),
+        };
+        assert_eq!(Failure::from(not_a_chain).exit(), Exit::BadInput);
         assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
         assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
         assert_eq!(Failure::from(crate::SolveError::Options("x".into())).exit(), Exit::BadInput);

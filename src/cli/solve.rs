@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::graph::{GraphSolveError, Outcome};
-use crate::problem::{Method, Options};
+use crate::graph::GraphSolveError;
+use crate::problem::{self, Method, Options, Outcome};
 use crate::schedule::{summary, wrapped_notation};
 use crate::size::format_size;
 use crate::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions, memory_estimate};
@@ -96,14 +96,6 @@ pub fn run(args: Args) -> CliResult {
         super::output::refuse_input(path, "--output", &[&args.chain])?;
     }
     let problem = load_problem(&args.chain)?;
-    if args.in_flight.get() > 1 && !matches!(problem, Problem::Chain(_)) {
-        return Err(Failure::input(anyhow::anyhow!(
-            "--in-flight {} applies to chains only ({} is a graph): split the network into pipeline stages that \
-             are chains",
-            args.in_flight,
-            args.chain.display()
-        )));
-    }
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
@@ -173,13 +165,13 @@ pub fn run(args: Args) -> CliResult {
 
 /// The `{"status": "infeasible", ...}` object `--json` prints for a budget
 /// no schedule of the algorithm meets, chain or graph alike.
-fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
+fn infeasible_json(e: &problem::Error) -> Option<serde_json::Value> {
     // (algorithm, budget, a budget that works, proven smallest, proven lower bound)
     let (algorithm, budget, min_budget, proven, lower) = match e {
-        GraphSolveError::Chain(SolveError::Infeasible { algorithm, budget, min_budget }) => {
+        problem::Error::Chain(SolveError::Infeasible { algorithm, budget, min_budget }) => {
             (algorithm.name(), *budget, *min_budget, true, *min_budget)
         }
-        GraphSolveError::Infeasible { algorithm, budget, min_budget } => (
+        problem::Error::Graph(GraphSolveError::Infeasible { algorithm, budget, min_budget }) => (
             algorithm.name(),
             *budget,
             min_budget.map(|m| m.bytes),
@@ -197,8 +189,8 @@ fn infeasible_json(e: &GraphSolveError) -> Option<serde_json::Value> {
 /// The `{"status": "time_limit", ...}` object `--json` prints when the time
 /// limit passed before any schedule was found (exit 3): neither a schedule
 /// nor a verdict on the budget.
-fn time_limit_json(e: &GraphSolveError, budget: u64) -> Option<serde_json::Value> {
-    let GraphSolveError::NoSolution { seconds } = e else { return None };
+fn time_limit_json(e: &problem::Error, budget: u64) -> Option<serde_json::Value> {
+    let problem::Error::Graph(GraphSolveError::NoSolution { seconds }) = e else { return None };
     Some(serde_json::json!({"status": "time_limit", "budget": budget, "seconds": seconds, "message": e.to_string()}))
 }
 

@@ -7,7 +7,8 @@
 //! - a *forward graph* ([`ForwardGraph`]): the network's layers with the stage
 //!   fields of a chain and the names of their inputs. remat derives the
 //!   backward nodes itself ([`backward::derive`] gives its Checkmate graph); a
-//!   forward graph that is a path is solved as a [`Chain`](crate::Chain) by
+//!   forward graph that is a path is a [`Chain`](crate::Chain)
+//!   ([`ForwardGraph::as_chain`]), which [`crate::problem::solve`] gives to
 //!   the chain solvers.
 //! - a *Checkmate graph* ([`CheckmateGraph`], the joint form, `"joint":
 //!   true`): Checkmate's own form, every forward and backward operation a node
@@ -20,7 +21,10 @@
 //!
 //! Graphs that are not paths are solved by the Checkmate MILP ([`milp`]),
 //! which starts from a schedule lifted from the chain DP of the network cut
-//! into blocks (`lift`): the answer is never slower than that schedule.
+//! into blocks (`lift`): the answer is never slower than that schedule
+//! ([`checkmate_forward`]). Which solver an input goes to (a path to the chain
+//! solvers, `auto`'s choice) is [`crate::problem`]'s to decide, not this
+//! module's.
 
 mod algorithm;
 pub mod approx;
@@ -38,14 +42,13 @@ pub mod simulate;
 mod solve;
 pub(crate) mod staged;
 
-pub use algorithm::{GraphAlgorithm, Method};
+pub use algorithm::GraphAlgorithm;
 pub use checkmate::{CheckmateGraph, CheckmateNode, CheckmateRole};
 pub use forward::{ForwardGraph, NotAPath};
 pub use schedule::{GraphOp, GraphSchedule, Status};
 pub use simulate::{GraphReplay, GraphSimulateError, simulate, simulate_within};
 pub use solve::{
-    AUTO_EXHAUSTIVE_NODES, GraphOptions, GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, Outcome, min_budget,
-    solve, solve_checkmate,
+    GraphSolution, GraphSolveError, LIFT_NAME, MinBudget, WhenRefused, checkmate_forward, min_budget, solve_checkmate,
 };
 
 /// The old name of [`CheckmateGraph`] ("joint" also named the operator graph).

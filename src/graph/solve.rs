@@ -1,11 +1,14 @@
-//! One entry point for graph files: chain detection, then the chain solvers or
-//! the graph solvers, every result replayed by an exact simulator.
+//! The graph solvers' entry points, every result replayed by the graph
+//! simulator: [`solve_checkmate`] on a Checkmate graph (the MILP, LP rounding
+//! or exhaustive search), [`checkmate_forward`] on a forward graph (the chain
+//! DP lifted to it, then the MILP warm-started from it), and the smallest
+//! budgets. Which of them an input goes to is decided above, by
+//! [`crate::problem::solve`]: this module knows nothing of chains' algorithms.
 
 use std::fmt;
 
 use thiserror::Error;
 
-use crate::chain::Chain;
 use crate::error::ErrorKind;
 use crate::graph::approx::{self, ApproxError};
 use crate::graph::baselines;
@@ -14,24 +17,8 @@ use crate::graph::milp::{self, Backend, MilpError, MilpOptions};
 use crate::graph::schedule::{GraphOp, GraphSchedule, Status};
 use crate::graph::simulate::{GraphReplay, GraphSimulateError, simulate_within};
 use crate::graph::staged::Staged;
-use crate::graph::{CheckmateGraph, ForwardGraph, GraphError, GraphFile, backward, exhaustive};
-use crate::graph::{GraphAlgorithm, Method};
+use crate::graph::{CheckmateGraph, ForwardGraph, GraphAlgorithm, GraphError, exhaustive};
 use crate::size::format_size;
-use crate::solve::{Algorithm, Solution, SolveError, SolveOptions};
-
-/// Options for [`solve`] (and [`crate::problem::solve`], whose `Options`
-/// this is): one value from the front end to the solver, never rebuilt on the
-/// way, so every chain option (`slots`, `exact_memory`, `segments`,
-/// `progress`) reaches the chain solvers also when a graph is solved as a
-/// chain.
-#[derive(Clone, Copy, Default)]
-pub struct GraphOptions<'a> {
-    /// Slots, exact memory, segments and progress of the chain solvers (a
-    /// forward graph that is a path is solved as a chain).
-    pub chain: SolveOptions<'a>,
-    /// The MILP/LP solver, its time limit and progress ticker.
-    pub milp: MilpOptions<'a>,
-}
 
 /// A graph schedule the graph simulator has replayed within the budget.
 #[derive(Clone, Debug)]
@@ -52,29 +39,6 @@ pub struct GraphSolution {
     /// What the user should know about how it was found (a solver that
     /// stopped early...).
     pub notes: Vec<String>,
-}
-
-/// What [`solve`] did with a graph file, and why.
-#[derive(Clone, Debug)]
-pub enum Outcome {
-    /// The forward graph is a path: solved as this chain.
-    Chain {
-        /// The chain form.
-        chain: Chain,
-        /// The chain solver's checked solution.
-        solution: Solution,
-        /// Which path was taken and why.
-        why: String,
-    },
-    /// Solved on this Checkmate graph.
-    Graph {
-        /// The Checkmate graph (derived from a forward graph, or as read).
-        graph: CheckmateGraph,
-        /// The checked graph schedule.
-        solution: GraphSolution,
-        /// Which path was taken and why.
-        why: String,
-    },
 }
 
 /// The smallest budget an algorithm can meet, as far as it is known.
@@ -111,21 +75,6 @@ pub enum GraphSolveError {
     /// The derived Checkmate graph is invalid (a name collision, overflow).
     #[error(transparent)]
     Graph(#[from] GraphError),
-    /// The chain path failed (infeasible budget, bad options...), or a graph
-    /// solver's objective disagrees with its replay
-    /// ([`SolveError::Mispredicted`], a bug in remat).
-    #[error(transparent)]
-    Chain(#[from] SolveError),
-    /// A chain algorithm asked for a graph that is not a chain.
-    #[error("{algorithm} solves chains, and graph `{graph}` is not one: {why}; use --algorithm checkmate or auto")]
-    NotAChain {
-        /// The algorithm asked.
-        algorithm: Algorithm,
-        /// The graph's name.
-        graph: String,
-        /// Why it is not a chain.
-        why: String,
-    },
     /// No schedule of this algorithm fits the budget.
     #[error("no {algorithm} schedule fits in {} ({budget} bytes){}", format_size(*budget), min_budget.map(|m| format!("; {m}")).unwrap_or_default())]
     Infeasible {
@@ -174,27 +123,23 @@ pub enum GraphSolveError {
 }
 
 impl GraphSolveError {
-    /// What kind of failure this is: a chain solve's error keeps its kind
-    /// ([`SolveError::kind`]); no schedule within the budget (also every LP
-    /// rounding over it) is [`ErrorKind::Infeasible`]; the time limit
-    /// [`ErrorKind::TimeLimit`]; a schedule its replay rejects, a
+    /// What kind of failure this is: no schedule within the budget (also
+    /// every LP rounding over it) is [`ErrorKind::Infeasible`]; the time
+    /// limit [`ErrorKind::TimeLimit`]; a schedule its replay rejects, a
     /// mispredicted makespan and a failed LP solver [`ErrorKind::Internal`];
-    /// an invalid graph, a chain algorithm on a graph that is not a chain and
-    /// a graph too large for the algorithm [`ErrorKind::Input`].
+    /// an invalid graph and a graph too large for the algorithm
+    /// [`ErrorKind::Input`].
     pub fn kind(&self) -> ErrorKind {
         // No wildcard: a new variant must choose its kind here (a wildcard
         // once sent `Mispredicted`, a bug in remat, to "bad input").
         match self {
-            GraphSolveError::Chain(e) => e.kind(),
             GraphSolveError::Rounding(e) => e.kind(),
             GraphSolveError::Infeasible { .. } => ErrorKind::Infeasible,
             GraphSolveError::NoSolution { .. } => ErrorKind::TimeLimit,
             GraphSolveError::Rejected { .. } | GraphSolveError::Mispredicted { .. } | GraphSolveError::Backend(_) => {
                 ErrorKind::Internal
             }
-            GraphSolveError::Graph(_) | GraphSolveError::NotAChain { .. } | GraphSolveError::TooLarge(_) => {
-                ErrorKind::Input
-            }
+            GraphSolveError::Graph(_) | GraphSolveError::TooLarge(_) => ErrorKind::Input,
         }
     }
 }
@@ -206,149 +151,6 @@ impl From<MilpError> for GraphSolveError {
             other => GraphSolveError::Backend(other.to_string()),
         }
     }
-}
-
-/// Solves a graph file under `budget` bytes with `algorithm`:
-/// - `auto`: a forward graph that is a path is solved as a chain by the
-///   chain solvers; a Checkmate graph of at most [`AUTO_EXHAUSTIVE_NODES`] nodes
-///   (given, or derived from a forward graph) by exhaustive search; any other
-///   forward graph first by the chain DP of its
-///   blocks lifted to the graph (`lift`), then by the Checkmate MILP
-///   warm-started from the better of that and the baselines, and the faster
-///   replay is returned (never the slower of the two); when the MILP is too
-///   large for the guard or its build for the time limit, the lifted
-///   schedule with a note. A Checkmate graph file goes to the MILP;
-/// - `checkmate`: the same on a forward graph, except that a MILP the guard
-///   refuses is an error ([`GraphSolveError::TooLarge`]); on a Checkmate graph
-///   as given, the MILP warm-started from the baselines;
-/// - `checkmate-approx`: LP rounding on the derived or the given Checkmate graph;
-/// - `exhaustive`: the chain oracle for a path, the graph oracle otherwise
-///   (tiny graphs only);
-/// - any other (chain) algorithm: only for a forward graph that is a path.
-///
-/// Every schedule is replayed by the chain or graph simulator before it is
-/// returned. Deterministic except where a time limit stops a solver.
-pub fn solve(file: &GraphFile, budget: u64, method: Method, opts: &GraphOptions) -> Result<Outcome, GraphSolveError> {
-    let chain_opts = &opts.chain;
-    let graph_outcome =
-        |graph: CheckmateGraph, algorithm: GraphAlgorithm, why: String| -> Result<Outcome, GraphSolveError> {
-            let solution = solve_checkmate(&graph, budget, algorithm, &opts.milp)?;
-            Ok(Outcome::Graph { graph, solution, why })
-        };
-    match file {
-        GraphFile::Checkmate(graph)
-            if method == Method::Chain(Algorithm::Auto) && graph.len() <= AUTO_EXHAUSTIVE_NODES =>
-        {
-            let why = format!("exhaustive search on the joint graph as given: {}", tiny(graph.len()));
-            graph_outcome(graph.clone(), GraphAlgorithm::Exhaustive, why)
-        }
-        GraphFile::Checkmate(graph) => match method {
-            Method::Chain(Algorithm::Auto | Algorithm::Exhaustive) | Method::Graph(_) => {
-                let algorithm = match method {
-                    Method::Graph(g) => g,
-                    Method::Chain(Algorithm::Exhaustive) => GraphAlgorithm::Exhaustive,
-                    Method::Chain(_) => GraphAlgorithm::Checkmate,
-                };
-                let what = match algorithm {
-                    GraphAlgorithm::Checkmate => "MILP (checkmate)",
-                    GraphAlgorithm::CheckmateApprox => "LP rounding (checkmate-approx)",
-                    GraphAlgorithm::Exhaustive => "exhaustive search",
-                };
-                let why = format!(
-                    "{what} on the joint graph as given ({} nodes; chains are only recognised in forward graphs)",
-                    graph.len()
-                );
-                graph_outcome(graph.clone(), algorithm, why)
-            }
-            Method::Chain(other) => Err(GraphSolveError::NotAChain {
-                algorithm: other,
-                graph: graph.name().to_string(),
-                why: "it is a joint forward+backward graph".into(),
-            }),
-        },
-        GraphFile::Forward(forward) => {
-            let as_chain = forward.as_chain();
-            let derived = || backward::derive(forward);
-            match (method, as_chain) {
-                (Method::Graph(GraphAlgorithm::Checkmate), _) => {
-                    let graph = derived()?;
-                    let (solution, choice) = checkmate_forward(forward, &graph, budget, false, &opts.milp)?;
-                    let why =
-                        format!("checkmate on the derived joint graph ({} nodes), as asked: {choice}", graph.len());
-                    Ok(Outcome::Graph { graph, solution, why })
-                }
-                (Method::Graph(algorithm), _) => {
-                    let graph = derived()?;
-                    let why = format!("{algorithm} on the derived joint graph ({} nodes), as asked", graph.len());
-                    graph_outcome(graph, algorithm, why)
-                }
-                (Method::Chain(Algorithm::Auto), Ok(chain)) => {
-                    let solution = crate::solve::solve(chain, budget, Algorithm::Auto, chain_opts)?;
-                    let why = format!(
-                        "chain solver ({}): the forward graph is a path (each node reads only the node before it), \
-                         so it is solved exactly as a chain; {}",
-                        solution.schedule.algorithm,
-                        solution.reason.as_deref().unwrap_or_default()
-                    );
-                    Ok(Outcome::Chain { chain: chain.clone(), solution, why })
-                }
-                (Method::Chain(Algorithm::Auto), Err(not_path)) => {
-                    let graph = derived()?;
-                    if graph.len() <= AUTO_EXHAUSTIVE_NODES {
-                        let why = format!(
-                            "exhaustive search: the forward graph is not a chain ({not_path}); its derived joint \
-                             graph has {}",
-                            tiny(graph.len())
-                        );
-                        return graph_outcome(graph, GraphAlgorithm::Exhaustive, why);
-                    }
-                    let (solution, choice) = checkmate_forward(forward, &graph, budget, true, &opts.milp)?;
-                    let head = if solution.schedule.algorithm == LIFT_NAME {
-                        "chain DP lifted to the graph (chain-lift)"
-                    } else {
-                        "MILP (checkmate)"
-                    };
-                    let why = format!(
-                        "{head}: the forward graph is not a chain ({not_path}); on its derived joint graph ({} nodes), \
-                         {choice}",
-                        graph.len()
-                    );
-                    Ok(Outcome::Graph { graph, solution, why })
-                }
-                (Method::Chain(Algorithm::Exhaustive), Err(not_path)) => {
-                    let graph = derived()?;
-                    let why = format!(
-                        "exhaustive search over graph schedules: the forward graph is not a chain ({not_path})"
-                    );
-                    graph_outcome(graph, GraphAlgorithm::Exhaustive, why)
-                }
-                (Method::Chain(algorithm), Ok(chain)) => {
-                    let why = format!("{algorithm} on the chain form of the forward graph (it is a path)");
-                    let solution = crate::solve::solve(chain, budget, algorithm, chain_opts)?;
-                    Ok(Outcome::Chain { chain: chain.clone(), solution, why })
-                }
-                (Method::Chain(algorithm), Err(not_path)) => Err(GraphSolveError::NotAChain {
-                    algorithm,
-                    graph: forward.name().to_string(),
-                    why: not_path.to_string(),
-                }),
-            }
-        }
-    }
-}
-
-/// Joint graphs of at most this many nodes are solved by exhaustive search
-/// under `auto` (milliseconds at this size): it finds every schedule,
-/// including the few that compute a node twice within a stage of the
-/// MILP's, which some tight budgets need (`tests/suite/graph_milp_vs_exhaustive.rs`).
-pub const AUTO_EXHAUSTIVE_NODES: usize = exhaustive::MAX_NODES;
-
-/// Why `auto` ran exhaustive search on a Checkmate graph of `nodes` nodes.
-fn tiny(nodes: usize) -> String {
-    format!(
-        "{nodes} nodes (at most {AUTO_EXHAUSTIVE_NODES}), so every schedule is tried, including those the MILP's \
-         stages cannot express"
-    )
 }
 
 /// Replays `ops` within `budget` and wraps them as a checked [`GraphSolution`].
@@ -440,20 +242,63 @@ impl Known<'_> {
 /// The `algorithm` of a schedule lifted from the chain DP (`lift`).
 pub const LIFT_NAME: &str = "chain-lift";
 
-/// `checkmate` and `auto` on a forward graph that is not a path: the lifted
-/// chain schedule first (milliseconds), then [`checkmate`] warm-started from
-/// the better of it and the baselines. One deadline for all of it.
-fn checkmate_forward(
+/// What [`checkmate_forward`] does when the guard refuses the MILP (its model
+/// is too large, `guard::milp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenRefused {
+    /// Fail with [`GraphSolveError::TooLarge`]: the MILP was asked for by
+    /// name (`checkmate`), so its refusal is the answer.
+    Fail,
+    /// Return the best schedule known without it (the lifted chain schedule
+    /// or a baseline) with a note, or [`GraphSolveError::Infeasible`] when
+    /// none fits: what `auto` does.
+    KeepBestKnown,
+}
+
+/// The Checkmate MILP on a forward graph that is not a path, `graph` being
+/// its derived Checkmate graph ([`crate::graph::backward::derive`]): the
+/// chain DP over its blocks lifted to the graph first (milliseconds), then
+/// the MILP warm-started from the better of that and the baselines, never
+/// returning a slower schedule than the lifted one. A known schedule that
+/// recomputes nothing is optimal (no MILP). A MILP whose build alone would
+/// outlast the time limit is skipped and the best known schedule returned
+/// with a note; one the guard refuses is handled by `when_refused`.
+///
+/// Returns the replayed solution and a sentence on which schedule was kept
+/// and why. `opts.time_limit` covers the lift, the baselines, the model's
+/// build and the solver. Deterministic except where the time limit stops a
+/// solver.
+///
+/// # Examples
+///
+/// ```
+/// use remat::graph::{ForwardGraph, GraphFile, WhenRefused, backward, checkmate_forward, simulate_within};
+/// use remat::graph::milp::MilpOptions;
+///
+/// let GraphFile::Forward(forward) = GraphFile::from_json(r#"{"name": "skip", "input_size": 100, "nodes": [
+///     {"name": "a", "inputs": [], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
+///     {"name": "b", "inputs": ["a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
+///     {"name": "c", "inputs": ["b", "a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 200}
+/// ]}"#)? else { unreachable!() };
+/// let graph = backward::derive(&forward)?;
+/// let (solution, why) = checkmate_forward(&forward, &graph, 10_000, WhenRefused::Fail, &MilpOptions::default())?;
+/// // Replayed by the graph simulator: the same makespan, within the budget.
+/// let replay = simulate_within(&graph, &solution.schedule.operations, 10_000)?;
+/// assert_eq!(replay.makespan, solution.schedule.makespan);
+/// assert!(!why.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn checkmate_forward(
     forward: &ForwardGraph,
     graph: &CheckmateGraph,
     budget: u64,
-    auto: bool,
+    when_refused: WhenRefused,
     opts: &MilpOptions,
 ) -> Result<(GraphSolution, String), GraphSolveError> {
     let start = std::time::Instant::now();
     let deadline = opts.time_limit.and_then(|l| start.checked_add(l));
     let lifted = lift::lift(forward, graph, budget, deadline);
-    checkmate(graph, budget, Some(&lifted), auto, start, opts)
+    checkmate(graph, budget, Some(&lifted), when_refused, start, opts)
 }
 
 /// The Checkmate MILP of `graph` under `budget`, never returning worse than
@@ -462,7 +307,8 @@ fn checkmate_forward(
 /// - a MILP the guard refuses (`guard::milp`) or whose build alone is
 ///   estimated to outlast the time limit (`guard::milp_build_seconds`)
 ///   is skipped, and the best known schedule returned with a note (for a
-///   refused MILP only when `auto`); otherwise the guard's refusal;
+///   refused MILP only with [`WhenRefused::KeepBestKnown`]); otherwise the
+///   guard's refusal;
 /// - else the MILP, warm-started from the cheaper known schedule whose MILP
 ///   accounting fits; its answer, or the lifted one when that is faster.
 ///
@@ -473,10 +319,11 @@ fn checkmate(
     graph: &CheckmateGraph,
     budget: u64,
     lifted: Option<&Result<Lifted, lift::NoLift>>,
-    auto: bool,
+    when_refused: WhenRefused,
     start: std::time::Instant,
     opts: &MilpOptions,
 ) -> Result<(GraphSolution, String), GraphSolveError> {
+    let keep_known = when_refused == WhenRefused::KeepBestKnown;
     let algorithm = GraphAlgorithm::Checkmate;
     let remaining = || MilpOptions { time_limit: opts.time_limit.map(|l| l.saturating_sub(start.elapsed())), ..*opts };
     // Every node is computed at least once, so the total cost is a lower
@@ -526,7 +373,7 @@ fn checkmate(
     }
     if let Some(reason) = skip {
         return match best_known {
-            Some(known) if auto || refused.is_none() => {
+            Some(known) if keep_known || refused.is_none() => {
                 // Skipped for time: the time limit decided; refused: the size.
                 let status = if refused.is_none() { Status::TimeLimit } else { Status::Feasible };
                 let mut out = known.solution(graph, budget, status, floor, start)?;
@@ -539,7 +386,7 @@ fn checkmate(
                 Ok((out, joined(rest)))
             }
             None if refused.is_none() => Err(GraphSolveError::NoSolution { seconds: start.elapsed().as_secs_f64() }),
-            None if auto => {
+            None if keep_known => {
                 let lowest = match lifted {
                     Some(Err(no)) => no.lowest_peak,
                     _ => None,
@@ -659,9 +506,8 @@ pub fn solve_checkmate(
         crate::guard::milp(graph.len()).map_err(GraphSolveError::TooLarge)?;
     }
     match algorithm {
-        GraphAlgorithm::Checkmate => {
-            checkmate(graph, budget, None, false, std::time::Instant::now(), opts).map(|(solution, _)| solution)
-        }
+        GraphAlgorithm::Checkmate => checkmate(graph, budget, None, WhenRefused::Fail, std::time::Instant::now(), opts)
+            .map(|(solution, _)| solution),
         GraphAlgorithm::CheckmateApprox => match approx::round_relaxation(graph, budget, opts) {
             Ok(r) => {
                 let predicted = r.replay.makespan;

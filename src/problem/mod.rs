@@ -1,6 +1,10 @@
 //! What an input file holds, read once: a [`Chain`] or a graph
 //! ([`GraphFile`]: a forward graph or a Checkmate graph (the joint form)), and the one
-//! solve entry that routes it to the right solvers.
+//! router, [`solve`], that sends it to the right solvers: it owns what a user
+//! asks to run ([`Method`]), the options ([`Options`]), what came back
+//! ([`Outcome`]) and why nothing did ([`Error`](enum@Error)). The chain solvers
+//! ([`crate::solve`](mod@crate::solve)) and the graph solvers
+//! ([`crate::graph`]) sit below it; neither decides where an input goes.
 //!
 //! Every front end (the CLI, the Python bindings) reads its input through
 //! [`Problem::read`] or [`Problem::from_json`], so a file is read exactly once
@@ -15,8 +19,13 @@ use thiserror::Error;
 
 use crate::chain::{Chain, ChainError};
 use crate::error::ErrorKind;
-use crate::graph::{ForwardGraph, GraphError, GraphFile, GraphOptions, GraphSolveError, Outcome, looks_like_graph};
-use crate::solve::Algorithm;
+use crate::graph::{GraphError, GraphFile, looks_like_graph};
+
+mod method;
+mod route;
+
+pub use method::Method;
+pub use route::{AUTO_EXHAUSTIVE_NODES, Error, Options, Outcome, solve};
 
 /// A validated input: what a chain or graph file holds.
 #[derive(Clone, Debug)]
@@ -171,98 +180,10 @@ impl Problem {
     }
 }
 
-/// What a user asks to run (defined beside the graph solvers, which take
-/// it, so that `graph` needs nothing from this module above it; parsed
-/// for the chain-only front ends by [`Method::chain_algorithm`], here).
-pub use crate::graph::Method;
-
-impl Method {
-    /// Parses `name` where only a chain algorithm will do (`remat
-    /// min-memory`, the Python functions that take a chain): a chain
-    /// algorithm is returned; a graph-only one (`checkmate`,
-    /// `checkmate-approx`) is an error that says so and what to run instead;
-    /// any other name is [`Algorithm`]'s error, listing the chain algorithms.
-    /// The one place that tells the two kinds of names apart, so that the
-    /// chain solvers know nothing of graphs.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use remat::Algorithm;
-    /// use remat::problem::Method;
-    ///
-    /// assert_eq!(Method::chain_algorithm("floating")?, Algorithm::Floating);
-    /// // A graph algorithm is not a chain algorithm: the error says what to use.
-    /// let e = Method::chain_algorithm("checkmate").unwrap_err();
-    /// assert!(e.contains("checkmate solves graphs, not chains"), "{e}");
-    /// let e = Method::chain_algorithm("fastest").unwrap_err();
-    /// assert!(e.starts_with("unknown algorithm `fastest`; expected one of: "), "{e}");
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn chain_algorithm(name: &str) -> Result<Algorithm, String> {
-        match name.parse::<Method>() {
-            Ok(Method::Chain(algorithm)) => Ok(algorithm),
-            Ok(Method::Graph(g)) => Err(format!(
-                "{g} solves graphs, not chains; solve the chain's forward graph instead \
-                 (`remat::problem::solve` does, as `remat solve` does)"
-            )),
-            Err(_) => name.parse::<Algorithm>(),
-        }
-    }
-}
-
-/// Options of [`solve`]: the chain solvers' (`chain`) and the graph solvers'
-/// (`milp`). The same type as [`GraphOptions`], so that the value a front end
-/// builds reaches the chain solvers unchanged whichever way the input is
-/// routed (a path graph once lost `exact_memory` and `segments` here).
-pub type Options<'a> = GraphOptions<'a>;
-
-/// Solves any input under `budget` bytes with `algorithm`, routed by what it
-/// is: a chain goes to [`crate::solve::solve`] (or, for a graph-only
-/// algorithm such as `checkmate`, to the graph solvers through its forward
-/// graph); a graph goes to [`crate::graph::solve`] (a path as a chain, any
-/// other graph to the MILP). Every schedule is replayed by the exact chain or
-/// graph simulator before it is returned. The [`Outcome`]'s `why` says which
-/// path was taken (empty for a chain solved as asked).
-///
-/// # Examples
-///
-/// A forward graph with a skip connection (not a chain), solved on its
-/// Checkmate graph:
-///
-/// ```
-/// use remat::graph::{Outcome, simulate_within};
-/// use remat::problem::{self, Method, Options, Problem};
-///
-/// let problem = Problem::from_json(r#"{"name": "skip", "input_size": 100, "nodes": [
-///     {"name": "a", "inputs": [], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
-///     {"name": "b", "inputs": ["a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 100},
-///     {"name": "c", "inputs": ["b", "a"], "forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 200}
-/// ]}"#, "skip.json")?;
-/// let method: Method = "auto".parse()?;
-/// let outcome = problem::solve(&problem, 10_000, method, &Options::default())?;
-/// let Outcome::Graph { graph, solution, .. } = outcome else { panic!("not a chain") };
-/// // Replayed by the graph simulator: the same makespan, within the budget.
-/// let replay = simulate_within(&graph, &solution.schedule.operations, 10_000)?;
-/// assert_eq!(replay.makespan, solution.schedule.makespan);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn solve(problem: &Problem, budget: u64, method: Method, opts: &Options) -> Result<Outcome, GraphSolveError> {
-    match (problem, method) {
-        (Problem::Chain(chain), Method::Chain(algorithm)) => {
-            let solution = crate::solve::solve(chain, budget, algorithm, &opts.chain)?;
-            Ok(Outcome::Chain { chain: chain.clone(), solution, why: String::new() })
-        }
-        (Problem::Chain(chain), Method::Graph(_)) => {
-            crate::graph::solve(&GraphFile::Forward(ForwardGraph::from_chain(chain)), budget, method, opts)
-        }
-        (Problem::Graph(file), _) => crate::graph::solve(file, budget, method, opts),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::ForwardGraph;
 
     const CHAIN: &str = r#"{"name": "c", "input_size": 4, "stages": [
         {"forward_time": 1, "backward_time": 2, "output_size": 4, "saved_size": 8}]}"#;

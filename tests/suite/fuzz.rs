@@ -365,12 +365,12 @@ fn graphs_keep_the_promise() {
                 },
             };
             match remat::problem::solve(&problem, budget, alg, &opts) {
-                Ok(remat::graph::Outcome::Graph { graph, solution, .. }) => {
+                Ok(remat::problem::Outcome::Graph { graph, solution, .. }) => {
                     let replay = remat::graph::simulate_within(&graph, &solution.schedule.operations, budget);
                     prop_assert!(replay.is_ok(), "{alg}: {replay:?}\n{text}");
                     count("graph: solved, replayed within budget (exit 0)");
                 }
-                Ok(remat::graph::Outcome::Chain { chain, solution, .. }) => {
+                Ok(remat::problem::Outcome::Chain { chain, solution, .. }) => {
                     prop_assert!(simulate_within(&chain, &solution.schedule.operations, budget).is_ok());
                     count("graph: solved as a chain, replayed within budget (exit 0)");
                 }

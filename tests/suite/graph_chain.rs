@@ -19,16 +19,16 @@
 
 use remat::chain::{Chain, Stage};
 use remat::graph::{
-    ForwardGraph, GraphFile, GraphOp, GraphOptions, Outcome, backward, exhaustive as graph_exhaustive,
-    simulate as graph_simulate, solve as graph_solve,
+    ForwardGraph, GraphFile, GraphOp, backward, exhaustive as graph_exhaustive, simulate as graph_simulate,
 };
+use remat::problem::{self, Options, Outcome, Problem};
 use remat::schedule::Op;
 use remat::solve::{Algorithm, SolveOptions, exhaustive, solve};
 use remat::synthetic::{Rng, small_chain};
 
 /// A random small chain with a zero loss (the chain form of a path forward
 /// graph has one); `plain` forces saved_size = output_size.
-fn path_chain(rng: &mut Rng, len: usize, plain: bool) -> Chain {
+pub(crate) fn path_chain(rng: &mut Rng, len: usize, plain: bool) -> Chain {
     let c = small_chain(rng, len, 6, 5);
     let stages = c
         .stages()
@@ -53,16 +53,16 @@ fn a_path_forward_graph_is_solved_as_its_chain() {
         let chain = path_chain(&mut rng, 1 + i % 6, false);
         let forward = ForwardGraph::from_chain(&chain);
         assert_eq!(forward.as_chain().unwrap(), &chain, "the chain form of the path is the chain");
-        let file = GraphFile::Forward(forward);
+        let file = Problem::Graph(GraphFile::Forward(forward));
         let top = solve(&chain, 1 << 20, Algorithm::Persistent, &SolveOptions::default()).unwrap().schedule.peak_memory;
         for budget in [top / 3, top / 2, 2 * top / 3, top] {
             let direct = solve(&chain, budget, Algorithm::Auto, &SolveOptions::default());
-            match (graph_solve(&file, budget, Algorithm::Auto.into(), &GraphOptions::default()), direct) {
+            match (problem::solve(&file, budget, Algorithm::Auto.into(), &Options::default()), direct) {
                 (Ok(Outcome::Chain { solution, why, .. }), Ok(direct)) => {
                     assert_eq!(solution.schedule, direct.schedule);
                     assert!(why.starts_with("chain solver"), "{why}");
                 }
-                (Err(remat::graph::GraphSolveError::Chain(a)), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                (Err(problem::Error::Chain(a)), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
                 (a, b) => panic!("graph path {a:?} vs chain {b:?}"),
             }
         }

@@ -11,10 +11,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use remat::graph::milp::{Backend, MilpOptions};
-use remat::graph::{
-    GraphFile, GraphOptions, LIFT_NAME, Outcome, backward, exhaustive, lift, simulate, simulate_within, solve,
-};
-use remat::problem::Method;
+use remat::graph::{GraphFile, LIFT_NAME, backward, exhaustive, lift, simulate, simulate_within};
+use remat::problem::{Method, Options, Outcome, Problem, solve};
 use remat::solve::{Algorithm, SolveOptions};
 use remat::synthetic::{Figures, Rng, small_forward_graph};
 
@@ -110,7 +108,7 @@ fn lifted_schedules_of_graphs_with_skips_replay_within_budget_and_have_a_staged_
 fn auto_and_checkmate_are_never_worse_than_the_lifted_schedule() {
     let mut rng = Rng::new(163);
     let milp = MilpOptions { backend: Backend::Microlp, time_limit: Some(Duration::from_secs(2)), ticker: None };
-    let opts = GraphOptions { milp, ..GraphOptions::default() };
+    let opts = Options { milp, ..Options::default() };
     let mut compared = 0;
     for _ in 0..25 {
         let k = rng.range(3, 5) as usize;
@@ -120,7 +118,7 @@ fn auto_and_checkmate_are_never_worse_than_the_lifted_schedule() {
         }
         let graph = backward::derive(&forward).unwrap();
         let (lowest, _) = exhaustive::min_peak(&graph);
-        let file = GraphFile::Forward(forward.clone());
+        let file = Problem::Graph(GraphFile::Forward(forward.clone()));
         for budget in [lowest, lowest + 2, lowest + 5] {
             let Ok(lifted) = lift::lift(&forward, &graph, budget, None) else { continue };
             for method in [Method::Chain(Algorithm::Auto), Method::Graph(remat::graph::GraphAlgorithm::Checkmate)] {
@@ -160,9 +158,10 @@ fn a_store_all_budget_is_answered_by_the_lift_without_a_milp() {
     let mut rng = Rng::new(164);
     let forward = small_forward_graph(&mut rng, 700, true, Figures::Random);
     let graph = backward::derive(&forward).unwrap();
-    let opts = GraphOptions::default();
+    let opts = Options::default();
     let Outcome::Graph { solution, why, .. } =
-        solve(&GraphFile::Forward(forward), u64::MAX / 4, Method::Chain(Algorithm::Auto), &opts).unwrap()
+        solve(&Problem::Graph(GraphFile::Forward(forward)), u64::MAX / 4, Method::Chain(Algorithm::Auto), &opts)
+            .unwrap()
     else {
         panic!("not a path")
     };

@@ -7,10 +7,10 @@
 
 use remat::graph::milp::{Backend, MilpOptions};
 use remat::graph::{
-    CheckmateGraph, CheckmateNode, GraphAlgorithm, GraphFile, GraphOptions, GraphSolveError, Outcome, Status, backward,
-    exhaustive, lift, simulate_within, solve as graph_solve, solve_checkmate,
+    CheckmateGraph, CheckmateNode, GraphAlgorithm, GraphFile, GraphSolveError, Status, backward, exhaustive, lift,
+    simulate_within, solve_checkmate,
 };
-use remat::problem::Method;
+use remat::problem::{self, Method, Options, Outcome, Problem};
 use remat::solve::Algorithm;
 use remat::synthetic::{Figures, Rng, small_forward_graph};
 
@@ -175,8 +175,8 @@ fn a_node_computed_twice_in_one_stage_is_beyond_the_milp() {
     let at8 = solve_checkmate(&graph, 8, GraphAlgorithm::Checkmate, &options()).unwrap();
     assert_eq!(at8.schedule.makespan, exhaustive::fastest(&graph, 8).unwrap().0);
 
-    let file = GraphFile::Checkmate(graph);
-    match graph_solve(&file, 7, Method::Chain(Algorithm::Auto), &GraphOptions::default()).unwrap() {
+    let file = Problem::Graph(GraphFile::Checkmate(graph));
+    match problem::solve(&file, 7, Method::Chain(Algorithm::Auto), &Options::default()).unwrap() {
         Outcome::Graph { solution, why, .. } => {
             assert_eq!(solution.schedule.makespan, best);
             assert!(solution.schedule.peak_memory <= 7);

@@ -44,4 +44,5 @@ mod persistent_vs_exhaustive;
 mod recording_overhead;
 mod repeated_blocks;
 mod rotor_example;
+mod router;
 mod zoo;
