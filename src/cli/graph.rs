@@ -12,7 +12,7 @@ use crate::Problem;
 use crate::graph::GraphAlgorithm;
 use crate::graph::milp::{Backend, MilpOptions};
 use crate::graph::schedule::notation;
-use crate::graph::{CheckmateGraph, GraphFile, GraphSolveError};
+use crate::graph::{CheckmateGraph, GraphFile};
 use crate::problem::{self, Method, Outcome};
 use crate::size::format_size;
 use crate::solve::Algorithm;
@@ -77,12 +77,6 @@ fn parse_time_limit(s: &str) -> Result<TimeLimit, String> {
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
     s.parse()
-}
-
-impl From<GraphSolveError> for Failure {
-    fn from(e: GraphSolveError) -> Failure {
-        Failure::of(e.kind(), e)
-    }
 }
 
 impl From<problem::Error> for Failure {

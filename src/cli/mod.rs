@@ -414,35 +414,33 @@ impl Drop for Progress {
 mod tests {
     use super::{Exit, Failure, overhead};
     use crate::graph::{GraphAlgorithm, GraphSolveError};
+    use crate::problem::Error;
 
     #[test]
     fn internal_errors_exit_70_and_help_lists_every_code() {
         // No input makes remat's solvers disagree with their replay, so the
         // mapping is tested directly: a wildcard arm once sent this graph
-        // error, a bug in remat, to exit 2 ("bad input").
-        let graph =
+        // error, a bug in remat, to exit 2 ("bad input"). The command line
+        // sees graph errors through the router's error.
+        let graph = |e: GraphSolveError| Failure::from(Error::Graph(e)).exit();
+        let mispredicted =
             GraphSolveError::Mispredicted { algorithm: GraphAlgorithm::Checkmate, predicted: 1.0, replayed: 2.0 };
-        assert_eq!(Failure::from(graph).exit(), Exit::Internal);
+        assert_eq!(graph(mispredicted), Exit::Internal);
         let chain =
             crate::SolveError::Mispredicted { algorithm: crate::Algorithm::Persistent, predicted: 1.0, replayed: 2.0 };
         assert_eq!(Failure::from(chain).exit(), Exit::Internal);
-        let wrapped = crate::problem::Error::Chain(crate::SolveError::Mispredicted {
+        let wrapped = Error::Chain(crate::SolveError::Mispredicted {
             algorithm: crate::Algorithm::Floating,
             predicted: 1.0,
             replayed: 2.0,
         });
         assert_eq!(Failure::from(wrapped).exit(), Exit::Internal);
-        assert_eq!(Failure::from(GraphSolveError::Backend("x".into())).exit(), Exit::Internal);
-        let routed = crate::problem::Error::Graph(GraphSolveError::Backend("x".into()));
-        assert_eq!(Failure::from(routed).exit(), Exit::Internal);
-        let not_a_chain = crate::problem::Error::NotAChain {
-            algorithm: crate::Algorithm::Floating,
-            graph: "g".into(),
-            why: "a skip".into(),
-        };
+        assert_eq!(graph(GraphSolveError::Backend("x".into())), Exit::Internal);
+        assert_eq!(graph(GraphSolveError::NoSolution { seconds: 1.0 }), Exit::TimeLimit);
+        assert_eq!(graph(GraphSolveError::TooLarge("x".into())), Exit::BadInput);
+        let not_a_chain =
+            Error::NotAChain { algorithm: crate::Algorithm::Floating, graph: "g".into(), why: "a skip".into() };
         assert_eq!(Failure::from(not_a_chain).exit(), Exit::BadInput);
-        assert_eq!(Failure::from(GraphSolveError::NoSolution { seconds: 1.0 }).exit(), Exit::TimeLimit);
-        assert_eq!(Failure::from(GraphSolveError::TooLarge("x".into())).exit(), Exit::BadInput);
         assert_eq!(Failure::from(crate::SolveError::Options("x".into())).exit(), Exit::BadInput);
         // A rounded plan its replay rejects is a bug in remat, not a verdict.
         let invalid = crate::graph::approx::ApproxError::Invalid(crate::graph::GraphSimulateError::NoSuchNode {
@@ -450,7 +448,7 @@ mod tests {
             node: 1,
             len: 1,
         });
-        assert_eq!(Failure::from(GraphSolveError::Rounding(invalid)).exit(), Exit::Internal);
+        assert_eq!(graph(GraphSolveError::Rounding(invalid)), Exit::Internal);
         assert_eq!(Exit::Internal.code(), 70);
         let help = super::after_help();
         for exit in Exit::ALL {
