@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -652,17 +653,27 @@ class _Measure:
         self.at_end = self._now()
         self._reset_peak()
         grad_bytes = out.numel() * out.element_size()
+        # a^L, the stack's output, is counted in at_end; the head's backward
+        # usually frees it before delta^L arrives. Its bytes belong to the
+        # chain, which frees it itself (B^{L+1} deletes a plain a^L; an abar^L
+        # goes at B^L), so its freeing must not make room in what the part
+        # after the stack holds: counted in both, it was credited twice and the
+        # prediction came out one activation low.
+        counted = self.live is None or self.live.tracks(out)
+        out_bytes = out.untyped_storage().nbytes() if counted else 0
+        out_storage = weakref.ref(out.untyped_storage())
 
         def gradient_arrives(g: torch.Tensor) -> None:
             if not (self.open and self.recording):
                 return
             peak = self._peak()
             now = self._now()
+            freed_output = out_bytes if out_storage() is None else 0
             # What stays includes the gradient of a weight the head shares with
             # the embeddings (an LM's tied word embeddings), which autograd holds
             # until the embeddings' backward adds theirs: real memory of the step
             # (not yet a .grad), so the budget counts it.
-            post_after = max(0, now - self.at_end - grad_bytes)
+            post_after = max(0, now + freed_output - self.at_end - grad_bytes)
             post_peak = max(post_after, peak - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes stops tracking now and is
