@@ -322,7 +322,7 @@ class AppliedPlan:
         if l == len(self.modules):
             self._step = None
             if self._measure is not None:
-                self._measure.stack_ends(y)
+                self._measure.stack_ends(y, call.carried)
         return y
 
     # -- planning -----------------------------------------------------------
@@ -643,7 +643,7 @@ class _Measure:
 
         torch.autograd.Variable._execution_engine.queue_callback(backward_ends)
 
-    def stack_ends(self, y: object) -> None:
+    def stack_ends(self, y: object, last_input: torch.Tensor) -> None:
         out = y if isinstance(y, torch.Tensor) else None
         if out is None and isinstance(y, (tuple, list)) and y and isinstance(y[0], torch.Tensor):
             out = y[0]
@@ -653,28 +653,41 @@ class _Measure:
         self.at_end = self._now()
         self._reset_peak()
         grad_bytes = out.numel() * out.element_size()
-        # a^L, the stack's output, is counted in at_end; the head's backward
-        # usually frees it before delta^L arrives. Its bytes belong to the
-        # chain, which frees it itself (B^{L+1} deletes a plain a^L; an abar^L
-        # goes at B^L), so its freeing must not make room in what the part
-        # after the stack holds: counted in both, it was credited twice and the
-        # prediction came out one activation low.
-        counted = self.live is None or self.live.tracks(out)
-        out_bytes = out.untyped_storage().nbytes() if counted else 0
-        out_storage = weakref.ref(out.untyped_storage())
+
+        # at_end counts two tensors that are the chain's, not the head's, and
+        # are usually gone by the time delta^L arrives: a^L, which the head's
+        # backward frees (the chain frees it itself: B^{L+1} deletes a plain
+        # a^L, an abar^L goes at B^L), and a^{L-1}, which the caller holds
+        # while the last block returns and drops right after (the chain
+        # dropped it at F_none^L; where the plan keeps it, it stays). Their
+        # freeing is not room the head makes: credited to it, the prediction
+        # came out one or two activations low.
+        def chain_held(t: torch.Tensor) -> tuple[weakref.ref[Any], int] | None:
+            if self.live is not None and not self.live.tracks(t):
+                return None  # not in at_end
+            return weakref.ref(t.untyped_storage()), t.untyped_storage().nbytes()
+
+        output = chain_held(out)
+        same = last_input.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        before = None if same else chain_held(last_input)
+
+        def freed(held: tuple[weakref.ref[Any], int] | None) -> int:
+            return held[1] if held is not None and held[0]() is None else 0
 
         def gradient_arrives(g: torch.Tensor) -> None:
             if not (self.open and self.recording):
                 return
             peak = self._peak()
             now = self._now()
-            freed_output = out_bytes if out_storage() is None else 0
+            # a^{L-1} went before the head ran, so before its peak too; a^L,
+            # freed in the head's backward, is counted as the chain says.
+            dropped = freed(before)
             # What stays includes the gradient of a weight the head shares with
             # the embeddings (an LM's tied word embeddings), which autograd holds
             # until the embeddings' backward adds theirs: real memory of the step
             # (not yet a .grad), so the budget counts it.
-            post_after = max(0, now + freed_output - self.at_end - grad_bytes)
-            post_peak = max(post_after, peak - self.at_end)
+            post_after = max(0, now + freed(output) + dropped - self.at_end - grad_bytes)
+            post_peak = max(post_after, peak + dropped - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes stops tracking now and is
             # left at the next forward (the model's pre-hook) or by remove().
