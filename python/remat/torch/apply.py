@@ -532,6 +532,10 @@ class AppliedPlan:
                 self._measure = None
 
 
+#: The LiveBytes that measure the parts outside a stack (each plan's own).
+_MEASURING: weakref.WeakSet[LiveBytes] = weakref.WeakSet()
+
+
 class _Measure:
     """Memory of one training step outside the stack: from the model's forward
     pre-hook to the stack's input (``pre``), and from the stack's output to its
@@ -557,7 +561,13 @@ class _Measure:
             self.base = torch.cuda.memory_allocated(self.device)
             return
         modes = _get_current_dispatch_mode_stack()
-        if modes:
+        # A LiveBytes of another plan's measurement can be left on the stack
+        # until its model's next forward or remove() (or for good, when its
+        # backward raised): read, it measured this step's parts outside the
+        # stack as zero, or with that plan's leftovers and without excluding
+        # this model's parameter gradients. A new LiveBytes goes on top of
+        # it instead (and leaves first).
+        if modes and modes[-1] not in _MEASURING:
             # Another dispatch mode is active: entering ours under it would tangle
             # the mode stack when the two are left. A LiveBytes (someone measuring
             # the step) is read instead; any other mode leaves the parts outside
@@ -571,6 +581,7 @@ class _Measure:
                 self.open = False
             return
         self.live = LiveBytes()
+        _MEASURING.add(self.live)
         self.live.__enter__()
         self.live.exclude_parameter_gradients(plan.model.parameters())
 
