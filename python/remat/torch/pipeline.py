@@ -229,8 +229,11 @@ class StagePlan:
         One micro-batch's schedule is replayed operation by operation while
         ``n - 1`` others each hold their residue and what they keep outside
         the stack (:attr:`outside_held`); in the backward phase the others'
-        and, up to ``B^L``, this one's sent output is not held
-        (:attr:`released_output`), and during the forward phase the others'
+        sent outputs are not held (:attr:`released_output`), nor this one's
+        while the model still counts it (a plain ``a^L`` up to ``B^{L+1}``,
+        an ``abar^L`` up to ``B^L``, and in ``B^L`` where it was recorded
+        whole: an option's backward figure already lets it go), and during
+        the forward phase the others'
         outputs are counted (GPipe sends them all before waiting). The parts
         of the stage outside the stack are added as :attr:`AppliedPlan.peak_memory`
         adds them, then what torch's schedule keeps (:attr:`schedule_held`).
@@ -256,7 +259,16 @@ class StagePlan:
         stages = chain.to_dict()["stages"]
         ops = schedule.operations_with_options
         fwd = bwd = 0
-        backward, past_l = False, False
+        backward = False
+        # Whether the model still counts this micro-batch's a^L from its
+        # forward, which the pipeline freed once sent: a plain a^L up to
+        # B^{L+1} (which deletes it), an abar^L up to B^L. In B^L itself only
+        # option 0 counts it: the profile measures that backward with a^L
+        # held, an option's with a^L let go (as a step lets it go). An a^L
+        # recomputed after B^{L+1} is real.
+        first_l = ops[L - 1]  # the forward phase runs stages 1..L+1 in order
+        recorded_l = Op(first_l[0]) is Op.F_ALL
+        sent_counted = True
         for st, (_, _, option) in zip(replay.steps, ops):
             kind, stage = st["op"][0], st["op"][1]
             backward = backward or Op(kind) is Op.B
@@ -266,9 +278,12 @@ class StagePlan:
                 during -= int(own) - int(recording_overhead[stage - 1])
             if not backward:
                 fwd = max(fwd, during)
-            else:
-                bwd = max(bwd, during - (0 if past_l else released))
-                past_l = past_l or (Op(kind) is Op.B and stage == L)
+                continue
+            if Op(kind) is Op.B and stage == L and first_l[2]:
+                sent_counted = False
+            bwd = max(bwd, during - (released if sent_counted else 0))
+            if Op(kind) is Op.B and (stage == L or (stage == L + 1 and not recorded_l)):
+                sent_counted = False
         stack = max(fwd + n1 * (residue + self.outside_held), bwd + n1 * (residue - released + self.outside_held))
         outside = _outside_of(plan)
         if outside is None:
