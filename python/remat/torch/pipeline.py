@@ -164,7 +164,7 @@ class StagePlan:
             the first) the schedule holds every micro-batch's loss until the
             step ends, and through the loss's graph that micro-batch's
             received input, so its last backward runs beside ``n_microbatches
-            - in_flight`` earlier inputs; under 1F1B a stage that sends input
+            - in_flight`` earlier inputs (and their losses); under 1F1B a stage that sends input
             gradients still holds the previous one (its send is pending)
             during the next backward.
         calibrated: whether the calibration step ran.
@@ -441,7 +441,13 @@ def apply_stage(
             pending = 1 if kind is PipelineSchedule.ONE_F_ONE_B and n_microbatches > 1 else 0
             sp.schedule_held = (retained + pending) * received
         # 1: profile, measure the parts outside the stack, plan again.
-        _calibration_step(sp, example_args, example_kwargs or {}, loss_fn if is_last else None, example_target)
+        losses: list[int] = []
+        _calibration_step(
+            sp, example_args, example_kwargs or {}, loss_fn if is_last else None, example_target, losses=losses
+        )
+        if is_last and losses:
+            # The losses of the earlier micro-batches, kept to the step's end.
+            sp.schedule_held += (n_microbatches - n) * losses[0]
         if n > 1:
             # 2: what one micro-batch holds outside the stack between its
             # forward and backward, under the final plan; n - 1 of them are set
@@ -514,12 +520,14 @@ def _calibration_step(
     target: Any,
     *,
     measure: bool = False,
+    losses: list[int] | None = None,
 ) -> int:
     """One forward and backward of the stage on the example, as the pipeline
     runs it (a received input a fresh leaf that requires a gradient where it
     is a floating-point tensor, the last stage's loss, a gradient of ones for
     the others' outputs). With ``measure``: returns the bytes held outside the
-    stack between the forward and the backward."""
+    stack between the forward and the backward. ``losses``, where given, gets
+    the bytes of the loss."""
     module = sp.plan.model
     # A received activation is a leaf that requires a gradient (the stage
     # sends its gradient back); the first stage's input is the data.
@@ -545,6 +553,8 @@ def _calibration_step(
             root: Any = loss_fn(out, target) if loss_fn is not None else _first_tensor(out)
             if root is None:
                 raise ValueError("the stage's output holds no tensor")
+            if losses is not None and loss_fn is not None:
+                losses.append(root.untyped_storage().nbytes())
             if live is not None:
                 schedule = sp.plan.schedule
                 residue = getattr(schedule, "residue", None)
