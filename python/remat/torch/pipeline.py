@@ -231,9 +231,9 @@ class StagePlan:
         the stack (:attr:`outside_held`); in the backward phase the others'
         sent outputs are not held (:attr:`released_output`), nor this one's
         while the model still counts it (a plain ``a^L`` up to ``B^{L+1}``,
-        an ``abar^L`` up to ``B^L``, and in ``B^L`` where it was recorded
-        whole: an option's backward figure already lets it go), and during
-        the forward phase the others'
+        an ``abar^L`` up to ``B^L``, and in ``B^L`` where ``abar^L`` was
+        recorded whole: an option's backward figure already lets ``a^L``
+        go), and during the forward phase the others'
         outputs are counted (GPipe sends them all before waiting). The parts
         of the stage outside the stack are added as :attr:`AppliedPlan.peak_memory`
         adds them, then what torch's schedule keeps (:attr:`schedule_held`).
@@ -262,13 +262,14 @@ class StagePlan:
         backward = False
         # Whether the model still counts this micro-batch's a^L from its
         # forward, which the pipeline freed once sent: a plain a^L up to
-        # B^{L+1} (which deletes it), an abar^L up to B^L. In B^L itself only
-        # option 0 counts it: the profile measures that backward with a^L
-        # held, an option's with a^L let go (as a step lets it go). An a^L
-        # recomputed after B^{L+1} is real.
-        first_l = ops[L - 1]  # the forward phase runs stages 1..L+1 in order
-        recorded_l = Op(first_l[0]) is Op.F_ALL
-        sent_counted = True
+        # B^{L+1} (which deletes it), an abar^L up to B^L. B^L itself counts
+        # an a^L where the abar^L it consumes was recorded whole (the profile
+        # measures that backward with a^L held; the pipeline freed the sent
+        # one, the executor drops a recomputed one before B^L), not where it
+        # was recorded with an option (that figure already lets a^L go). An
+        # a^L recomputed after B^{L+1} is real until then.
+        recorded_l = Op(ops[L - 1][0]) is Op.F_ALL  # the forward runs stages 1..L+1 in order
+        sent_counted, option_l = True, 0
         for st, (_, _, option) in zip(replay.steps, ops):
             kind, stage = st["op"][0], st["op"][1]
             backward = backward or Op(kind) is Op.B
@@ -276,12 +277,13 @@ class StagePlan:
             if recording_overhead is not None and Op(kind) is Op.F_ALL and stage <= L and not option:
                 own = stages[stage - 1].get("recording_overhead", stages[stage - 1]["forward_overhead"])
                 during -= int(own) - int(recording_overhead[stage - 1])
+            if Op(kind) is Op.F_ALL and stage == L:
+                option_l = option
             if not backward:
                 fwd = max(fwd, during)
                 continue
-            if Op(kind) is Op.B and stage == L and first_l[2]:
-                sent_counted = False
-            bwd = max(bwd, during - (released if sent_counted else 0))
+            b_l = Op(kind) is Op.B and stage == L
+            bwd = max(bwd, during - (released if (sent_counted and not b_l) or (b_l and not option_l) else 0))
             if Op(kind) is Op.B and (stage == L or (stage == L + 1 and not recorded_l)):
                 sent_counted = False
         stack = max(fwd + n1 * (residue + self.outside_held), bwd + n1 * (residue - released + self.outside_held))
