@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import socket
 import tempfile
@@ -284,6 +283,75 @@ needs_in_flight = pytest.mark.skipif(
 )
 
 
+def last_stage_plan(memory: int, n_microbatches: int = 1) -> tuple[GPT, Stage, StagePlan]:
+    """The last of 4 stages (3 blocks, the final norm, the head and the loss),
+    planned for GPipe with ``n_microbatches`` (all in flight), calibrated."""
+    model = make_model()
+    stage = Stage(model, 3, 4)
+    sp = apply_stage(
+        stage,
+        memory,
+        "gpipe",
+        3,
+        4,
+        n_microbatches,
+        example_args=(torch.zeros(MB, SEQ, WIDTH),),
+        loss_fn=loss_fn,
+        example_target=data()[1].chunk(MICRO)[0],
+        policies=(),
+        repeat=1,
+    )
+    return model, stage, sp
+
+
+def test_the_head_holds_its_logits_through_the_stacks_backward() -> None:
+    """What the part after the stack holds through the stack's backward
+    (``post_after``) is what the head and loss keep: the logits (the caller
+    holds them until the backward ends, as the pipeline's forward cache
+    does), not less. Until 2026-11-26 the stack's output a^L, which the
+    head's backward frees, was subtracted from it, while the chain frees a^L
+    itself: one activation counted out twice, and predicted_peak one
+    activation below the measured peak (docs/pipeline.md, Limits)."""
+    _, _, sp = last_stage_plan(1 << 30)
+    outside = sp.plan._outside
+    assert outside is not None
+    logits = MB * SEQ * VOCAB * 4
+    # Beyond the logits: the scalar loss and its gradient, a few bytes.
+    assert logits <= outside.post_after <= logits + 64, (outside, logits)
+    sp.remove()
+
+
+@needs_in_flight
+def test_last_stage_peak_is_predicted_one_process() -> None:
+    """The last stage under GPipe in one process, as the pipeline runs it:
+    eight forwards (each micro-batch's received input a fresh leaf, its
+    logits and loss kept), then their backwards. The measured peak is at
+    most ``predicted_peak`` and at most one activation below it (the model
+    keeps a block's output in abar^l through B^l; the executor has let it
+    go)."""
+    _, _, sp0 = last_stage_plan(1 << 40, MICRO)
+    store_all = sp0.predicted_peak
+    assert store_all is not None
+    sp0.remove()
+    model, stage, sp = last_stage_plan(int(0.6 * store_all), MICRO)
+    target = data()[1]
+    for _ in range(2):  # the second step measures
+        model.zero_grad(set_to_none=True)
+        with rt.LiveBytes() as live:
+            live.exclude_parameter_gradients(model.parameters())
+            kept = []
+            for y in target.chunk(MICRO):
+                x = torch.randn(MB, SEQ, WIDTH).requires_grad_()
+                out = stage(x)
+                kept.append((x, out, loss_fn(out, y)))
+            for _, _, loss in kept:
+                loss.backward()
+    predicted, activation = sp.predicted_peak, MB * SEQ * WIDTH * 4
+    assert predicted is not None
+    assert live.peak <= predicted <= live.peak + activation + live.peak // 1000, (live.peak, predicted)
+    sp.remove()
+
+
 @needs_in_flight
 def test_more_in_flight_keeps_less_per_micro_batch() -> None:
     """At one budget, a stage holding four micro-batches plans a smaller
@@ -459,13 +527,17 @@ def test_pipeline_gradients_and_peaks(world: int, reference: dict[str, torch.Ten
             assert res["measured"] <= res["memory"] and res["predicted"] <= res["memory"], (
                 f"{where}: measured {res['measured']}, predicted {res['predicted']}, budget {res['memory']}"
             )
-            # The plan's own prediction is the measured peak within 2%, and
-            # so is the one with the recording forward's transient measured
-            # apart (a check of the profile's recording_overhead).
-            assert math.isclose(res["measured"], res["predicted"], rel_tol=0.02), (
+            # The plan's own prediction is never below the measured peak and
+            # at most one activation above it (the model keeps a block's
+            # output in abar^l through B^l, where the executor has let it go;
+            # 0.1% for a few small tensors), and so is the one with the
+            # recording forward's transient measured apart (a check of the
+            # profile's recording_overhead).
+            slack = MB * SEQ * WIDTH * 4 + res["measured"] // 1000
+            assert res["measured"] <= res["predicted"] <= res["measured"] + slack, (
                 f"{where}: measured {res['measured']}, predicted {res['predicted']} by the plan"
             )
-            assert math.isclose(res["measured"], res["exact"], rel_tol=0.02), (
+            assert res["measured"] <= res["exact"] <= res["measured"] + slack, (
                 f"{where}: measured {res['measured']} against {res['exact']} predicted with the recording "
                 f"forward's transient ({res['predicted']} by the plan)"
             )

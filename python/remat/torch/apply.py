@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -321,7 +322,7 @@ class AppliedPlan:
         if l == len(self.modules):
             self._step = None
             if self._measure is not None:
-                self._measure.stack_ends(y)
+                self._measure.stack_ends(y, call.carried)
         return y
 
     # -- planning -----------------------------------------------------------
@@ -531,6 +532,10 @@ class AppliedPlan:
                 self._measure = None
 
 
+#: The LiveBytes that measure the parts outside a stack (each plan's own).
+_MEASURING: weakref.WeakSet[LiveBytes] = weakref.WeakSet()
+
+
 class _Measure:
     """Memory of one training step outside the stack: from the model's forward
     pre-hook to the stack's input (``pre``), and from the stack's output to its
@@ -556,7 +561,13 @@ class _Measure:
             self.base = torch.cuda.memory_allocated(self.device)
             return
         modes = _get_current_dispatch_mode_stack()
-        if modes:
+        # A LiveBytes of another plan's measurement can be left on the stack
+        # until its model's next forward or remove() (or for good, when its
+        # backward raised): read, it measured this step's parts outside the
+        # stack as zero, or with that plan's leftovers and without excluding
+        # this model's parameter gradients. A new LiveBytes goes on top of
+        # it instead (and leaves first).
+        if modes and modes[-1] not in _MEASURING:
             # Another dispatch mode is active: entering ours under it would tangle
             # the mode stack when the two are left. A LiveBytes (someone measuring
             # the step) is read instead; any other mode leaves the parts outside
@@ -570,6 +581,7 @@ class _Measure:
                 self.open = False
             return
         self.live = LiveBytes()
+        _MEASURING.add(self.live)
         self.live.__enter__()
         self.live.exclude_parameter_gradients(plan.model.parameters())
 
@@ -642,7 +654,7 @@ class _Measure:
 
         torch.autograd.Variable._execution_engine.queue_callback(backward_ends)
 
-    def stack_ends(self, y: object) -> None:
+    def stack_ends(self, y: object, last_input: torch.Tensor) -> None:
         out = y if isinstance(y, torch.Tensor) else None
         if out is None and isinstance(y, (tuple, list)) and y and isinstance(y[0], torch.Tensor):
             out = y[0]
@@ -653,17 +665,40 @@ class _Measure:
         self._reset_peak()
         grad_bytes = out.numel() * out.element_size()
 
+        # at_end counts two tensors that are the chain's, not the head's, and
+        # are usually gone by the time delta^L arrives: a^L, which the head's
+        # backward frees (the chain frees it itself: B^{L+1} deletes a plain
+        # a^L, an abar^L goes at B^L), and a^{L-1}, which the caller holds
+        # while the last block returns and drops right after (the chain
+        # dropped it at F_none^L; where the plan keeps it, it stays). Their
+        # freeing is not room the head makes: credited to it, the prediction
+        # came out one or two activations low.
+        def chain_held(t: torch.Tensor) -> tuple[weakref.ref[Any], int] | None:
+            if self.live is not None and not self.live.tracks(t):
+                return None  # not in at_end
+            return weakref.ref(t.untyped_storage()), t.untyped_storage().nbytes()
+
+        output = chain_held(out)
+        same = last_input.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        before = None if same else chain_held(last_input)
+
+        def freed(held: tuple[weakref.ref[Any], int] | None) -> int:
+            return held[1] if held is not None and held[0]() is None else 0
+
         def gradient_arrives(g: torch.Tensor) -> None:
             if not (self.open and self.recording):
                 return
             peak = self._peak()
             now = self._now()
+            # a^{L-1} went before the head ran, so before its peak too; a^L,
+            # freed in the head's backward, is counted as the chain says.
+            dropped = freed(before)
             # What stays includes the gradient of a weight the head shares with
             # the embeddings (an LM's tied word embeddings), which autograd holds
             # until the embeddings' backward adds theirs: real memory of the step
             # (not yet a .grad), so the budget counts it.
-            post_after = max(0, now - self.at_end - grad_bytes)
-            post_peak = max(post_after, peak - self.at_end)
+            post_after = max(0, now + freed(output) + dropped - self.at_end - grad_bytes)
+            post_peak = max(post_after, peak + dropped - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes stops tracking now and is
             # left at the next forward (the model's pre-hook) or by remove().

@@ -164,7 +164,7 @@ class StagePlan:
             the first) the schedule holds every micro-batch's loss until the
             step ends, and through the loss's graph that micro-batch's
             received input, so its last backward runs beside ``n_microbatches
-            - in_flight`` earlier inputs; under 1F1B a stage that sends input
+            - in_flight`` earlier inputs (and their losses); under 1F1B a stage that sends input
             gradients still holds the previous one (its send is pending)
             during the next backward.
         calibrated: whether the calibration step ran.
@@ -229,8 +229,11 @@ class StagePlan:
         One micro-batch's schedule is replayed operation by operation while
         ``n - 1`` others each hold their residue and what they keep outside
         the stack (:attr:`outside_held`); in the backward phase the others'
-        and, up to ``B^L``, this one's sent output is not held
-        (:attr:`released_output`), and during the forward phase the others'
+        sent outputs are not held (:attr:`released_output`), nor this one's
+        while the model still counts it (a plain ``a^L`` up to ``B^{L+1}``,
+        an ``abar^L`` up to ``B^L``, and in ``B^L`` where ``abar^L`` was
+        recorded whole: an option's backward figure already lets ``a^L``
+        go), and during the forward phase the others'
         outputs are counted (GPipe sends them all before waiting). The parts
         of the stage outside the stack are added as :attr:`AppliedPlan.peak_memory`
         adds them, then what torch's schedule keeps (:attr:`schedule_held`).
@@ -256,7 +259,17 @@ class StagePlan:
         stages = chain.to_dict()["stages"]
         ops = schedule.operations_with_options
         fwd = bwd = 0
-        backward, past_l = False, False
+        backward = False
+        # Whether the model still counts this micro-batch's a^L from its
+        # forward, which the pipeline freed once sent: a plain a^L up to
+        # B^{L+1} (which deletes it), an abar^L up to B^L. B^L itself counts
+        # an a^L where the abar^L it consumes was recorded whole (the profile
+        # measures that backward with a^L held; the pipeline freed the sent
+        # one, the executor drops a recomputed one before B^L), not where it
+        # was recorded with an option (that figure already lets a^L go). An
+        # a^L recomputed after B^{L+1} is real until then.
+        recorded_l = Op(ops[L - 1][0]) is Op.F_ALL  # the forward runs stages 1..L+1 in order
+        sent_counted, option_l = True, 0
         for st, (_, _, option) in zip(replay.steps, ops):
             kind, stage = st["op"][0], st["op"][1]
             backward = backward or Op(kind) is Op.B
@@ -264,11 +277,15 @@ class StagePlan:
             if recording_overhead is not None and Op(kind) is Op.F_ALL and stage <= L and not option:
                 own = stages[stage - 1].get("recording_overhead", stages[stage - 1]["forward_overhead"])
                 during -= int(own) - int(recording_overhead[stage - 1])
+            if Op(kind) is Op.F_ALL and stage == L:
+                option_l = option
             if not backward:
                 fwd = max(fwd, during)
-            else:
-                bwd = max(bwd, during - (0 if past_l else released))
-                past_l = past_l or (Op(kind) is Op.B and stage == L)
+                continue
+            b_l = Op(kind) is Op.B and stage == L
+            bwd = max(bwd, during - (released if (sent_counted and not b_l) or (b_l and not option_l) else 0))
+            if Op(kind) is Op.B and (stage == L or (stage == L + 1 and not recorded_l)):
+                sent_counted = False
         stack = max(fwd + n1 * (residue + self.outside_held), bwd + n1 * (residue - released + self.outside_held))
         outside = _outside_of(plan)
         if outside is None:
@@ -426,7 +443,13 @@ def apply_stage(
             pending = 1 if kind is PipelineSchedule.ONE_F_ONE_B and n_microbatches > 1 else 0
             sp.schedule_held = (retained + pending) * received
         # 1: profile, measure the parts outside the stack, plan again.
-        _calibration_step(sp, example_args, example_kwargs or {}, loss_fn if is_last else None, example_target)
+        losses: list[int] = []
+        _calibration_step(
+            sp, example_args, example_kwargs or {}, loss_fn if is_last else None, example_target, losses=losses
+        )
+        if is_last and losses:
+            # The losses of the earlier micro-batches, kept to the step's end.
+            sp.schedule_held += (n_microbatches - n) * losses[0]
         if n > 1:
             # 2: what one micro-batch holds outside the stack between its
             # forward and backward, under the final plan; n - 1 of them are set
@@ -499,12 +522,14 @@ def _calibration_step(
     target: Any,
     *,
     measure: bool = False,
+    losses: list[int] | None = None,
 ) -> int:
     """One forward and backward of the stage on the example, as the pipeline
     runs it (a received input a fresh leaf that requires a gradient where it
     is a floating-point tensor, the last stage's loss, a gradient of ones for
     the others' outputs). With ``measure``: returns the bytes held outside the
-    stack between the forward and the backward."""
+    stack between the forward and the backward. ``losses``, where given, gets
+    the bytes of the loss."""
     module = sp.plan.model
     # A received activation is a leaf that requires a gradient (the stage
     # sends its gradient back); the first stage's input is the data.
@@ -530,6 +555,8 @@ def _calibration_step(
             root: Any = loss_fn(out, target) if loss_fn is not None else _first_tensor(out)
             if root is None:
                 raise ValueError("the stage's output holds no tensor")
+            if losses is not None and loss_fn is not None:
+                losses.append(root.untyped_storage().nbytes())
             if live is not None:
                 schedule = sp.plan.schedule
                 residue = getattr(schedule, "residue", None)
