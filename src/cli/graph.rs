@@ -82,9 +82,16 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 impl From<problem::Error> for Failure {
     fn from(e: problem::Error) -> Failure {
         // The exit code is the error's kind's (`problem::Error::kind`); a
-        // chain error also names the flags that change it.
+        // chain error, and micro-batches in flight on a graph, also name the
+        // flags that change it.
         match e {
             problem::Error::Chain(e) => e.into(),
+            e @ problem::Error::InFlight { .. } => Failure::of(
+                e.kind(),
+                anyhow::anyhow!(
+                    "{e}\nhint: drop --in-flight, or give the network as a chain (`remat zoo NAME` without --graph)"
+                ),
+            ),
             e => Failure::of(e.kind(), e),
         }
     }

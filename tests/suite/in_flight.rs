@@ -249,7 +249,9 @@ fn solve_in_flight_on_the_command_line() {
     let graph = graphs[0].as_ref().unwrap().path();
     let g = remat(&["solve", graph.to_str().unwrap(), "--memory", "1GiB", "--in-flight", "2"]);
     assert_eq!(g.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&g.stderr).contains("applies to chains only"));
+    let stderr = String::from_utf8_lossy(&g.stderr);
+    assert!(stderr.contains("in_flight 2 applies to chains only"), "{stderr}");
+    assert!(stderr.contains("hint: drop --in-flight"), "{stderr}");
 }
 
 /// `remat pipeline`: 1F1B's in-flight counts per rank, every rank's plan
