@@ -200,6 +200,37 @@ impl SlotChain {
             .saturating_add(self.output[j])
             .saturating_add(self.forward_overhead[j])
     }
+
+    /// The ways to begin sub-chain (s, t) with `F_ck^s F_none^{s+1..j}`, for
+    /// j = s..t-1 in order: each one's `split` = j + 1 (the rest, (j + 1, t),
+    /// then runs beside a^j), the most those forwards need (without a^{s-1},
+    /// delta^t held) and their time, summed in stage order. Every solver that
+    /// splits a sub-chain this way (persistent, its exact fronts, in flight)
+    /// reads them here. O(1) a step, O(t - s) in all.
+    pub fn forward_splits(&self, s: usize, t: usize) -> impl Iterator<Item = ForwardSplit> + '_ {
+        let mut need = self.forward_ck_need(s, t);
+        let mut time = self.forward_time[s];
+        (s + 1..=t).map(move |split| {
+            let j = split - 1;
+            if j > s {
+                need = need.max(self.forward_none_need(j, t));
+                time += self.forward_time[j];
+            }
+            ForwardSplit { split, need, time }
+        })
+    }
+}
+
+/// One way to begin a sub-chain (s, t) ([`SlotChain::forward_splits`]):
+/// `F_ck^s F_none^{s+1..split-1}`, keeping a^{split-1}.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForwardSplit {
+    /// The first stage of the rest, (split, t); a^{split-1} is kept for it.
+    pub split: usize,
+    /// The most the forwards need, in slots (or bytes), a^{s-1} excluded.
+    pub need: usize,
+    /// The forwards' time.
+    pub time: f64,
 }
 
 /// The smallest budget in bytes at which a slot-based solver with `slots`

@@ -97,7 +97,7 @@ use thiserror::Error;
 
 use crate::chain::Chain;
 use crate::schedule::Op;
-use crate::slots::{SlotChain, Slots};
+use crate::slots::{ForwardSplit, SlotChain, Slots};
 use crate::solve::distinct::Distinct;
 
 const INF: f64 = f64::INFINITY;
@@ -511,14 +511,8 @@ impl Fronts {
             }
         }
         // F_ck^s F_none^{s+1..j}, then (j + 1, t) beside a^j, then (s, j).
-        let mut need_fwd = sc.forward_ck_need(s, t);
-        let mut fwd = sc.forward_time[s];
-        for split in s + 1..=t {
+        for ForwardSplit { split, need: need_fwd, time: fwd } in sc.forward_splits(s, t) {
             let j = split - 1;
-            if j > s {
-                need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-                fwd += sc.forward_time[j];
-            }
             let (right, left) = (self.front(split, t), self.front(s, j));
             let w = sc.output[j];
             let from = need_fwd.max(w).max(right.lo().saturating_add(w)).max(left.lo());

@@ -95,7 +95,7 @@ use std::collections::BTreeMap;
 
 use crate::chain::Chain;
 use crate::schedule::Op;
-use crate::slots::{SlotChain, Slots};
+use crate::slots::{ForwardSplit, SlotChain, Slots};
 use crate::solve::dp::SlotDp;
 use crate::solve::exact::{self, Answer};
 use crate::solve::floating;
@@ -240,16 +240,9 @@ impl Spine {
                         });
                     }
                 }
-                let mut need_fwd = sc.forward_ck_need(s, n);
-                let mut fwd_time = sc.forward_time[s];
                 // `split` names the point's How::Split as well as the front.
-                #[allow(clippy::needless_range_loop)]
-                for split in s + 1..=n {
+                for ForwardSplit { split, need: need_fwd, time: fwd_time } in sc.forward_splits(s, n) {
                     let j = split - 1;
-                    if j > s {
-                        need_fwd = need_fwd.max(sc.forward_none_need(j, n));
-                        fwd_time += sc.forward_time[j];
-                    }
                     let w = sc.output[j];
                     let left = cells.steps(s, j, cap);
                     if left.is_empty() {
@@ -572,16 +565,9 @@ fn sweep_at(table: &Table, in_flight: usize, rho: usize, ops: Option<&mut Vec<Op
                 }
             }
             if s < n {
-                let mut need_fwd = sc.forward_ck_need(s, n);
-                let mut fwd = sc.forward_time[s];
                 // `split` names the choice as well as the row of `e`.
-                #[allow(clippy::needless_range_loop)]
-                for split in s + 1..=n {
+                for ForwardSplit { split, need: need_fwd, time: fwd } in sc.forward_splits(s, n) {
                     let j = split - 1;
-                    if j > s {
-                        need_fwd = need_fwd.max(sc.forward_none_need(j, n));
-                        fwd += sc.forward_time[j];
-                    }
                     let w = sc.output[j];
                     if need_fwd.max(w) > m || a < w {
                         continue;

@@ -114,7 +114,7 @@
 use rayon::prelude::*;
 
 use crate::schedule::Op;
-use crate::slots::{SlotChain, Slots};
+use crate::slots::{ForwardSplit, SlotChain, Slots};
 use crate::solve::distinct::Distinct;
 
 /// Longest chain the persistent DP accepts (its table has L^2 / 2 rows).
@@ -686,14 +686,8 @@ pub(crate) fn choice(sc: &SlotChain, s: usize, t: usize, m: usize, cost: impl Fn
             return Start::All(o);
         }
     }
-    let mut need_fwd = sc.forward_ck_need(s, t);
-    let mut fwd_time = sc.forward_time[s];
-    for split in s + 1..=t {
+    for ForwardSplit { split, need: need_fwd, time: fwd_time } in sc.forward_splits(s, t) {
         let j = split - 1;
-        if j > s {
-            need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-            fwd_time += sc.forward_time[j];
-        }
         let w = sc.output[j];
         if m >= need_fwd.max(w) && fwd_time + cost(split, t, m - w) + cost(s, j, m) == target {
             return Start::Split(split);
@@ -838,12 +832,8 @@ pub(crate) fn min_peak_of_family(sc: &SlotChain, keep_all: bool) -> usize {
             } else {
                 usize::MAX
             };
-            let mut need_fwd = sc.forward_ck_need(s, t);
-            for split in s + 1..=t {
+            for ForwardSplit { split, need: need_fwd, .. } in sc.forward_splits(s, t) {
                 let j = split - 1;
-                if j > s {
-                    need_fwd = need_fwd.max(sc.forward_none_need(j, t));
-                }
                 let cand = need_fwd.max(sc.output[j].saturating_add(p[at(split, t)])).max(p[at(s, j)]);
                 best = best.min(cand);
             }
