@@ -335,22 +335,24 @@ struct FloatingHow {
 /// delta^{L+1}.
 struct FloatingSpine {
     fronts: std::collections::HashMap<floating::Cell, Vec<Point<FloatingHow>>>,
-    /// Candidates made so far (the build gives up past [`SPINE_CANDIDATES`]).
+    /// Candidates made so far (the build gives up past `limit`).
     made: usize,
+    /// The most candidates to make ([`spine_limit`]).
+    limit: usize,
     input: usize,
     cap: usize,
 }
 
 impl FloatingSpine {
     /// The spine fronts of `table`, or `Err` with the candidates made once
-    /// more than [`SPINE_CANDIDATES`] were.
-    fn build(table: &floating::Table) -> Result<FloatingSpine, usize> {
+    /// more than `limit` were.
+    fn build(table: &floating::Table, limit: usize) -> Result<FloatingSpine, usize> {
         let sc = table.slot_chain();
         let cap = sc.slots.capacity.saturating_sub(sc.output[0]);
-        let mut spine = FloatingSpine { fronts: Default::default(), made: 0, input: sc.output[0], cap };
+        let mut spine = FloatingSpine { fronts: Default::default(), made: 0, limit, input: sc.output[0], cap };
         let mut steps: std::collections::HashMap<floating::Cell, Vec<(usize, f64)>> = Default::default();
         spine.front(table, floating::Cell::D(1, sc.n), &mut steps);
-        if spine.made > SPINE_CANDIDATES { Err(spine.made) } else { Ok(spine) }
+        if spine.made > limit { Err(spine.made) } else { Ok(spine) }
     }
 
     /// Fills the front of `cell` and of the spine cells below it. Recursion
@@ -364,7 +366,7 @@ impl FloatingSpine {
         if self.fronts.contains_key(&cell) {
             return;
         }
-        if self.made > SPINE_CANDIDATES {
+        if self.made > self.limit {
             // Given up: the build reports it; stop growing.
             self.fronts.insert(cell, Vec::new());
             return;
@@ -447,7 +449,7 @@ pub(crate) fn floating(
     };
     // Too many candidates: no floating answer, `solve_floating` keeps the
     // persistent one.
-    let Ok(spine) = FloatingSpine::build(&table) else { return Ok(None) };
+    let Ok(spine) = FloatingSpine::build(&table, spine_limit(opts)) else { return Ok(None) };
     let top = floating::Cell::D(1, table.slot_chain().n);
     let Some((time, index)) = spine.best(disc.capacity, in_flight, top) else { return Ok(None) };
     let mut ops = Vec::new();
@@ -656,14 +658,15 @@ pub(crate) fn persistent(
     let limit = exact::limit(opts, || exact::fronts_limit(chain, budget, slots));
     let max_work = exact::work_limit(opts);
     let exact = Fronts::build_guarded(chain, budget, limit, max_work, f64::INFINITY).and_then(|fronts| {
-        let spine = Spine::build(&fronts, spine_limit(opts)).map_err(|made| FrontsTooLarge {
+        let spine_limit = spine_limit(opts);
+        let spine = Spine::build(&fronts, spine_limit).map_err(|made| FrontsTooLarge {
             limit,
             bytes: fronts.bytes(),
             projected: false,
             stages: chain.len(),
             done: chain.len(),
             work: Some(made as f64),
-            max_work: spine_limit(opts) as f64,
+            max_work: spine_limit as f64,
         })?;
         let capacity = usize::try_from(budget).unwrap_or(usize::MAX);
         Ok(spine.best(capacity, in_flight).map(|(makespan, index)| {
