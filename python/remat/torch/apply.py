@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,10 +41,11 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 import remat
 
 from .checkpointed import _fmt, auto_budget
+from .compiled import CompiledBlocks, compile_options
 from .executor import Executor, Op, Program, Step, autocast_enabled
-from .memory import LiveBytes
+from .memory import AllocatorTrace, LiveBytes
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
-from .profile import profile_calls
+from .profile import _signature, profile_calls
 from .stages import Call
 
 __all__ = ["AppliedPlan", "apply", "find_blocks"]
@@ -154,6 +156,7 @@ class _Entry:
     inplace: list[bool]
     uses_rng: list[bool]
     options: list[list[NamedPolicy | None]]
+    compiled: bool = False  # the blocks run compiled (the chain measured their compiled variants)
     outside: _Outside | None = None
     by_numel: dict[int, tuple[remat.Chain, remat.Schedule, Executor, int, str]] = field(default_factory=dict)
 
@@ -184,6 +187,7 @@ class AppliedPlan:
         scale_shapes: bool,
         policies: Sequence[NamedPolicy] = (),
         in_flight: int = 1,
+        compile: bool | dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -200,6 +204,13 @@ class AppliedPlan:
         #: parallelism, :mod:`remat.torch.pipeline`): the plan bounds
         #: ``(in_flight - 1) x residue + peak``. 1: one step at a time.
         self.in_flight = in_flight
+        #: How blocks run: None, compiled when the model runs under
+        #: ``torch.compile``; True (or ``torch.compile`` arguments), always
+        #: compiled; False, always eager.
+        self.compile = compile
+        options = compile_options(compile)
+        self._blocks = CompiledBlocks(options if options is not None else {}, _signature)
+        self._variants: dict[tuple[int, str | None], Callable[..., Any]] = {}
         #: The policies each block is measured under (its recording options).
         self.policies = list(policies)
         self.modules = [m for _, m in blocks]
@@ -210,7 +221,9 @@ class AppliedPlan:
         self._last: tuple[_Entry, int, torch.device] | None = None
         self._step: Step | None = None
         self._executor: Executor | None = None
-        self._measure: _Measure | None = None
+        self._measure: _Measure | _TracedMeasure | None = None
+        self._compiled_steps = 0  # training forwards under torch.compile so far
+        self._infeasible: remat.InfeasibleError | None = None  # what the last re-plan found, for explain()
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
@@ -229,7 +242,14 @@ class AppliedPlan:
             original = m.forward
             self._originals.append(original)
             m.forward = self._make_forward(l, original)  # type: ignore[method-assign]
-        self._hooks.append(self.model.register_forward_pre_hook(self._model_starts))
+        starts = torch.compiler.disable(self._model_starts, recursive=True)
+
+        def model_starts(module: nn.Module, args: Any) -> None:
+            # Traced by Dynamo under torch.compile (which then sees True), then
+            # one graph break into the eager measurement.
+            starts(torch.compiler.is_compiling())
+
+        self._hooks.append(self.model.register_forward_pre_hook(model_starts))
         # A training forward builds no key/value cache (Hugging Face's own
         # checkpointing turns it off too); put back by remove().
         config = getattr(self.model, "config", None)
@@ -238,16 +258,21 @@ class AppliedPlan:
             config.use_cache = False
 
     def _make_forward(self, l: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        # The executor runs eagerly (Python state, saved-tensor hooks), so
+        # Dynamo breaks the graph into it; the blocks it runs are compiled
+        # functions of their own when the model runs compiled (Dynamo, tracing
+        # this wrapper, sees is_compiling() True) or compile= says so. A rerun
+        # and a run without gradients (inference, generate()) are the block
+        # itself, which Dynamo traces into the model's graph.
+        scheduled = torch.compiler.disable(self._call, recursive=True)
+
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._rerunning or not torch.is_grad_enabled():
                 return original(*args, **kwargs)
-            return self._call(l, original, args, kwargs)
+            return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
 
         forward.__wrapped__ = original  # type: ignore[attr-defined]
-        # Under torch.compile the blocks run eagerly, as remat schedules them
-        # (a compiled block saves other tensors than its eager rerun would);
-        # what runs before and after the stack compiles. See docs/pytorch.md.
-        return torch.compiler.disable(forward, recursive=True)
+        return forward
 
     def _rerun(self, module: nn.Module) -> Callable[..., Any]:
         """How the executor and the profiler call a block: through the module, so
@@ -281,16 +306,51 @@ class AppliedPlan:
 
     # -- running ------------------------------------------------------------
 
-    def _model_starts(self, _module: nn.Module, _args: Any) -> None:
+    def _compiled(self, compiling: bool) -> bool:
+        """Whether blocks run compiled in a forward Dynamo is (or is not) compiling."""
+        return bool(self.compile) or (self.compile is None and compiling)
+
+    def _model_starts(self, compiling: bool) -> None:
         self._end_measure()  # a measurement the last step never finished
+        if compiling and torch.is_grad_enabled():
+            self._compiled_steps += 1
+            if self._compiled_steps == 1:
+                # Its first step compiles, and compiled code keeps tensors of a
+                # first run longer (the logits, until its backward compiles):
+                # the second step is measured, as steps after it run.
+                return
         if torch.is_grad_enabled() and self._outside is None and self._measure is None:
-            self._measure = _Measure(self)
+            # By the allocator wherever compiled code runs: the model's own
+            # (torch.compile(model)) or the blocks' (compile=).
+            self._measure = _measure(self, compiled=compiling or self._compiled(compiling))
 
-    def _key(self, x: torch.Tensor) -> tuple[Any, ...]:
+    def _key(self, x: torch.Tensor, compiled: bool) -> tuple[Any, ...]:
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
-        return (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type))
+        return (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
 
-    def _call(self, l: int, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _variant(self, i: int, policy: NamedPolicy | None) -> Callable[..., Any]:
+        """How the executor calls block i + 1's compiled variant for ``policy``
+        (None: option 0): through the module, its hooks included, with remat's
+        forward standing aside (as :meth:`_rerun`)."""
+        key = (i, policy.name if policy is not None else None)
+        found = self._variants.get(key)
+        if found is None:
+            module = self.modules[i]
+            fn = self._blocks.variant(module, policy)
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                outer, self._rerunning = self._rerunning, True
+                try:
+                    return fn(module, *args, **kwargs)
+                finally:
+                    self._rerunning = outer
+
+            found = self._variants[key] = call
+        return found
+
+    def _call(
+        self, l: int, original: Callable[..., Any], compiling: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         args, kwargs = _without_cache(args, kwargs)
         call = Call.of(args, kwargs)
         if l == 1:
@@ -302,7 +362,7 @@ class AppliedPlan:
                 self._measure.stack_starts(x)
             try:
                 with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
-                    ex = self._prepare(call)
+                    ex = self._prepare(call, self._compiled(compiling))
             except BaseException:
                 self._end_measure()  # no step follows: leave no LiveBytes behind
                 raise
@@ -327,9 +387,9 @@ class AppliedPlan:
 
     # -- planning -----------------------------------------------------------
 
-    def _prepare(self, call: Call) -> Executor:
+    def _prepare(self, call: Call, compiled: bool) -> Executor:
         x = call.carried
-        key = self._key(x)
+        key = self._key(x, compiled)
         entry = self._entries.get(key)
         if entry is None:
             chain, found = profile_calls(
@@ -340,9 +400,10 @@ class AppliedPlan:
                 repeat=self.repeat,
                 name=f"{type(self.model).__name__}.{self.where}",
                 policies=self.policies,
+                compiled=self._variant if compiled else None,
             )
             self.profiles += 1
-            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options)
+            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options, compiled)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -389,7 +450,11 @@ class AppliedPlan:
             inplace=entry.inplace,
             uses_rng=entry.uses_rng,
             options=entry.options,
+            compiled=[
+                [self._variant(i, p) for p in opts] if entry.compiled else None for i, opts in enumerate(entry.options)
+            ],
         )
+        self._infeasible = None
         return chain, schedule, ex, budget, note
 
     def _budget(self, chain: remat.Chain, outside: _Outside | None, device: torch.device) -> tuple[int, str]:
@@ -446,6 +511,14 @@ class AppliedPlan:
     # -- what it decided ----------------------------------------------------
 
     def _current(self) -> tuple[remat.Chain, remat.Schedule, Executor, int, str] | None:
+        m = self._measure
+        if isinstance(m, _TracedMeasure) and m.done and self._step is None:
+            # A measured step has ended: its figures are in the plan from now
+            # on. No schedule may fit them: the next forward raises that again.
+            try:
+                m.settle()
+            except remat.InfeasibleError as e:
+                self._infeasible = e
         if self._last is None:
             return None
         entry, numel, _ = self._last
@@ -463,6 +536,11 @@ class AppliedPlan:
         """The schedule of the last input; None before the first training step."""
         c = self._current()
         return c[1] if c else None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the blocks of the last input ran compiled (see ``compile=``)."""
+        return self._last is not None and self._last[0].compiled
 
     @property
     def budget(self) -> int | None:
@@ -492,6 +570,8 @@ class AppliedPlan:
         c = self._current()
         head = f"remat on {type(self.model).__name__}: {len(self.modules)} blocks of {self.where}"
         if c is None:
+            if self._infeasible is not None:
+                return f"{head}; no plan fits the figures the first step measured: {self._infeasible}"
             return f"{head}; no plan yet: run a training step first"
         chain, schedule, _, _, note = c
         d = chain.to_dict()
@@ -505,6 +585,9 @@ class AppliedPlan:
             head,
             f"budget: {note}",
             f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
+            "blocks run compiled (torch.compile, one graph per kind of block and recording option)"
+            if self.compiled
+            else "blocks run eagerly",
             f"schedule ({schedule.algorithm}): keeps {len(stored)} blocks whole, runs {len(recomputed)} again "
             f"({', '.join(map(str, recomputed)) or 'none'})",
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
@@ -527,6 +610,8 @@ class AppliedPlan:
     def _end_measure(self) -> None:
         m = self._measure
         if m is not None:
+            if isinstance(m, _TracedMeasure) and m.done:
+                m.settle()
             m.close()
             if not m.open:
                 self._measure = None
@@ -726,6 +811,165 @@ class _Measure:
             self.plan._measure = None
 
 
+class _TracedMeasure:
+    """:class:`_Measure` by the CPU allocator's events (:class:`AllocatorTrace`),
+    for a step whose code runs compiled: a dispatch mode does not see what
+    inductor's kernels allocate. The same figures, marked during the step and
+    read after its backward: the profiler cannot be stopped inside a backward
+    (the engine puts the thread's profiler state back when the backward ends),
+    so the trace ends at the plan's next use (the next forward, ``explain()``,
+    ``remove()``), which then solves again with them."""
+
+    def __init__(self, plan: AppliedPlan) -> None:
+        self.plan = plan
+        self.trace = AllocatorTrace()
+        self.open = True
+        self.numel = 1
+        self.own = 0
+        self.grad_bytes = 0
+        self.m_start = self.m_end = self.m_grad = self.m_in = None
+        self.p_input: int | None = None
+        self.held: tuple[Any, ...] = ()
+        self.freed: list[int] = []
+        self.finishing = False
+        self.end: int | None = None  # the mark at the end of the measured backward
+        try:
+            self.trace.__enter__()
+        except RuntimeError:
+            # The user's own profiler runs through this compiled step: no
+            # figures (the plan keeps the stack's budget alone) until a step
+            # runs without it.
+            warnings.warn(
+                "remat.torch.apply: torch.profiler is running, so this compiled step's memory outside the stack "
+                "cannot be measured (remat measures it with a profiler of its own); the plan counts the stack "
+                "alone until a training step runs without the profiler",
+                stacklevel=2,
+            )
+            self.open = False
+            return
+        self.trace.exclude_parameter_gradients(plan.model.parameters())
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stops the trace (profiling inside runs profilers of its own)."""
+        if not self.open:
+            yield
+            return
+        self.trace.pause()
+        try:
+            yield
+        finally:
+            self.trace.resume()
+
+    def stack_starts(self, x: torch.Tensor) -> None:
+        if not self.open:
+            return
+        self.p_input = self.trace.probe(x)  # pre is what was made before, x not included
+        self.m_start = self.p_input
+        self.own = x.untyped_storage().nbytes()
+        self.numel = x.numel()
+        if x.requires_grad:
+            x.register_hook(self._input_gradient_arrives)
+
+    def _input_gradient_arrives(self, g: torch.Tensor) -> None:
+        if self.open and self.m_in is None:
+            self.m_in = self.trace.mark()
+            self._finish_later()
+
+    def stack_ends(self, y: object, last_input: torch.Tensor) -> None:
+        out = y if isinstance(y, torch.Tensor) else None
+        if out is None and isinstance(y, (tuple, list)) and y and isinstance(y[0], torch.Tensor):
+            out = y[0]
+        if not self.open or out is None or not out.requires_grad:
+            self.close()
+            return
+        self.m_end = self.trace.mark()
+        self.grad_bytes = out.numel() * out.element_size()
+        same = last_input.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        # As _Measure: a^L and a^{L-1} are the chain's; their freeing before
+        # delta^L arrives is not room the head makes.
+        held = [(out, self.trace.probe(out))]
+        if not same:
+            held.append((last_input, self.trace.probe(last_input)))
+        self.held = tuple((weakref.ref(t.untyped_storage()), t.untyped_storage().nbytes(), p) for t, p in held)
+
+        def gradient_arrives(g: torch.Tensor) -> None:
+            if not self.open or self.m_grad is not None:
+                return
+            self.m_grad = self.trace.mark()
+            self.freed = [n if ref() is None else 0 for ref, n, _ in self.held]
+            self._finish_later()
+
+        out.register_hook(gradient_arrives)
+
+    def _finish_later(self) -> None:
+        if not self.finishing:
+            self.finishing = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _finish(self) -> None:
+        """The end of the measured step's backward (an engine callback)."""
+        if self.open and self.end is None:
+            self.end = self.trace.mark()
+
+    @property
+    def done(self) -> bool:
+        """The measured step's backward has ended: :meth:`settle` may run."""
+        return self.open and self.end is not None
+
+    def settle(self) -> None:
+        """Ends the trace, reads it and solves the plan again with the figures
+        (outside any backward)."""
+        if not self.done:
+            return
+        end = self.end
+        assert end is not None
+        self.close()
+        t = self.trace
+        if self.m_start is None or self.m_end is None or self.m_grad is None:
+            return
+        own = self.own if t.found(self.m_start) else 0
+        pre = max(0, t.alive(self.m_start) - own)
+        at_end = t.alive(self.m_end)
+        freed = [n if t.found(p) else 0 for (_, _, p), n in zip(self.held, self.freed)]
+        output_freed = freed[0]
+        dropped = freed[1] if len(freed) > 1 else 0
+        now = t.alive(self.m_grad)
+        peak = at_end + t.peak(self.m_end, self.m_grad)
+        post_after = max(0, now + output_freed + dropped - at_end - self.grad_bytes)
+        post_peak = max(post_after, peak + dropped - at_end)
+        # From the stack's input gradient to the end: the part before the
+        # stack runs its own backward (the embeddings' gradients).
+        pre_backward = t.alive(self.m_in) + t.peak(self.m_in, end) if self.m_in is not None else 0
+        self.plan._measured(_Outside(pre, post_peak, post_after, self.numel, max(0, pre_backward)))
+
+    def close(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        self.trace.close()
+        if self.plan._measure is self:
+            self.plan._measure = None
+
+
+def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
+    """The measurement of a first step: on a GPU the allocator's statistics
+    (:class:`_Measure`); on the CPU the allocator's events
+    (:class:`_TracedMeasure`), which see what compiled code allocates.
+
+    :class:`LiveBytes` (a dispatch mode) measures an eager step only while
+    ``torch.profiler`` runs already (the trace needs one of its own): a
+    dispatch mode cannot be left inside a backward (the engine puts it back when
+    the backward ends), and one still on the stack when a compiled forward
+    starts breaks Dynamo, so it is no longer the default."""
+    on_gpu = torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters())
+    if on_gpu:
+        return _Measure(plan)
+    if torch.autograd.profiler._is_profiler_enabled and not compiled:
+        return _Measure(plan)
+    return _TracedMeasure(plan)
+
+
 def _ranges(blocks: list[int]) -> str:
     """``[1, 2, 3, 5]`` as ``"1-3, 5"``."""
     parts: list[str] = []
@@ -835,6 +1079,7 @@ def apply(
     scale_shapes: bool = True,
     policies: Sequence[Policy | NamedPolicy | Any] | None = DEFAULT_POLICIES,
     in_flight: int = 1,
+    compile: bool | dict[str, Any] | None = None,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -887,6 +1132,16 @@ def apply(
             ``(in_flight - 1) x residue + peak`` by the stack's budget, where
             the residue is what one micro-batch's forward leaves for its
             backward. 1 (the default): one step at a time, as before.
+        compile: how the blocks run. None (the default): compiled by
+            ``torch.compile`` (inductor) when the model runs under
+            ``torch.compile`` (``torch.compile(model)`` after ``apply``),
+            eagerly otherwise. True: always compiled, block by block, the
+            model itself eager or not (regional compilation, as torchtitan
+            compiles each block). A dict: always compiled, with these
+            ``torch.compile`` arguments (``{"mode": "max-autotune"}``). False:
+            always eager. Compiled blocks are profiled compiled, their memory
+            measured by the allocator, and each recording option runs as its
+            own compiled variant (see :mod:`remat.torch.compiled`).
 
     Returns:
         the :class:`AppliedPlan` (``remove()`` undoes it).
@@ -910,6 +1165,7 @@ def apply(
         if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
             raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
     named = resolve_policies(policies)
+    compile_options(compile)  # checks it
     where, found = _resolve_blocks(model, blocks)
     if len(found) < 1:
         raise ValueError(f"blocks={where!r} holds no modules")
@@ -927,6 +1183,7 @@ def apply(
         scale_shapes=scale_shapes,
         policies=named,
         in_flight=in_flight,
+        compile=compile,
     )
 
 

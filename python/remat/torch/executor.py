@@ -149,6 +149,10 @@ class Program:
     Attributes:
         first: ``first[l]``, the operation that first runs stage l (1-based).
         first_option: ``first_option[l]``, its option (0 unless ``F_all^l[o]``).
+        record_option: ``record_option[l]``, the option of the ``F_all^l``
+            whose tensors ``B^l`` reads (each stage is recorded once before its
+            backward): a compiled stage's unrecorded first run runs that
+            option's variant, whose saved set the rerun then fills.
         rerun: ``rerun[l]``, whether stage l runs again: the schedule runs it
             again, or records it with an option (whose backward reruns it).
         backward: the operations after ``B^{L+1}``, as (kind, stage, option).
@@ -200,6 +204,10 @@ class Program:
                 with_option[l] = True
         self.options = any(with_option)
         self.rerun = [n > 1 or w for n, w in zip(runs[: L + 1], with_option)]
+        self.record_option: list[int] = [0] * (L + 2)
+        for kind, l, o in ops:
+            if kind is Op.F_ALL:
+                self.record_option[l] = o
         self.backward = ops[split + 1 :]
         held: dict[int, Op] = {0: Op.F_CK}
         for kind, l, _ in forward[:L]:
@@ -264,6 +272,20 @@ class _Cache:
         return replaying
 
 
+def _host_bytes(t: torch.Tensor) -> bytes:
+    """A CPU generator's state (5,056 bytes) as bytes: kept from a stage's first
+    run to its last rerun, it is bookkeeping, like the holders, and stays out
+    of the tensor allocator the budget counts (on the CPU that allocator is the
+    device's; there, one state per stage that draws and runs again would
+    otherwise be memory the model does not have)."""
+    return t.numpy().tobytes()
+
+
+def program_option(program: Program, l: int) -> int:
+    """The option stage l's first run records with (its holders' variant)."""
+    return program.first_option[l] if program.first[l] is Op.F_ALL else program.record_option[l]
+
+
 def _dropped(t: torch.Tensor) -> None:
     return None
 
@@ -296,6 +318,14 @@ class Executor:
         options: ``options[l-1][o]``, the policy that records stage l with
             option o >= 1 (``options[l-1][0]`` is None: option 0 records it
             whole); needed for every ``F_all^l[o]`` of the schedule.
+        compiled: ``compiled[l-1]``, stage l's compiled variants
+            (:mod:`remat.torch.compiled`), or None where it runs eagerly:
+            ``compiled[l-1][o]`` records it under option o (0: whole), called
+            as ``forwards`` are. A compiled option keeps its saved set itself,
+            so its runs need no SAC contexts and no rerun at the start of its
+            backward; a recomputation (``F_ck``, ``F_none``) runs the graph of
+            the stage's first run with its saved tensors dropped, so its values
+            are the first run's to the bit.
         on_op: called with (kind, stage) after each operation, for tests that
             measure memory operation by operation: a forward-phase operation on
             stage l < L is reported when stage l + 1 is called (the caller has
@@ -315,13 +345,25 @@ class Executor:
         inplace: Sequence[bool] | None = None,
         uses_rng: Sequence[bool] | None = None,
         options: Sequence[Sequence[NamedPolicy | None]] | None = None,
+        compiled: Sequence[Sequence[Callable[..., Any]] | None] | None = None,
         on_op: Callable[[str, int], None] | None = None,
     ) -> None:
         if len(stages) != program.num_stages:
             raise ValueError(f"the schedule is for {program.num_stages} stages, got {len(stages)}")
         self.options: list[list[NamedPolicy | None]] = [list(o) for o in options] if options is not None else []
+        self.compiled: list[list[Callable[..., Any]] | None] = (
+            [list(c) if c is not None else None for c in compiled] if compiled is not None else [None] * len(stages)
+        )
+        if len(self.compiled) != len(stages):
+            raise ValueError(f"compiled= has {len(self.compiled)} entries for {len(stages)} stages")
         for _, l, o in program.operations:
-            if o and (l > len(self.options) or o >= len(self.options[l - 1]) or self.options[l - 1][o] is None):
+            if l > len(stages):
+                continue
+            variants = self.compiled[l - 1]
+            if variants is not None:
+                if o >= len(variants):
+                    raise ValueError(f"the schedule records stage {l} with option {o}, which has no compiled variant")
+            elif o and (l > len(self.options) or o >= len(self.options[l - 1]) or self.options[l - 1][o] is None):
                 raise ValueError(f"the schedule records stage {l} with option {o}, for which no policy was given")
         self.stages = list(stages)
         self.program = program
@@ -342,6 +384,12 @@ class Executor:
 
     def label(self, l: int) -> str:
         return stage_label(l - 1, self.stages[l - 1], self.names[l - 1])
+
+    def recording(self, l: int, option: int) -> Callable[..., Any] | None:
+        """Stage l's compiled variant for ``option``, or None where it runs
+        eagerly (through ``forwards``, under SAC's contexts for an option)."""
+        variants = self.compiled[l - 1]
+        return variants[option] if variants is not None else None
 
     def policy(self, l: int, option: int) -> NamedPolicy:
         """The policy of stage l's option ``option`` >= 1 (checked when built)."""
@@ -399,7 +447,7 @@ class Step:
         self.next = 1
         self.calls: list[Call | None] = [None] * n
         self.input_grad = [False] * n
-        self.rng: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * n
+        self.rng: list[tuple[bytes, torch.Tensor | None] | None] = [None] * n
         self.autocast: list[list[tuple[str, torch.dtype]]] = [[] for _ in range(n)]
         self.holders: list[list[weakref.ref[_Holder] | None]] = [[] for _ in range(n)]
         self.metas: list[list[tuple[torch.Size, torch.dtype, torch.device]]] = [[] for _ in range(n)]
@@ -440,13 +488,17 @@ class Step:
             self.autocast[l] = _autocast_state()
             if ex.replay_rng[l]:
                 cuda = None if self.cuda_device is None else torch.cuda.get_rng_state(self.cuda_device)
-                self.rng[l] = (torch.get_rng_state(), cuda)
+                self.rng[l] = (_host_bytes(torch.get_rng_state()), cuda)
         if ex.inplace[l - 1]:
             call = Call(*call.with_carried(x.clone()), call.position)
         fn = ex.forwards[l - 1]
         kind = program.first[l]
         option = program.first_option[l]
-        if kind is Op.F_ALL and not option:
+        compiled = ex.recording(l, program_option(program, l))
+        if kind is Op.F_ALL and compiled is not None:
+            # A compiled option saves its own set (abar^l[o]): recorded as is.
+            y = compiled(*call.args, **call.kwargs)
+        elif kind is Op.F_ALL and not option:
             y = fn(*call.args, **call.kwargs)
         else:
             if ex.own[l - 1] is None:
@@ -466,7 +518,11 @@ class Step:
                 return h
 
             with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
-                if option:
+                if compiled is not None:
+                    # The variant that records the stage before B^l: its rerun
+                    # there saves the same tensors, into these holders.
+                    y = compiled(*call.args, **call.kwargs)
+                elif option:
                     # F_all^l[o]: what autograd saves goes to holders (filled by
                     # a rerun when the backward reaches the stage); SAC's caching
                     # context keeps the outputs the policy saves for that rerun.
@@ -534,7 +590,7 @@ class Step:
             if state is not None:
                 devices = [] if self.cuda_device is None else [self.cuda_device]
                 stack.enter_context(torch.random.fork_rng(devices=devices))
-                torch.set_rng_state(state[0])
+                torch.set_rng_state(torch.frombuffer(bytearray(state[0]), dtype=torch.uint8))
                 if state[1] is not None and self.cuda_device is not None:
                     torch.cuda.set_rng_state(state[1], self.cuda_device)
             if self.autocast[l]:
@@ -615,6 +671,8 @@ class _Task:
         holders of the first run. A stage recorded whole has nothing to do."""
         step = self.step
         program = step.ex.program
+        if step.ex.compiled[k - 1] is not None:
+            return  # a compiled option's run saved its own set: nothing to replay
         cache = self.fills.pop(k, None)
         if cache is None and program.first[k] is Op.F_ALL and program.first_option[k]:
             cache = step.caches.get(k)
@@ -648,9 +706,21 @@ class _Task:
         call = step.calls[l]
         assert call is not None, f"stage {l} is run again but its call was not kept"
         fn = ex.forwards[l - 1]
+        compiled = ex.recording(l, option) if kind is Op.F_ALL else None
+        if ex.compiled[l - 1] is not None and self.create_graph:
+            raise RuntimeError(
+                f"remat: {ex.label(l)} runs compiled, and a compiled block's backward cannot be differentiated "
+                "again (create_graph=True); apply remat with compile=False for double backward"
+            )
         plain = not (ex.has_buffers[l] or step.rng[l] is not None or step.autocast[l])
         with contextlib.nullcontext() if plain else step.rerun_context(l):
-            if kind is Op.F_ALL and option and not self.create_graph:
+            if compiled is not None:
+                # F_all^l[o] compiled: the variant saves abar^l[o], into the
+                # first run's holders (which ran the same variant).
+                inp = self._detached_input(l, x)
+                out = self._record(l, compiled, call, inp, ex.inplace[l - 1])
+                self.recorded.add(l)
+            elif kind is Op.F_ALL and option and not self.create_graph:
                 # F_all^l[o]: a recording run whose saved tensors are dropped
                 # (what the first run's holders need is made again at B^l),
                 # under SAC's caching context, which keeps the policy's outputs.
@@ -670,9 +740,19 @@ class _Task:
             else:
                 if ex.inplace[l - 1]:
                     x = x.clone()
-                args, kwargs = call.with_carried(x)
-                with torch.set_grad_enabled(self.create_graph):
-                    out = carried_output(fn(*args, **kwargs), lambda: ex.label(l))
+                if ex.compiled[l - 1] is not None:
+                    # The graph of the stage's first run, its saved tensors
+                    # dropped: the values are that run's to the bit (another
+                    # graph, an inference one, may fuse and round otherwise).
+                    variant = ex.recording(l, program_option(step.ex.program, l))
+                    assert variant is not None
+                    args, kwargs = call.with_carried(self._detached_input(l, x))
+                    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_dropped, _never):
+                        out = carried_output(variant(*args, **kwargs), lambda: ex.label(l))
+                else:
+                    args, kwargs = call.with_carried(x)
+                    with torch.set_grad_enabled(self.create_graph):
+                        out = carried_output(fn(*args, **kwargs), lambda: ex.label(l))
                 if kind is Op.F_NONE:
                     self.held.pop(l - 1, None)
                     self.recorded.discard(l - 1)

@@ -136,3 +136,274 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
             h.remove()
         self._hooks.clear()
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
+
+
+#: Marks in an allocator trace are allocations of ``_MARK + i`` bytes (note i).
+_MARK = 4099
+
+
+def _compile_callbacks() -> Any:
+    """Dynamo's compile start/end callbacks, where this torch has them."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:  # pragma: no cover - torch without Dynamo's callbacks
+        return None
+    if not all(hasattr(callback_handler, a) for a in ("start_callbacks", "end_callbacks", "register_start_callback")):
+        return None
+    return callback_handler
+
+
+class AllocatorTrace:
+    """Live bytes as the CPU allocator saw them, from ``torch.profiler``'s
+    memory events: what compiled code allocates too, which a dispatch mode such
+    as :class:`LiveBytes` cannot see (inductor's kernels allocate their buffers
+    without dispatching an operator).
+
+    The figures are known once the trace has ended, so the points of interest
+    are marked while it runs and read afterwards::
+
+        with AllocatorTrace() as trace:
+            y = compiled_block(x)
+            after_forward = trace.mark()
+            y.sum().backward()
+            after_backward = trace.mark()
+        trace.alive(after_forward)          # bytes alive then, allocated in the trace
+        trace.peak(after_forward, after_backward)  # the most alive in between, above the first
+
+    Like :class:`LiveBytes`, only allocations made inside the trace count (a
+    block freed that was allocated before it is not subtracted), and
+    :meth:`exclude` stops counting one from a point on (a parameter gradient
+    once accumulated). :meth:`pause` stops the profiler until :meth:`resume`
+    (another profiler may run in between: profiling a block inside a measured
+    step): what is allocated meanwhile is never counted, nor its free.
+
+    Cost: the profiler records every operator while it runs (about a
+    microsecond each), and reading the trace is O(number of events).
+
+    Raises:
+        RuntimeError: on entering, when a profiler is already running on this
+            thread (two cannot nest).
+    """
+
+    def __init__(self) -> None:
+        self._sessions: list[Any] = []  # one torch.profiler.profile per stretch between pauses
+        self._notes: list[tuple[str, int]] = []  # ("mark" | "exclude" | "probe" | "pause", payload)
+        self._marked: list[bool] = []  # per note: its mark is in a session (not made while paused)
+        self._alive: list[int] = []  # per note: bytes alive just then
+        self._peak_to: list[int] = []  # per note: the most alive since the previous note
+        self._found: list[bool] = []  # per note: a probe's pointer was counted then
+        self._hooks: list[Any] = []
+        self._open = False
+        self._running = False
+        self._read = False
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        # Operators are not recorded, only allocations: a range recorded while
+        # a session runs and ended after it stopped (a compiled region that a
+        # step's measurement starts and stops inside) writes into the stopped
+        # session's results, and reading them then corrupts the heap (seen
+        # under torch.compile). Without ranges the marks are allocations.
+        torch._C._autograd._enable_record_function(False)
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        prof.__enter__()
+        self._sessions.append(prof)
+        self._running = True
+
+    def _stop(self) -> None:
+        if self._running:
+            self._running = False
+            self._sessions[-1].__exit__(None, None, None)
+            torch._C._autograd._enable_record_function(True)
+
+    def _compiling(self, *args: Any) -> None:
+        if self._open and self._running:
+            self._note("ignore", 0)
+
+    def _compiled(self, *args: Any) -> None:
+        if self._open and self._running:
+            self._note("heed", 0)
+
+    def __enter__(self) -> AllocatorTrace:
+        if torch.autograd.profiler._is_profiler_enabled:
+            raise RuntimeError(
+                "remat: measuring memory by the allocator needs torch.profiler, which is already running on this "
+                "thread (two profilers cannot nest); stop it for the first training step"
+            )
+        self._start()
+        self._open = True
+        self._note("mark", 0)  # mark 0: the start
+        # What torch.compile allocates while it compiles (a graph's first run,
+        # a lazily compiled backward) is left out: it is no step's memory.
+        handler = _compile_callbacks()
+        if handler is not None:
+            handler.register_start_callback(self._compiling)
+            handler.register_end_callback(self._compiled)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the trace (idempotent) and reads it."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if not self._open:
+            return
+        self._open = False
+        handler = _compile_callbacks()
+        if handler is not None:
+            for hooks, fn in ((handler.start_callbacks, self._compiling), (handler.end_callbacks, self._compiled)):
+                if fn in hooks:
+                    hooks.remove(fn)
+        self._stop()
+        self._replay()
+        self._sessions = []  # read: the profilers' buffers can go
+
+    @property
+    def open(self) -> bool:
+        return self._open
+
+    def _note(self, kind: str, payload: int) -> int:
+        i = len(self._notes)
+        self._notes.append((kind, payload))
+        self._marked.append(self._running)
+        if self._running:
+            # An allocation of a size no real one has at this point (see
+            # _replay), freed at once: where the note falls among the events.
+            torch.empty(_MARK + i, dtype=torch.uint8, device="cpu")
+        return i
+
+    def mark(self) -> int:
+        """Marks this point; returns its index for :meth:`alive` and :meth:`peak`."""
+        return self._note("mark", 0)
+
+    def probe(self, t: torch.Tensor) -> int:
+        """Marks this point and whether ``t``'s memory is counted then
+        (allocated in the trace, not freed, not excluded): :meth:`found`."""
+        return self._note("probe", int(t.untyped_storage().data_ptr()))
+
+    def exclude(self, t: torch.Tensor) -> None:
+        """Stops counting ``t``'s memory from now on."""
+        if self._open and self._running:
+            self._note("exclude", int(t.untyped_storage().data_ptr()))
+
+    def exclude_parameter_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
+        """Leaves parameter gradients out once accumulated into ``.grad`` (as
+        :meth:`LiveBytes.exclude_parameter_gradients`)."""
+
+        def accumulated(q: torch.Tensor) -> None:
+            if q.grad is not None:
+                self.exclude(q.grad)
+
+        for p in parameters:
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(accumulated))  # type: ignore[no-untyped-call]
+
+    def pause(self) -> None:
+        """Stops the profiler until :meth:`resume`."""
+        if self._open and self._running:
+            self._note("pause", 0)
+            self._stop()
+
+    def resume(self) -> None:
+        if self._open and not self._running:
+            self._start()
+
+    def _replay(self) -> None:
+        from torch._C._profiler import _EventType
+
+        n = len(self._notes)
+        self._alive = [0] * n
+        self._peak_to = [0] * n
+        self._found = [False] * n
+        live: dict[int, int] = {}  # ptr -> bytes, allocations counted
+        marks: set[int] = set()  # pointers of the marks' allocations, whose frees are not counted
+        ignored: set[int] = set()  # allocated while compiling: never counted, nor their frees
+        compiling = 0
+        current = peak = 0
+        expected = 0  # the next note: its mark is an allocation of _MARK + expected bytes
+        for prof in self._sessions:
+            results = prof.profiler.kineto_results if prof.profiler is not None else None
+            events: list[Any] = []
+            stack = list(results.experimental_event_tree()) if results is not None else []
+            while stack:
+                e = stack.pop()
+                if e.tag == _EventType.Allocation:
+                    events.append(e)
+                stack.extend(e.children)
+            events.sort(key=lambda e: e.start_time_ns)
+            for e in events:
+                f = e.extra_fields
+                if f.device.type != "cpu":
+                    continue
+                size = int(f.alloc_size)
+                ptr = int(f.ptr)
+                if size > 0:
+                    while expected < n and not self._marked[expected]:
+                        expected += 1  # made while paused: no mark
+                    if expected < n and size == _MARK + expected:
+                        marks.add(ptr)
+                        kind = self._notes[expected][0]
+                        compiling += 1 if kind == "ignore" else -1 if kind == "heed" and compiling else 0
+                        current -= self._apply(expected, live)
+                        self._peak_to[expected] = peak
+                        self._alive[expected] = current
+                        peak = current
+                        expected += 1
+                        continue
+                    if compiling:
+                        ignored.add(ptr)
+                        continue
+                    # A block freed while paused, whose address comes back.
+                    current -= live.pop(ptr, 0)
+                    live[ptr] = size
+                    current += size
+                    peak = max(peak, current)
+                elif ptr in marks:
+                    marks.discard(ptr)
+                elif ptr in ignored:
+                    ignored.discard(ptr)
+                else:
+                    current -= live.pop(ptr, 0)
+            # Between sessions nothing is seen: what the pause allocated is
+            # unknown, so not counted (nor, later, its free).
+            peak = current
+        self._read = True
+
+    def _apply(self, i: int, live: dict[int, int]) -> int:
+        """Note i's effect on the live allocations; returns the bytes it stops counting."""
+        kind, payload = self._notes[i]
+        if kind == "exclude":
+            return live.pop(payload, 0)
+        if kind == "probe":
+            self._found[i] = payload in live
+        return 0
+
+    def _check(self, i: int) -> None:
+        if not self._read:
+            raise RuntimeError("AllocatorTrace: the figures are known once the trace has ended")
+        if not 0 <= i < len(self._notes):
+            raise IndexError(f"AllocatorTrace: no mark {i}")
+
+    def alive(self, i: int) -> int:
+        """Bytes allocated in the trace and alive at mark ``i`` (0: the start)."""
+        self._check(i)
+        return self._alive[i]
+
+    def found(self, i: int) -> bool:
+        """Whether the probe ``i``'s tensor was counted at that point."""
+        self._check(i)
+        return self._found[i]
+
+    def peak(self, i: int, j: int) -> int:
+        """The most bytes alive between marks ``i`` and ``j`` (``i < j``), less
+        those alive at ``i``: what that stretch took on top."""
+        self._check(i)
+        self._check(j)
+        top = self._alive[i]
+        for k in range(i + 1, j + 1):
+            top = max(top, self._peak_to[k])
+        return max(0, top - self._alive[i])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from torch import nn
 import remat
 
 from .executor import Executor, Program
-from .memory import LiveBytes
+from .memory import AllocatorTrace, LiveBytes
 from .policies import NamedPolicy, resolve_policies
 from .stages import Call, carried_output, stage_label
 
@@ -98,21 +97,32 @@ def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]
 
 class _Meter:
     """Times blocks and measures peaks of bytes: CUDA events and allocator
-    statistics on a GPU, perf_counter and :class:`LiveBytes` on the CPU.
+    statistics on a GPU, perf_counter on the CPU with :class:`LiveBytes` for
+    eager blocks or the allocator's events (:class:`AllocatorTrace`) for
+    compiled ones, whose kernels allocate without dispatching an operator.
 
-    Inside :meth:`window`, :meth:`mark` returns the largest number of bytes
-    alive since the previous mark (or the window's start) above the number alive
+    Inside :meth:`window`, :meth:`mark` notes the largest number of bytes alive
+    since the previous mark (or the window's start) above the number alive
     then, frees included: while a backward runs, the saved tensors it releases
-    make room, as they do when the executor runs the same backward."""
+    make room, as they do when the executor runs the same backward.
+    :meth:`alive` notes the bytes alive now that were not at the window's
+    start. Both return an index; :meth:`value` reads it once the window has
+    closed (the allocator's events are read only then)."""
 
-    def __init__(self, device: torch.device, parameters: Sequence[nn.Parameter]) -> None:
+    def __init__(self, device: torch.device, parameters: Sequence[nn.Parameter], allocator: bool = False) -> None:
         self.cuda = device.type == "cuda"
+        self.allocator = allocator and not self.cuda
         self.device = device
         self.parameters = parameters
         self.ms = 0.0
         self._base = 0
         self._start = 0
         self._live: LiveBytes | None = None
+        self._trace: AllocatorTrace | None = None
+        self._last = 0  # the trace's mark of the previous mark()
+        # ("value", bytes) known at once, or ("peak", i, j) / ("alive", j) of a trace.
+        self._notes: list[tuple[Any, ...]] = []
+        self._traces: list[AllocatorTrace] = []
 
     @contextlib.contextmanager
     def window(self) -> Iterator[None]:
@@ -121,6 +131,16 @@ class _Meter:
             self._base = self._start = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             yield
+        elif self.allocator:
+            trace = AllocatorTrace()
+            self._traces.append(trace)
+            with trace:
+                trace.exclude_parameter_gradients(self.parameters)
+                self._trace, self._last = trace, 0
+                try:
+                    yield
+                finally:
+                    self._trace = None
         else:
             with LiveBytes() as live:
                 live.exclude_parameter_gradients(self.parameters)
@@ -136,20 +156,38 @@ class _Meter:
             peak = torch.cuda.max_memory_allocated(self.device) - self._base
             self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._notes.append(("value", max(0, peak)))
+        elif self._trace is not None:
+            j = self._trace.mark()
+            self._notes.append(("peak", self._trace, self._last, j))
+            self._last = j
         else:
             assert self._live is not None, "mark() outside window()"
             peak = self._live.peak - self._base
             self._base = self._live.current
             self._live.reset_peak()
-        return max(0, peak)
+            self._notes.append(("value", max(0, peak)))
+        return len(self._notes) - 1
 
     def alive(self) -> int:
-        """Bytes alive now that were not when the window began."""
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            return int(torch.cuda.memory_allocated(self.device)) - self._start
-        assert self._live is not None, "alive() outside window()"
-        return self._live.current - self._start
+            self._notes.append(("value", int(torch.cuda.memory_allocated(self.device)) - self._start))
+        elif self._trace is not None:
+            self._notes.append(("alive", self._trace, self._trace.mark()))
+        else:
+            assert self._live is not None, "alive() outside window()"
+            self._notes.append(("value", self._live.current - self._start))
+        return len(self._notes) - 1
+
+    def value(self, i: int) -> int:
+        """The figure noted as ``i`` (its window must have closed)."""
+        note = self._notes[i]
+        if note[0] == "value":
+            return int(note[1])
+        if note[0] == "peak":
+            return note[1].peak(note[2], note[3])
+        return note[1].alive(note[2])
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
@@ -296,6 +334,7 @@ def profile_calls(
     name: str = "model",
     single_tensor: bool = False,
     policies: Sequence[Any] = (),
+    compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
@@ -303,7 +342,11 @@ def profile_calls(
 
     Each stage is also measured under each of ``policies`` (see
     :func:`remat.torch.policies.resolve_policies`); those that keep fewer bytes
-    than option 0 and every cheaper option become the stage's ``options``."""
+    than option 0 and every cheaper option become the stage's ``options``.
+
+    With ``compiled`` (``compiled(i, policy)``: how the executor calls stage
+    i + 1's compiled variant for ``policy``, None for option 0), the compiled
+    variants are what is measured, bytes by the allocator's events."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     named = resolve_policies(policies)
@@ -321,7 +364,7 @@ def profile_calls(
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
-            runner = _StageRunner(stages, fns, labels, i, call, single_tensor)
+            runner = _StageRunner(stages, fns, labels, i, call, single_tensor, compiled)
             key = (_signature(stages[i]), tuple(x.shape), x.dtype, x.device, x.requires_grad)
             seen = measured.get(key)
             if seen is None:
@@ -405,9 +448,16 @@ class _StageRunner:
         index: int,
         call: Call,
         single_tensor: bool = False,
+        compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
     ) -> None:
         self.stage = stages[index]
-        self.fn = fns[index]
+        self.index = index
+        #: The stage's compiled variants (index, policy) -> callable, or None: eager.
+        self.variants = compiled
+        self.compiled = compiled is not None
+        #: The stage's eager forward (what operators the policies see).
+        self.eager = fns[index]
+        self.fn = compiled(index, None) if compiled is not None else fns[index]
         auto = f"{index + 1}:{type(self.stage).__name__}"
         self.label = stage_label(index, self.stage, None if labels[index] in ("", auto) else labels[index])
         self.call = call
@@ -451,12 +501,20 @@ def _rng_state(device: torch.device) -> torch.Tensor:
     return torch.get_rng_state()
 
 
+def _dropping(t: torch.Tensor) -> None:
+    return None
+
+
+def _refusing(_: object) -> torch.Tensor:
+    raise RuntimeError("remat: a profiling run whose saved tensors were dropped was run backward (a bug in remat)")
+
+
 def _profile_stage(
     runner: _StageRunner, x: torch.Tensor, repeat: int, device: torch.device, changes_input: bool
 ) -> dict[str, Any]:
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params)
+    meter = _Meter(device, params, allocator=runner.compiled)
     needs_input_grad = x.is_floating_point() or x.is_complex()
     own = {storage_key(t) for t in [*stage.parameters(), *stage.buffers(), *runner.call.side_tensors(), x]}
 
@@ -467,21 +525,20 @@ def _profile_stage(
 
     # Forward without autograd (F_ck, F_none): peak beyond the output it leaves.
     # A first run, not measured, keeps one-time allocations (a GPU library's
-    # workspace, lazily initialised state) out of the figures.
+    # workspace, lazily initialised state, compiling) out of the figures.
     with torch.no_grad():
         run(x)
-    nograd_peak = 0
-    out_bytes = 0
-    for _ in range(1):  # deterministic: one measured run is enough
-        with torch.no_grad(), meter.window():
-            y = run(x)
-            nograd_peak = max(nograd_peak, meter.mark())
-        out_bytes = output_bytes(y, x)
-        del y
+    with torch.no_grad(), meter.window():
+        y = run(x)
+        nograd_mark = meter.mark()
+    out_bytes = output_bytes(y, x)
+    del y
+    holder_run = _holder_run(run, x, meter, needs_input_grad) if runner.compiled else None
 
     fwd_ms: list[float] = []
     bwd_ms: list[float] = []
-    f_peak = b_peak = saved_bytes = grad_bytes = in_grad_bytes = 0
+    saved_bytes = grad_bytes = in_grad_bytes = 0
+    f_mark = b_mark = None
 
     def fresh_grads() -> None:
         for p in params:
@@ -494,7 +551,7 @@ def _profile_stage(
             # accumulated) counts it.
             p.grad = torch.zeros_like(p) if meter.cuda else None
 
-    for k in range(repeat + 1):  # run 0 warms up (allocator, kernels): not counted
+    for k in range(repeat + 1):  # run 0 warms up (allocator, kernels, compiling): not counted
         fresh_grads()
         # Time, without the memory tracking (which slows small operators down).
         xl = x.detach().requires_grad_(needs_input_grad)
@@ -521,7 +578,7 @@ def _profile_stage(
         xl = x.detach().requires_grad_(needs_input_grad)
         with torch.enable_grad(), meter.window():
             y, saved = _saved_storages(run, xl, own | {storage_key(xl)})
-            f_peak = meter.mark()
+            f_mark = meter.mark()
             saved[storage_key(y)] = output_bytes(y, x)
             saved_bytes = sum(saved.values())
             grad_bytes = y.numel() * y.element_size()
@@ -529,27 +586,51 @@ def _profile_stage(
                 dy = torch.ones_like(y)
                 meter.mark()
                 torch.autograd.backward(y, dy)
-                b_peak = meter.mark()
+                b_mark = meter.mark()
                 if xl.grad is not None:
                     in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
                 del dy
             del y
         del xl
-    fwd_peak, bwd_peak = f_peak, b_peak
+    fwd_peak = meter.value(f_mark) if f_mark is not None else 0
+    bwd_peak = meter.value(b_mark) if b_mark is not None else 0
+    nograd_peak = meter.value(nograd_mark)
+    forward_overhead = max(0, nograd_peak - out_bytes)
+    if holder_run is not None:
+        # A compiled block the forward runs unrecorded still runs its training
+        # graph (the backward's rerun fills what it saved): its saved tensors
+        # are all alive when the graph returns, then dropped. F_ck and F_none
+        # have one transient in the model, so it is the larger of the two.
+        forward_overhead = max(forward_overhead, meter.value(holder_run) - out_bytes)
     for p in params:
         p.grad = None
     return {
-        "forward_time": statistics.median(fwd_ms),
-        "backward_time": statistics.median(bwd_ms),
+        # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
+        "forward_time": min(fwd_ms),
+        "backward_time": min(bwd_ms),
         "output_size": out_bytes,
         "saved_size": max(saved_bytes, out_bytes),
         "gradient_size": grad_bytes,
         # A plain forward (F_ck, F_none) frees its intermediates as it goes; a
         # recording one (F_all) keeps them in saved_size: two transients.
-        "forward_overhead": max(0, nograd_peak - out_bytes),
+        "forward_overhead": forward_overhead,
         "recording_overhead": max(0, fwd_peak - saved_bytes),
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
     }
+
+
+def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, meter: _Meter, grad: bool) -> int:
+    """Measures a recording run whose saved tensors are dropped as autograd hands
+    them over (the executor's holders), as a compiled block's unrecorded first
+    run is; returns the meter's note of its peak (the output included)."""
+    xl = x.detach().requires_grad_(grad)
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_dropping, _refusing):
+        run(xl)  # compiles this variant's graph first, outside the window
+        with meter.window():
+            y = run(xl)
+            mark = meter.mark()
+    del y
+    return mark
 
 
 class _Root(torch.autograd.Function):
@@ -594,14 +675,17 @@ def _profile_options(
       what the policy keeps; the input and parameters are not new).
     - ``forward_overhead`` / ``backward_overhead``: transient bytes of that
       forward and of the backward with its rerun, as :func:`profile` counts them.
-    - ``recompute_time``: the median over ``repeat`` rounds of (forward +
-      backward under the policy) - (forward + backward of option 0), timed in
-      the same round, floored at 0 (on a GPU, each the mean of 4 runs back to
-      back between two events, queued while the device sleeps: the device's
-      time, as in a step where the host runs ahead). The model
-      has one forward time per stage, so a slower recording forward (SAC's
-      dispatch per operator) is charged to the backward that consumes it: each
-      ``F_all^l[o]`` has exactly one.
+    - ``recompute_time``: (forward + backward under the policy) - (forward +
+      backward of option 0), each the fastest of ``repeat`` rounds run
+      interleaved (a busy machine only adds time, to both alike), and never
+      below the policy's share of the forward's work times the forward's time
+      (:func:`_recomputed_share`: what it does not keep must be computed
+      again, so noise cannot make an option look free). On a GPU each figure
+      is the mean of 4 runs back to back between two events, queued while the
+      device sleeps: the device's time, as in a step where the host runs ahead.
+      The model has one forward time per stage, so a slower recording forward
+      (SAC's dispatch per operator) is charged to the backward that consumes
+      it: each ``F_all^l[o]`` has exactly one.
 
     An option that keeps no fewer bytes than option 0 or a cheaper option is
     dropped. Cost: ``repeat + 2`` forwards and backwards per policy and
@@ -610,12 +694,16 @@ def _profile_options(
     """
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params)
+    meter = _Meter(device, params, allocator=runner.compiled)
     needs_input_grad = x.is_floating_point() or x.is_complex()
     names = [runner.label]
+    variants_of = runner.variants
 
     def executor(option: int, policy: NamedPolicy | None) -> Executor:
         ops = [("F_all", 1, option), ("F_all", 2, 0), ("B", 2, 0), ("B", 1, 0)]
+        compiled = None
+        if variants_of is not None:
+            compiled = [[variants_of(runner.index, None)] + ([variants_of(runner.index, policy)] if policy else [])]
         return Executor(
             [stage],
             Program(1, ops),
@@ -624,6 +712,7 @@ def _profile_options(
             inplace=[changes_input],
             uses_rng=[uses_rng],
             options=[[None, policy]] if policy is not None else None,
+            compiled=compiled,
         )
 
     variants = [executor(0, None)] + [executor(1, p) for p in policies]
@@ -649,10 +738,10 @@ def _profile_options(
     # events, nothing synchronised in between: in a step the host runs ahead of
     # the device, so the device's time is what an option costs, not the host's
     # (SAC dispatches every operator through Python; timed phase by phase, with
-    # a synchronisation each, that host time hid what recomputing saves).
+    # a synchronisation each, that host time hid what recomputing less saves).
     inner = _BACK_TO_BACK if meter.cuda else 1
     totals: list[list[float]] = [[] for _ in variants]
-    for k in range(repeat + 1):  # round 0 warms up
+    for k in range(repeat + 1):  # round 0 warms up (and compiles)
         for v, ex in enumerate(variants):
             if meter.cuda:
                 # The device first sleeps while the host queues the runs: the
@@ -666,16 +755,17 @@ def _profile_options(
                     once(ex)
             if k:
                 totals[v].append(meter.ms / inner)
+    shares = _recomputed_share(runner, x, policies)
     found: list[tuple[dict[str, Any], NamedPolicy]] = []
     for v, policy in enumerate(policies, 1):
         fresh_grads()
         xl = x.detach().requires_grad_(needs_input_grad)
         in_grad = 0
-        b_peak = 0
+        b_mark = None
         with torch.enable_grad(), meter.window():
             y = forward(variants[v], xl)
-            f_peak = meter.mark()
-            saved = max(meter.alive(), record["output_size"])
+            f_mark = meter.mark()
+            saved_mark = meter.alive()
             if y.requires_grad:
                 # The output is let go of before the backward, as in a step
                 # (the executor drops a^l before B^l; the next stage's backward
@@ -685,18 +775,33 @@ def _profile_options(
                 root = _Root.apply(y, dy)
                 del y, dy
                 root.backward()
-                b_peak = meter.mark()
+                b_mark = meter.mark()
                 if xl.grad is not None:
                     in_grad = xl.grad.numel() * xl.grad.element_size()
                 del root
             else:
                 del y
         del xl
-        extra = [t - t0 for t, t0 in zip(totals[v], totals[0])]
+        saved = max(meter.value(saved_mark), record["output_size"])
+        f_peak = meter.value(f_mark)
+        b_peak = meter.value(b_mark) if b_mark is not None else 0
+        if runner.compiled:
+            # Its unrecorded first run (see _profile_stage): the stage's F_ck
+            # and F_none transient covers it.
+            fn = variants_of(runner.index, policy) if variants_of is not None else runner.fn
+
+            def run(inp: torch.Tensor, fn: Callable[..., Any] = fn) -> torch.Tensor:
+                args, kwargs = runner.call.with_carried(inp.clone() if changes_input else inp)
+                return carried_output(fn(*args, **kwargs), lambda: runner.label)
+
+            held = meter.value(_holder_run(run, x, meter, needs_input_grad))
+            record["forward_overhead"] = max(record["forward_overhead"], held - record["output_size"])
+        measured = min(totals[v]) - min(totals[0])
+        floor = shares[v - 1] * record["forward_time"]
         option = {
             "name": policy.name,
             "saved_size": saved,
-            "recompute_time": max(0.0, statistics.median(extra)),
+            "recompute_time": max(measured, floor),
             "forward_overhead": max(0, f_peak - saved),
             "backward_overhead": max(0, b_peak - in_grad),
         }
@@ -705,10 +810,10 @@ def _profile_options(
         p.grad = None
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug(
-            "%s: option 0 keeps %d bytes, forward+backward %.3f ms (median); measured options: %s",
+            "%s: option 0 keeps %d bytes, forward+backward %.3f ms (fastest); measured options: %s",
             runner.label,
             record["saved_size"],
-            statistics.median(totals[0]),
+            min(totals[0]),
             [(o["name"], o["saved_size"], round(o["recompute_time"], 3)) for o, _ in found],
         )
     found.sort(key=lambda f: f[0]["recompute_time"])
@@ -719,3 +824,75 @@ def _profile_options(
             kept.append((option, policy))
             least = option["saved_size"]
     return kept
+
+
+def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
+    """For each policy, the share of the stage's forward work that its backward
+    computes again: the floating-point operations of the operators whose
+    outputs the policy does not keep (``torch.utils.flop_counter``'s count for
+    matrix products, convolutions and attention; one per output element for
+    every other operator that makes new memory), over the whole forward's.
+    One eager forward without autograd, counted by a dispatch mode: a lower
+    bound on the recomputation's time that no load can push to zero."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
+    from torch.utils.flop_counter import flop_registry
+
+    ctx = SelectiveCheckpointContext(is_recompute=False)
+
+    def kept(policy: NamedPolicy, op: Any, args: Any, kwargs: Any) -> bool:
+        if policy.keeps_nothing:
+            return False
+        spec = policy.spec
+        if not callable(spec):
+            return op in spec
+        try:
+            decision = spec(ctx, op, *args, **kwargs)
+        except Exception:  # a user policy that cannot judge this call: count it as recomputed
+            return False
+        if isinstance(decision, bool):
+            return decision
+        return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+    total = 0.0
+    recomputed = [0.0] * len(policies)
+
+    class Count(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            nonlocal total
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            if packet in flop_registry:
+                work = float(flop_registry[packet](*args, **kwargs, out_val=out))
+            else:
+                inputs = {
+                    id(a.untyped_storage()) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)
+                }
+                work = float(
+                    sum(
+                        t.numel()
+                        for t in tree_flatten(out)[0]
+                        if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in inputs
+                    )
+                )
+            if work:
+                total += work
+                for i, p in enumerate(policies):
+                    if not kept(p, func, args, kwargs):
+                        recomputed[i] += work
+            return out
+
+    # The eager forward: the operators the policy sees (a compiled variant's
+    # are the same before fusion).
+    fn = runner.fn
+    runner.fn = runner.eager
+    try:
+        with torch.no_grad(), Count():
+            runner(x.clone())
+    except Exception:
+        return [0.0] * len(policies)
+    finally:
+        runner.fn = fn
+    return [r / total if total > 0 else 0.0 for r in recomputed]
