@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -214,6 +215,9 @@ class AppliedPlan:
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        #: The block the model's forward now running must call next (L + 1:
+        #: the pass over the stack has ended); None outside the model's forward.
+        self._expected: int | None = None
         #: Bytes of the gradients of parameters used in more than one place (tied
         #: weights), which autograd holds until their last use is reached: part
         #: of what the step holds after the stack, shown by explain().
@@ -230,6 +234,7 @@ class AppliedPlan:
             self._originals.append(original)
             m.forward = self._make_forward(l, original)  # type: ignore[method-assign]
         self._hooks.append(self.model.register_forward_pre_hook(self._model_starts))
+        self._hooks.append(self.model.register_forward_hook(self._model_ends, always_call=True))
         # A training forward builds no key/value cache (Hugging Face's own
         # checkpointing turns it off too); put back by remove().
         config = getattr(self.model, "config", None)
@@ -282,15 +287,51 @@ class AppliedPlan:
     # -- running ------------------------------------------------------------
 
     def _model_starts(self, _module: nn.Module, _args: Any) -> None:
+        self._expected = 1
         self._end_measure()  # a measurement the last step never finished
         if torch.is_grad_enabled() and self._outside is None and self._measure is None:
             self._measure = _Measure(self)
+
+    def _model_ends(self, _module: nn.Module, _args: Any, _output: Any) -> None:
+        """A training forward of the model must have run the whole stack, or none
+        of it: a pass that stopped before the last block is an error now, not a
+        failed recomputation in the backward."""
+        expected, self._expected = self._expected, None
+        L = len(self.modules)
+        if expected is None or expected in (1, L + 1) or self._step is None or sys.exc_info()[0] is not None:
+            return  # the whole stack ran, or none of it, or the forward raised (an always_call hook runs then)
+        self._out_of_order(
+            f"the forward of {type(self.model).__name__} ended after block {expected - 1} of {L} "
+            f"({self.names[expected - 2]}): block {expected} ({self.names[expected - 1]}) did not run"
+        )
+
+    def _check_order(self, l: int) -> None:
+        """Inside the model's forward, block l must be the next of the pass over
+        the stack (reversed, repeated or skipped blocks raise now, naming it)."""
+        expected = self._expected
+        if expected is None:
+            return  # called outside the model's forward: a block alone runs plainly
+        L = len(self.modules)
+        if l != expected:
+            what = f"after block {L}, the last" if expected == L + 1 else f"when block {expected} was expected"
+            self._out_of_order(f"block {l} of {L} ({self.names[l - 1]}) ran {what}")
+        self._expected = l + 1
+
+    def _out_of_order(self, what: str) -> None:
+        self._step = None
+        self._expected = None
+        self._end_measure()  # no step follows: leave no LiveBytes behind
+        raise RuntimeError(
+            f"remat: {what}; the blocks of {self.where} must run once each, in order, in every training forward "
+            "(name the right stack with apply(..., blocks=...))"
+        )
 
     def _key(self, x: torch.Tensor) -> tuple[Any, ...]:
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
         return (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type))
 
     def _call(self, l: int, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._check_order(l)
         args, kwargs = _without_cache(args, kwargs)
         call = Call.of(args, kwargs)
         if l == 1:
