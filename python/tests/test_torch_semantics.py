@@ -69,11 +69,20 @@ def applied(model: nn.Module, memory: int | str = "35%") -> rt.AppliedPlan:
     torch.manual_seed(99)
     model(X).square().sum().backward()
     model.zero_grad(set_to_none=True)
+    assert recomputes(plan), "the test needs recomputation"
+    return plan
+
+
+def recomputes(plan: rt.AppliedPlan) -> bool:
+    """Whether the plan runs a block's forward again: an extra forward in the
+    schedule, or a block recorded under an option (its backward reruns it).
+    Below storing everything every plan does, whichever the solver picks
+    from the measured times (with options, a budget may be met with no extra
+    forward: counting those alone failed under load, issue 36)."""
     assert plan.schedule is not None
     L = len(plan.modules)
-    ops = plan.schedule.operations
-    assert sum(1 for k, l in ops if k != "B" and l <= L) > L, "the test needs recomputation"
-    return plan
+    ops = plan.schedule.operations_with_options
+    return sum(1 for k, l, _ in ops if k != "B" and l <= L) > L or any(o for _, _, o in ops)
 
 
 def grads(model: nn.Module) -> dict[str, torch.Tensor]:
