@@ -5,6 +5,7 @@ every solver and baseline at budgets from its smallest feasible one up."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -179,6 +180,76 @@ def test_rng_state_is_saved_only_for_stages_that_draw_and_run_again(monkeypatch:
     draws = [l for l, m in enumerate(ours.module, 1) if isinstance(m, nn.Dropout)]
     assert draws and set(draws) <= set(rerun)
     assert [l for l in range(1, len(chain) + 1) if steps[0].rng[l] is not None] == draws
+
+
+class Square(torch.autograd.Function):
+    """x * x, with a backward that reads ``ctx.saved_tensors`` twice: autograd
+    allows it (each read unpacks the saved tensor again)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * ctx.saved_tensors[0] + g * ctx.saved_tensors[0]
+
+
+class SquareMod(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = Square.apply(x)
+        return out
+
+
+def square_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), SquareMod(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "revolve"])
+def test_a_custom_function_that_reads_its_saved_tensors_twice(algorithm: str) -> None:
+    # Issue 36: "the schedule did not recompute tensor 0 of stage 3 (SquareMod)
+    # before its backward (a bug in remat)": the executor handed a recomputed
+    # tensor out once, and the second read found nothing.
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    plain, module = square_net(), square_net()
+    chain = steady(rt.profile(module, x, repeat=1))
+    ours = rt.Checkpointed(module, min_budget(chain, algorithm), algorithm=algorithm, chain=chain)
+    for m in (plain, ours):  # a retained graph's second backward recomputes, and reads twice, again
+        loss = m(x).square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    assert ours.schedule is not None
+    assert sum(1 for k, l in ours.schedule.operations if k != "B" and l == 3) > 1  # SquareMod is recomputed
+    assert_same_state(plain, module)
+
+
+def test_a_custom_function_that_reads_its_saved_tensors_twice_under_apply() -> None:
+    # The same through apply(), whose profiling reruns each block under its
+    # options (the rerun at the start of its backward fills what it saved).
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.inp = nn.Linear(8, 16)
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), SquareMod()) for _ in range(4))
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.inp(x)
+            for b in self.blocks:
+                h = b(h)
+            return self.head(h)
+
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+    plain, ours = Net(), Net()
+    plan = rt.apply(ours, memory="70%", blocks="blocks")
+    for m in (plain, ours, ours):  # ours: the measuring first step, then the plan
+        m.zero_grad(set_to_none=True)
+        m(x).square().sum().backward()
+    assert plan.schedule is not None and plan.schedule.peak_memory < remat.min_memory(plan.chain, "store-all")
+    assert_same_state(plain, ours)
 
 
 def test_batchnorm_statistics_move_once_per_step() -> None:

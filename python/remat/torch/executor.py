@@ -501,17 +501,31 @@ class Step:
         task = self.tasks.get(gid)
         if task is None:
             task = self.tasks[gid] = _Task(self, gid)
-            torch.autograd.Variable._execution_engine.queue_callback(lambda: self.tasks.pop(gid, None))
-        v = h.values.pop(gid, None)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_task(gid))
+        v = h.values.get(gid)
         if v is None:
             task.advance_to(h.stage)
-            v = h.values.pop(gid, None)
+            v = h.values.get(gid)
             if v is None:
                 raise RuntimeError(
                     f"remat: the schedule did not recompute tensor {h.index} of {self.ex.label(h.stage)} before its "
                     "backward (a bug in remat: please report it with the schedule)"
                 )
+        if _read_once():
+            del h.values[gid]  # autograd's own node: freed with it, as without remat
+        else:
+            task.kept.append(weakref.ref(h))  # may be read again in this backward
         return v
+
+    def _end_task(self, gid: int) -> None:
+        """The end of a backward: what it recomputed and kept for a second read
+        goes (a holder that outlives it is in a retained graph)."""
+        task = self.tasks.pop(gid, None)
+        if task is not None:
+            for ref in task.kept:
+                h = ref()
+                if h is not None:
+                    h.values.pop(gid, None)
 
     @contextlib.contextmanager
     def rerun_context(self, l: int) -> Iterator[None]:
@@ -542,6 +556,19 @@ class Step:
             yield
 
 
+_current_node: Callable[[], object] = getattr(torch._C, "_current_autograd_node", lambda: None)
+
+
+def _read_once() -> bool:
+    """Whether the saved tensor being unpacked is read once in this backward:
+    by one of autograd's own nodes, which unpack each saved tensor once. A
+    custom ``autograd.Function``'s backward may read ``ctx.saved_tensors`` as
+    often as it likes (each read unpacks again), as may a hook reading
+    ``grad_fn._saved_*``: their tensors stay until the backward ends."""
+    node = _current_node()
+    return node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
 class _Task:
     """The backward phase of one backward pass (one autograd graph task)."""
 
@@ -555,6 +582,8 @@ class _Task:
         #: Stages the backward phase recorded with an option: their caches.
         self.fills: dict[int, _Cache] = {}
         self.filled: set[int] = set()
+        #: Holders whose recomputed tensor stays for another read (see _read_once).
+        self.kept: list[weakref.ref[_Holder]] = []
 
     def value(self, j: int) -> torch.Tensor:
         v = self.held.get(j)
