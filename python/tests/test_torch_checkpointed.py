@@ -5,6 +5,7 @@ every solver and baseline at budgets from its smallest feasible one up."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -250,6 +251,36 @@ def test_a_custom_function_that_reads_its_saved_tensors_twice_under_apply() -> N
         m(x).square().sum().backward()
     assert plan.schedule is not None and plan.schedule.peak_memory < remat.min_memory(plan.chain, "store-all")
     assert_same_state(plain, ours)
+
+
+def test_a_given_chain_runs_each_stage_once_in_the_first_forward() -> None:
+    # Issue 36: with a profiled chain given, the first forward ran each stage
+    # three times (two probing runs, then its own): the profile already says
+    # which stages write into their input, and which draw random numbers is
+    # found on the stage's own first run.
+    case = CASES["mlp"]
+    chain = chain_of(case)
+    plain, module = case.make(), case.make()
+    calls: Counter[int] = Counter()
+    for l, stage in enumerate(module, 1):
+        stage.register_forward_pre_hook(lambda m, a, l=l: calls.update([l]))
+    ours = rt.Checkpointed(module, min_budget(chain, "persistent"), algorithm="persistent", chain=chain)
+    x = case.x.clone()
+    torch.manual_seed(11)
+    out = ours(x)
+    assert calls == Counter(range(1, len(module) + 1))
+    case.criterion(out, case.target).backward()
+    assert ours.schedule is not None
+    assert calls == Counter(l for k, l in ours.schedule.operations if k != "B" and l <= len(module))
+    step(plain, case)
+    assert_same_state(plain, module)
+    # A chain that does not say which stages write into their input (written
+    # by hand, or by an older remat): one probing run each, then its own.
+    d = chain.to_dict()
+    bare = remat.Chain.from_dict(dict(d, metadata={k: v for k, v in d["metadata"].items() if k != "writes_input"}))
+    calls.clear()
+    rt.Checkpointed(module, min_budget(chain, "persistent"), algorithm="persistent", chain=bare)(x)
+    assert calls == Counter(2 * list(range(1, len(module) + 1)))
 
 
 def test_batchnorm_statistics_move_once_per_step() -> None:

@@ -292,7 +292,9 @@ class Executor:
         inplace: ``inplace[l-1]``: stage l changes its input in place, so it gets
             a copy (found by :func:`remat.torch.profile`).
         uses_rng: ``uses_rng[l-1]``: stage l draws random numbers, so its RNG
-            state is saved and replayed (None: every stage, to be safe).
+            state is saved and replayed (None: not known; each stage run again
+            is taken to draw until its first run, which shows whether the
+            generator moved).
         options: ``options[l-1][o]``, the policy that records stage l with
             option o >= 1 (``options[l-1][0]`` is None: option 0 records it
             whole); needed for every ``F_all^l[o]`` of the schedule.
@@ -334,6 +336,8 @@ class Executor:
         draws = list(uses_rng) if uses_rng is not None else [True] * len(stages)
         # Stages whose reruns replay an RNG state: those that draw and run again.
         self.replay_rng = [False] + [preserve_rng and d and program.rerun[l] for l, d in enumerate(draws, 1)]
+        #: Stages whose first run is to show whether they draw (uses_rng None).
+        self.learn_rng = [False] + [uses_rng is None and r for r in self.replay_rng[1:]]
         self.has_buffers = [False] + [any(True for _ in s.buffers()) for s in self.stages]
         # Storages of each stage's parameters and buffers, found at its first
         # unrecorded run (FSDP2 gathers parameters only then).
@@ -476,9 +480,26 @@ class Step:
                         y = fn(*call.args, **call.kwargs)
                 else:
                     y = fn(*call.args, **call.kwargs)
+        if ex.learn_rng[l]:
+            self._learn_rng(l)
         self.next = l + 1
         self._pending = (kind.value, l)
         return y
+
+    def _learn_rng(self, l: int) -> None:
+        """After the first run of stage l whose RNG use was not known: a stage
+        that left the generator where it was has no state to replay, now or in
+        later steps."""
+        ex = self.ex
+        ex.learn_rng[l] = False
+        state = self.rng[l]
+        assert state is not None
+        moved = not torch.equal(state[0], torch.get_rng_state())
+        if state[1] is not None and self.cuda_device is not None:
+            moved = moved or not torch.equal(state[1], torch.cuda.get_rng_state(self.cuda_device))
+        if not moved:
+            self.rng[l] = None
+            ex.replay_rng[l] = False
 
     def finish(self) -> None:
         """Ends the forward phase: the residue now lives as long as the graph."""
