@@ -337,6 +337,37 @@ def test_options_lower_the_smallest_budget(make: Callable[[], nn.Module], determ
     assert 0.95 * predicted <= peak <= 1.02 * predicted, (peak, predicted)
 
 
+def test_explain_says_how_the_forward_records_each_block(forced_options: list[remat.Schedule]) -> None:
+    # Issue 36: with every block recorded under an option, explain() said
+    # "keeps 0 blocks whole, runs 0 again", then "recorded with: input (blocks 1-6)".
+    ours = semantics.make()
+    plan = rt.apply(ours, memory="100%")
+    ours(semantics.X).square().sum().backward()
+    text = plan.explain()
+    want = "of 6 blocks, 0 recorded whole, 6 recorded under an option (1-6; each runs again at its backward), "
+    want += "0 not recorded"
+    assert f"{want}\n" in text and "recorded with: input (blocks 1-6)" in text, text
+
+
+@pytest.mark.parametrize("memory", ["35%", "60%"])
+def test_explain_counts_every_block_once(memory: str) -> None:
+    # Whatever the plan: each block is recorded whole, under an option, or not
+    # at all by the forward, and explain() says which, as the schedule does.
+    ours = semantics.make()
+    plan = rt.apply(ours, memory=memory)
+    for _ in range(2):
+        ours(semantics.X).square().sum().backward()
+    assert plan.schedule is not None
+    ops = plan.schedule.operations_with_options
+    first = {l: (k, o) for k, l, o in ops[: ops.index(("B", 7, 0))] if l <= 6}
+    whole = [l for l, (k, o) in first.items() if k == "F_all" and not o]
+    option = [l for l, (k, o) in first.items() if k == "F_all" and o]
+    rerun = [l for l, (k, _) in first.items() if k != "F_all"]
+    line = next(x for x in plan.explain().splitlines() if x.startswith("schedule ("))
+    assert f"of 6 blocks, {len(whole)} recorded whole" in line, line
+    assert f", {len(option)} recorded under an option" in line and f", {len(rerun)} not recorded" in line, line
+
+
 def test_no_policies_is_remat_without_options(deterministic: None) -> None:
     plain, ours = gpt2(), gpt2()
     plan = rt.apply(ours, memory="50%", policies=())

@@ -539,19 +539,17 @@ class AppliedPlan:
         ops = schedule.operations_with_options
         L = len(self.modules)
         split = [(k, l) for k, l, _ in ops].index((Op.B.value, L + 1))
-        recomputed = sorted({l for k, l, _ in ops[split:] if Op(k) is not Op.B})
-        stored = [l for k, l, o in ops[:split] if Op(k) is Op.F_ALL and l <= L and not o]
+        has_options = any(s.get("options") for s in d["stages"])
         store_all = sum(s["forward_time"] + s["backward_time"] for s in d["stages"])
         lines = [
             head,
             f"budget: {note}",
             f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
-            f"schedule ({schedule.algorithm}): keeps {len(stored)} blocks whole, runs {len(recomputed)} again "
-            f"({', '.join(map(str, recomputed)) or 'none'})",
+            f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options)}",
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
-        if any(s.get("options") for s in d["stages"]):
+        if has_options:
             lines += _explain_options(d["stages"], ops)
         if self.pending_gradients:
             lines.append(
@@ -778,16 +776,34 @@ def _ranges(blocks: list[int]) -> str:
     return ", ".join(parts)
 
 
+def _explain_forward(forward: list[tuple[str, int, int]], L: int, options: bool) -> str:
+    """explain()'s words for the forward phase: each block is recorded whole,
+    under an option (rerun at the start of its backward), or not at all (run
+    again before its backward), and counted once."""
+    whole = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and not o]
+    under = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o]
+    rerun = [l for k, l, _ in forward if Op(k) is not Op.F_ALL and l <= L]
+
+    def part(blocks: list[int], what: str, then: str = "") -> str:
+        return f"{len(blocks)} {what}" + (f" ({_ranges(blocks)}{then})" if blocks else "")
+
+    parts = [part(whole, "recorded whole")]
+    if options:
+        parts.append(part(under, "recorded under an option", "; each runs again at its backward"))
+    parts.append(part(rerun, "not recorded", "; each runs again before its backward"))
+    return f"of {L} blocks, " + ", ".join(parts)
+
+
 def _explain_options(stages: list[dict[str, Any]], ops: list[tuple[str, int, int]]) -> list[str]:
     """explain()'s lines on recording options: how each block is recorded, and
     the options of the blocks as measured."""
     L = len(stages)
-    chosen: dict[str, list[int]] = {}
+    chosen: dict[str, set[int]] = {}
     for k, l, o in ops:
         if k == Op.F_ALL.value and l <= L:
             name = "all" if not o else str(stages[l - 1]["options"][o - 1].get("name") or f"option {o}")
-            chosen.setdefault(name, []).append(l)
-    lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(ls)})" for name, ls in chosen.items())]
+            chosen.setdefault(name, set()).add(l)
+    lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(sorted(ls))})" for name, ls in chosen.items())]
     seen: set[str] = set()
     for l, s in enumerate(stages, 1):
         described = ", ".join(
