@@ -185,7 +185,7 @@ def steady_profiles() -> Iterator[None]:
     (call it there)."""
     # By their names in sys.modules: remat.torch.apply and .profile are also
     # the functions the package exports.
-    modules = [importlib.import_module(f"remat.torch.{m}") for m in ("apply", "checkpointed", "profile")]
+    modules: list[Any] = [importlib.import_module(f"remat.torch.{m}") for m in ("apply", "checkpointed", "profile")]
     measured = modules[-1].profile_calls
 
     def profile_calls(*args: Any, **kwargs: Any) -> tuple[remat.Chain, Any]:
