@@ -5,11 +5,13 @@ every solver and baseline at budgets from its smallest feasible one up."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch_models import Case, cnn, mlp, transformer
+from torch_models import Case, cnn, mlp, steady, transformer
 
 import remat
 import remat.torch as rt
@@ -30,9 +32,11 @@ _chains: dict[str, remat.Chain] = {}
 
 
 def chain_of(case: Case) -> remat.Chain:
-    """One measured chain per model (profiling is the slow part)."""
+    """One measured chain per model (profiling is the slow part), with steady
+    times: the plans solved from it, and so which stages they rerun, do not
+    change with the machine's load."""
     if case.name not in _chains:
-        _chains[case.name] = rt.profile(case.make(), case.x, repeat=1)
+        _chains[case.name] = steady(rt.profile(case.make(), case.x, repeat=1))
     return _chains[case.name]
 
 
@@ -177,6 +181,106 @@ def test_rng_state_is_saved_only_for_stages_that_draw_and_run_again(monkeypatch:
     draws = [l for l, m in enumerate(ours.module, 1) if isinstance(m, nn.Dropout)]
     assert draws and set(draws) <= set(rerun)
     assert [l for l in range(1, len(chain) + 1) if steps[0].rng[l] is not None] == draws
+
+
+class Square(torch.autograd.Function):
+    """x * x, with a backward that reads ``ctx.saved_tensors`` twice: autograd
+    allows it (each read unpacks the saved tensor again)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * ctx.saved_tensors[0] + g * ctx.saved_tensors[0]
+
+
+class SquareMod(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = Square.apply(x)
+        return out
+
+
+def square_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.Tanh(), SquareMod(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "revolve"])
+def test_a_custom_function_that_reads_its_saved_tensors_twice(algorithm: str) -> None:
+    # Issue 36: "the schedule did not recompute tensor 0 of stage 3 (SquareMod)
+    # before its backward (a bug in remat)": the executor handed a recomputed
+    # tensor out once, and the second read found nothing.
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    plain, module = square_net(), square_net()
+    chain = steady(rt.profile(module, x, repeat=1))
+    ours = rt.Checkpointed(module, min_budget(chain, algorithm), algorithm=algorithm, chain=chain)
+    for m in (plain, ours):  # a retained graph's second backward recomputes, and reads twice, again
+        loss = m(x).square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    assert ours.schedule is not None
+    assert sum(1 for k, l in ours.schedule.operations if k != "B" and l == 3) > 1  # SquareMod is recomputed
+    assert_same_state(plain, module)
+
+
+def test_a_custom_function_that_reads_its_saved_tensors_twice_under_apply() -> None:
+    # The same through apply(), whose profiling reruns each block under its
+    # options (the rerun at the start of its backward fills what it saved).
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.inp = nn.Linear(8, 16)
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), SquareMod()) for _ in range(4))
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.inp(x)
+            for b in self.blocks:
+                h = b(h)
+            return self.head(h)
+
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+    plain, ours = Net(), Net()
+    plan = rt.apply(ours, memory="70%", blocks="blocks")
+    for m in (plain, ours, ours):  # ours: the measuring first step, then the plan
+        m.zero_grad(set_to_none=True)
+        m(x).square().sum().backward()
+    assert plan.schedule is not None and plan.schedule.peak_memory < remat.min_memory(plan.chain, "store-all")
+    assert_same_state(plain, ours)
+
+
+def test_a_given_chain_runs_each_stage_once_in_the_first_forward() -> None:
+    # Issue 36: with a profiled chain given, the first forward ran each stage
+    # three times (two probing runs, then its own): the profile already says
+    # which stages write into their input, and which draw random numbers is
+    # found on the stage's own first run.
+    case = CASES["mlp"]
+    chain = chain_of(case)
+    plain, module = case.make(), case.make()
+    calls: Counter[int] = Counter()
+    for l, stage in enumerate(module, 1):
+        stage.register_forward_pre_hook(lambda m, a, l=l: calls.update([l]))
+    ours = rt.Checkpointed(module, min_budget(chain, "persistent"), algorithm="persistent", chain=chain)
+    x = case.x.clone()
+    torch.manual_seed(11)
+    out = ours(x)
+    assert calls == Counter(range(1, len(module) + 1))
+    case.criterion(out, case.target).backward()
+    assert ours.schedule is not None
+    assert calls == Counter(l for k, l in ours.schedule.operations if k != "B" and l <= len(module))
+    step(plain, case)
+    assert_same_state(plain, module)
+    # A chain that does not say which stages write into their input (written
+    # by hand, or by an older remat): one probing run each, then its own.
+    d = chain.to_dict()
+    bare = remat.Chain.from_dict(dict(d, metadata={k: v for k, v in d["metadata"].items() if k != "writes_input"}))
+    calls.clear()
+    rt.Checkpointed(module, min_budget(chain, "persistent"), algorithm="persistent", chain=bare)(x)
+    assert calls == Counter(2 * list(range(1, len(module) + 1)))
 
 
 def test_batchnorm_statistics_move_once_per_step() -> None:

@@ -18,7 +18,7 @@ import test_torch_semantics as semantics
 import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy
-from torch_models import assert_same_gradients, gpt2, llama, lm_step
+from torch_models import assert_same_gradients, gpt2, llama, lm_step, steady_profiles
 
 import remat
 import remat.torch as rt
@@ -27,6 +27,15 @@ from remat.torch import Policy
 transformers = pytest.importorskip("transformers")
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _steady() -> Iterator[None]:
+    """Every plan here is solved from steady times (torch_models.steady): the
+    tests compare a plan's predicted peak with the measured one, and a plan
+    solved from measured times changes with the machine's load."""
+    with steady_profiles():
+        yield
 
 
 @pytest.fixture
@@ -321,10 +330,42 @@ def test_options_lower_the_smallest_budget(make: Callable[[], nn.Module], determ
     assert_same_gradients(plain, ours)
     predicted = plan.peak_memory
     assert plan.budget is not None and predicted is not None
-    # The schedule the solver picks depends on measured times; on these tiny
-    # blocks (64 KiB activations) the measured peak is within -5%..+2% of the
-    # prediction (exact for the schedules of test_hf_model_with_options).
+    # The schedule is solved from steady times (the fixture), so it is the same
+    # on every run; on these tiny blocks (64 KiB activations) the measured peak
+    # is within -5%..+2% of its prediction (exact for the schedules of
+    # test_hf_model_with_options).
     assert 0.95 * predicted <= peak <= 1.02 * predicted, (peak, predicted)
+
+
+def test_explain_says_how_the_forward_records_each_block(forced_options: list[remat.Schedule]) -> None:
+    # Issue 36: with every block recorded under an option, explain() said
+    # "keeps 0 blocks whole, runs 0 again", then "recorded with: input (blocks 1-6)".
+    ours = semantics.make()
+    plan = rt.apply(ours, memory="100%")
+    ours(semantics.X).square().sum().backward()
+    text = plan.explain()
+    want = "of 6 blocks, 0 recorded whole, 6 recorded under an option (1-6; each runs again at its backward), "
+    want += "0 not recorded"
+    assert f"{want}\n" in text and "recorded with: input (blocks 1-6)" in text, text
+
+
+@pytest.mark.parametrize("memory", ["35%", "60%"])
+def test_explain_counts_every_block_once(memory: str) -> None:
+    # Whatever the plan: each block is recorded whole, under an option, or not
+    # at all by the forward, and explain() says which, as the schedule does.
+    ours = semantics.make()
+    plan = rt.apply(ours, memory=memory)
+    for _ in range(2):
+        ours(semantics.X).square().sum().backward()
+    assert plan.schedule is not None
+    ops = plan.schedule.operations_with_options
+    first = {l: (k, o) for k, l, o in ops[: ops.index(("B", 7, 0))] if l <= 6}
+    whole = [l for l, (k, o) in first.items() if k == "F_all" and not o]
+    option = [l for l, (k, o) in first.items() if k == "F_all" and o]
+    rerun = [l for l, (k, _) in first.items() if k != "F_all"]
+    line = next(x for x in plan.explain().splitlines() if x.startswith("schedule ("))
+    assert f"of 6 blocks, {len(whole)} recorded whole" in line, line
+    assert f", {len(option)} recorded under an option" in line and f", {len(rerun)} not recorded" in line, line
 
 
 def test_no_policies_is_remat_without_options(deterministic: None) -> None:

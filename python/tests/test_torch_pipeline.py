@@ -17,6 +17,7 @@ import inspect
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,10 +26,22 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch_models import steady_profiles
 
 import remat
 import remat.torch as rt
 from remat.torch.pipeline import PipelineSchedule, StagePlan, apply_stage, in_flight
+
+
+@pytest.fixture(autouse=True)
+def _steady() -> Iterator[None]:
+    """Every plan here is solved from steady times (torch_models.steady): the
+    tests compare a plan's predicted peaks and residues with measured ones,
+    and a plan solved from measured times changes with the machine's load.
+    The ranks of a spawned pipeline enter it themselves (worker)."""
+    with steady_profiles():
+        yield
+
 
 # -- the model: GPT-2's shape (pre-norm blocks of causal attention and a GELU
 # MLP, token and position embeddings, a final norm and an LM head), random
@@ -488,7 +501,8 @@ def worker(rank: int, world: int, port: int, memory: float, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        results = {kind: run_rank(rank, world, kind, memory) for kind in ("gpipe", "1f1b")}
+        with steady_profiles():
+            results = {kind: run_rank(rank, world, kind, memory) for kind in ("gpipe", "1f1b")}
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()

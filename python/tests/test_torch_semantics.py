@@ -69,11 +69,20 @@ def applied(model: nn.Module, memory: int | str = "35%") -> rt.AppliedPlan:
     torch.manual_seed(99)
     model(X).square().sum().backward()
     model.zero_grad(set_to_none=True)
+    assert recomputes(plan), "the test needs recomputation"
+    return plan
+
+
+def recomputes(plan: rt.AppliedPlan) -> bool:
+    """Whether the plan runs a block's forward again: an extra forward in the
+    schedule, or a block recorded under an option (its backward reruns it).
+    Below storing everything every plan does, whichever the solver picks
+    from the measured times (with options, a budget may be met with no extra
+    forward: counting those alone failed under load, issue 36)."""
     assert plan.schedule is not None
     L = len(plan.modules)
-    ops = plan.schedule.operations
-    assert sum(1 for k, l in ops if k != "B" and l <= L) > L, "the test needs recomputation"
-    return plan
+    ops = plan.schedule.operations_with_options
+    return sum(1 for k, l, _ in ops if k != "B" and l <= L) > L or any(o for _, _, o in ops)
 
 
 def grads(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -336,6 +345,45 @@ def test_blocks_out_of_order_is_a_clear_error() -> None:
     h1, _ = ours.blocks[0](h, mask)
     with pytest.raises(RuntimeError, match=r"block 3 of 6 \(blocks\.2\) ran when block 2 was expected"):
         ours.blocks[2](h1, mask)
+
+
+class Ordered(Stack):
+    """A Stack whose forward calls its blocks in the order given (0-based)."""
+
+    def __init__(self, order: list[int]) -> None:
+        torch.manual_seed(0)
+        super().__init__()
+        self.order = order
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        mask = (torch.arange(h.shape[-1] * 2) % 7 != 0).float()
+        for i in self.order:
+            h, _ = self.blocks[i](h, mask, scale=self.scale, flag=True)
+        return self.head(h)
+
+
+@pytest.mark.parametrize(
+    ("order", "message"),
+    [
+        ([5, 4, 3, 2, 1, 0], r"block 6 of 6 \(blocks\.5\) ran when block 1 was expected"),
+        ([0, 0, 1, 2, 3, 4, 5], r"block 1 of 6 \(blocks\.0\) ran when block 2 was expected"),
+        ([0, 1, 2, 4, 5], r"block 5 of 6 \(blocks\.4\) ran when block 4 was expected"),
+        ([0, 1, 2, 3, 4, 5, 5], r"block 6 of 6 \(blocks\.5\) ran after block 6, the last"),
+        ([0, 1, 2, 3, 4, 5] * 2, r"block 1 of 6 \(blocks\.0\) ran after block 6, the last"),
+        ([0, 1, 2, 3, 4], r"the forward of Ordered ended after block 5 of 6 \(blocks\.4\): block 6 \(blocks\.5\)"),
+    ],
+    ids=["reversed", "first_repeated", "skipped", "last_repeated", "stack_twice", "last_skipped"],
+)
+def test_a_forward_running_the_blocks_out_of_order_is_an_error_at_forward(order: list[int], message: str) -> None:
+    # Issue 36: a forward over the stack in reverse got, at backward, "a^4 is not
+    # in memory ... (a bug in remat)"; some orders got no error at all. Each now
+    # raises in the forward, naming the block.
+    model = Ordered(order)
+    rt.apply(model, memory="50%", policies=())
+    for _ in range(2):  # the first step (profiled, measured) and the next
+        with pytest.raises(RuntimeError, match=message):
+            model(X)
 
 
 def test_bad_arguments_are_clear_errors() -> None:

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+import remat
 import remat.torch as rt
 
 # The test models are small: one thread is faster than two on a shared machine,
@@ -151,3 +155,48 @@ def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert p.grad is not None and q.grad is not None, name
         assert torch.equal(p.grad, q.grad), name
+
+
+# -- plans that do not depend on the machine's load ----------------------------
+
+
+def steady(chain: remat.Chain) -> remat.Chain:
+    """``chain`` with fixed times in place of the measured ones: 1 ms for each
+    stage's forward, 2 ms for its backward, and for each recording option the
+    share of a forward that its saved bytes leave out (an option that keeps
+    less recomputes more). The bytes stay as measured (exactly, by LiveBytes),
+    so a plan solved from it is the same on a quiet machine and a loaded one.
+    """
+    d = chain.to_dict()
+    for s in d["stages"]:
+        s["forward_time"], s["backward_time"] = 1.0, 2.0
+        for o in s.get("options") or []:
+            o["recompute_time"] = 1.0 - o["saved_size"] / max(1, s["saved_size"])
+    return remat.Chain.from_dict(d)
+
+
+@contextlib.contextmanager
+def steady_profiles() -> Iterator[None]:
+    """Within it, every chain remat.torch profiles (``profile``, ``apply``,
+    ``Checkpointed``) has :func:`steady` times. Tests that assert anything of a
+    plan beyond what holds for every plan (its peak against a measured one,
+    which blocks it reruns) run under it: a plan solved from measured times
+    changes with the machine's load. Works in spawned worker processes too
+    (call it there)."""
+    # By their names in sys.modules: remat.torch.apply and .profile are also
+    # the functions the package exports.
+    modules: list[Any] = [importlib.import_module(f"remat.torch.{m}") for m in ("apply", "checkpointed", "profile")]
+    measured = modules[-1].profile_calls
+
+    def profile_calls(*args: Any, **kwargs: Any) -> tuple[remat.Chain, Any]:
+        chain, found = measured(*args, **kwargs)
+        return steady(chain), found
+
+    before = [m.profile_calls for m in modules]
+    for m in modules:
+        m.profile_calls = profile_calls
+    try:
+        yield
+    finally:
+        for m, f in zip(modules, before):
+            m.profile_calls = f

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -227,6 +228,9 @@ class AppliedPlan:
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        #: The block the model's forward now running must call next (L + 1:
+        #: the pass over the stack has ended); None outside the model's forward.
+        self._expected: int | None = None
         #: Bytes of the gradients of parameters used in more than one place (tied
         #: weights), which autograd holds until their last use is reached: part
         #: of what the step holds after the stack, shown by explain().
@@ -250,6 +254,8 @@ class AppliedPlan:
             starts(torch.compiler.is_compiling())
 
         self._hooks.append(self.model.register_forward_pre_hook(model_starts))
+        ends = torch.compiler.disable(self._model_ends, recursive=True)
+        self._hooks.append(self.model.register_forward_hook(ends, always_call=True))
         # A training forward builds no key/value cache (Hugging Face's own
         # checkpointing turns it off too); put back by remove().
         config = getattr(self.model, "config", None)
@@ -311,6 +317,7 @@ class AppliedPlan:
         return bool(self.compile) or (self.compile is None and compiling)
 
     def _model_starts(self, compiling: bool) -> None:
+        self._expected = 1
         self._end_measure()  # a measurement the last step never finished
         if compiling and torch.is_grad_enabled():
             self._compiled_steps += 1
@@ -323,6 +330,40 @@ class AppliedPlan:
             # By the allocator wherever compiled code runs: the model's own
             # (torch.compile(model)) or the blocks' (compile=).
             self._measure = _measure(self, compiled=compiling or self._compiled(compiling))
+
+    def _model_ends(self, _module: nn.Module, _args: Any, _output: Any) -> None:
+        """A training forward of the model must have run the whole stack, or none
+        of it: a pass that stopped before the last block is an error now, not a
+        failed recomputation in the backward."""
+        expected, self._expected = self._expected, None
+        L = len(self.modules)
+        if expected is None or expected in (1, L + 1) or self._step is None or sys.exc_info()[0] is not None:
+            return  # the whole stack ran, or none of it, or the forward raised (an always_call hook runs then)
+        self._out_of_order(
+            f"the forward of {type(self.model).__name__} ended after block {expected - 1} of {L} "
+            f"({self.names[expected - 2]}): block {expected} ({self.names[expected - 1]}) did not run"
+        )
+
+    def _check_order(self, l: int) -> None:
+        """Inside the model's forward, block l must be the next of the pass over
+        the stack (reversed, repeated or skipped blocks raise now, naming it)."""
+        expected = self._expected
+        if expected is None:
+            return  # called outside the model's forward: a block alone runs plainly
+        L = len(self.modules)
+        if l != expected:
+            what = f"after block {L}, the last" if expected == L + 1 else f"when block {expected} was expected"
+            self._out_of_order(f"block {l} of {L} ({self.names[l - 1]}) ran {what}")
+        self._expected = l + 1
+
+    def _out_of_order(self, what: str) -> None:
+        self._step = None
+        self._expected = None
+        self._end_measure()  # no step follows: leave no LiveBytes behind
+        raise RuntimeError(
+            f"remat: {what}; the blocks of {self.where} must run once each, in order, in every training forward "
+            "(name the right stack with apply(..., blocks=...))"
+        )
 
     def _key(self, x: torch.Tensor, compiled: bool) -> tuple[Any, ...]:
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
@@ -351,6 +392,7 @@ class AppliedPlan:
     def _call(
         self, l: int, original: Callable[..., Any], compiling: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        self._check_order(l)
         args, kwargs = _without_cache(args, kwargs)
         call = Call.of(args, kwargs)
         if l == 1:
@@ -578,8 +620,7 @@ class AppliedPlan:
         ops = schedule.operations_with_options
         L = len(self.modules)
         split = [(k, l) for k, l, _ in ops].index((Op.B.value, L + 1))
-        recomputed = sorted({l for k, l, _ in ops[split:] if Op(k) is not Op.B})
-        stored = [l for k, l, o in ops[:split] if Op(k) is Op.F_ALL and l <= L and not o]
+        has_options = any(s.get("options") for s in d["stages"])
         store_all = sum(s["forward_time"] + s["backward_time"] for s in d["stages"])
         lines = [
             head,
@@ -588,12 +629,11 @@ class AppliedPlan:
             "blocks run compiled (torch.compile, one graph per kind of block and recording option)"
             if self.compiled
             else "blocks run eagerly",
-            f"schedule ({schedule.algorithm}): keeps {len(stored)} blocks whole, runs {len(recomputed)} again "
-            f"({', '.join(map(str, recomputed)) or 'none'})",
+            f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options)}",
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
-        if any(s.get("options") for s in d["stages"]):
+        if has_options:
             lines += _explain_options(d["stages"], ops)
         if self.pending_gradients:
             lines.append(
@@ -981,16 +1021,34 @@ def _ranges(blocks: list[int]) -> str:
     return ", ".join(parts)
 
 
+def _explain_forward(forward: list[tuple[str, int, int]], L: int, options: bool) -> str:
+    """explain()'s words for the forward phase: each block is recorded whole,
+    under an option (rerun at the start of its backward), or not at all (run
+    again before its backward), and counted once."""
+    whole = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and not o]
+    under = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o]
+    rerun = [l for k, l, _ in forward if Op(k) is not Op.F_ALL and l <= L]
+
+    def part(blocks: list[int], what: str, then: str = "") -> str:
+        return f"{len(blocks)} {what}" + (f" ({_ranges(blocks)}{then})" if blocks else "")
+
+    parts = [part(whole, "recorded whole")]
+    if options:
+        parts.append(part(under, "recorded under an option", "; each runs again at its backward"))
+    parts.append(part(rerun, "not recorded", "; each runs again before its backward"))
+    return f"of {L} blocks, " + ", ".join(parts)
+
+
 def _explain_options(stages: list[dict[str, Any]], ops: list[tuple[str, int, int]]) -> list[str]:
     """explain()'s lines on recording options: how each block is recorded, and
     the options of the blocks as measured."""
     L = len(stages)
-    chosen: dict[str, list[int]] = {}
+    chosen: dict[str, set[int]] = {}
     for k, l, o in ops:
         if k == Op.F_ALL.value and l <= L:
             name = "all" if not o else str(stages[l - 1]["options"][o - 1].get("name") or f"option {o}")
-            chosen.setdefault(name, []).append(l)
-    lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(ls)})" for name, ls in chosen.items())]
+            chosen.setdefault(name, set()).add(l)
+    lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(sorted(ls))})" for name, ls in chosen.items())]
     seen: set[str] = set()
     for l, s in enumerate(stages, 1):
         described = ", ".join(

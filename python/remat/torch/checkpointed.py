@@ -167,6 +167,11 @@ class Checkpointed(nn.Module):
             stages that use no randomness, to save the state copies).
         chain: a chain measured before (:func:`profile`, or ``remat.Chain.load``
             of a saved one) to solve on instead of profiling, for every input.
+            Each stage then runs once in the first forward, as in every other
+            (which stages write into their input is in the metadata
+            :func:`profile` writes; which draw random numbers shows on their
+            first run); a chain without that metadata, or whose stage names
+            are not this module's, costs one probing run of each stage first.
 
     Raises:
         TypeError: ``module`` is not a sequence of modules.
@@ -249,9 +254,14 @@ class Checkpointed(nn.Module):
             budget, note = self.memory, f"memory={self.memory} bytes ({_fmt(int(self.memory))}) as given"
         stages = list(self.module)
         names = _names(self.module, stages)
+        uses_rng: list[bool] | None
         if self._chain is not None:
             chain = self._chain
-            inplace, uses_rng = self._probe(x)
+            # Which stages draw random numbers is found by the executor, on each
+            # stage's first run; which write into their input must be known
+            # before it (they run on a copy).
+            inplace = self._writes_input(chain, names) or self._probe(x)
+            uses_rng = None
         else:
             chain, found = profile_calls(
                 stages,
@@ -278,23 +288,38 @@ class Checkpointed(nn.Module):
         self._last = plan
         return plan
 
-    def _probe(self, x: torch.Tensor) -> tuple[list[bool], list[bool]]:
-        """Which stages write into their input and which draw random numbers,
-        found by one forward without autograd (RNG and buffers put back), for a
-        chain given rather than profiled."""
+    @staticmethod
+    def _writes_input(chain: remat.Chain, names: list[str]) -> list[bool] | None:
+        """Which stages write into their input, as :func:`profile` recorded it in
+        the chain's metadata; None where it did not (a chain written by hand, or
+        by an older remat), or where the chain's stages are not this module's
+        (their names differ)."""
+        d = chain.to_dict()
+        found = (d.get("metadata") or {}).get("writes_input")
+        L = len(names)
+        if not isinstance(found, list) or not all(isinstance(l, int) and 1 <= l <= L for l in found):
+            return None
+        if [s.get("name") for s in d["stages"]] != names:
+            return None
+        return [l in found for l in range(1, L + 1)]
+
+    def _probe(self, x: torch.Tensor) -> list[bool]:
+        """Which stages write into their input, found by one forward without
+        autograd (each stage runs once, on a copy of its input; RNG and
+        buffers put back), for a chain given that does not say."""
         stages = list(self.module)
         names = _names(self.module, stages)
-        inplace, rng = [], []
+        inplace = []
         devices = [x.device] if x.device.type == "cuda" else []
         with preserved_state(stages, devices), torch.no_grad():
             x = x.detach()
             for i in range(len(stages)):
                 runner = _StageRunner(stages, stages, names, i, Call((x,), {}, 0), single_tensor=True)
-                changes, draws = runner.probe(x)
-                inplace.append(changes)
-                rng.append(draws)
-                x = runner(x.clone() if changes else x)
-        return inplace, rng
+                copy = x.clone()
+                before = copy._version
+                x = runner(copy)
+                inplace.append(copy._version != before)
+        return inplace
 
     @property
     def plans(self) -> dict[tuple[Any, ...], Plan]:

@@ -314,7 +314,9 @@ class Executor:
         inplace: ``inplace[l-1]``: stage l changes its input in place, so it gets
             a copy (found by :func:`remat.torch.profile`).
         uses_rng: ``uses_rng[l-1]``: stage l draws random numbers, so its RNG
-            state is saved and replayed (None: every stage, to be safe).
+            state is saved and replayed (None: not known; each stage run again
+            is taken to draw until its first run, which shows whether the
+            generator moved).
         options: ``options[l-1][o]``, the policy that records stage l with
             option o >= 1 (``options[l-1][0]`` is None: option 0 records it
             whole); needed for every ``F_all^l[o]`` of the schedule.
@@ -376,6 +378,8 @@ class Executor:
         draws = list(uses_rng) if uses_rng is not None else [True] * len(stages)
         # Stages whose reruns replay an RNG state: those that draw and run again.
         self.replay_rng = [False] + [preserve_rng and d and program.rerun[l] for l, d in enumerate(draws, 1)]
+        #: Stages whose first run is to show whether they draw (uses_rng None).
+        self.learn_rng = [False] + [uses_rng is None and r for r in self.replay_rng[1:]]
         self.has_buffers = [False] + [any(True for _ in s.buffers()) for s in self.stages]
         # Storages of each stage's parameters and buffers, found at its first
         # unrecorded run (FSDP2 gathers parameters only then).
@@ -532,9 +536,26 @@ class Step:
                         y = fn(*call.args, **call.kwargs)
                 else:
                     y = fn(*call.args, **call.kwargs)
+        if ex.learn_rng[l]:
+            self._learn_rng(l)
         self.next = l + 1
         self._pending = (kind.value, l)
         return y
+
+    def _learn_rng(self, l: int) -> None:
+        """After the first run of stage l whose RNG use was not known: a stage
+        that left the generator where it was has no state to replay, now or in
+        later steps."""
+        ex = self.ex
+        ex.learn_rng[l] = False
+        state = self.rng[l]
+        assert state is not None
+        moved = state[0] != _host_bytes(torch.get_rng_state())
+        if state[1] is not None and self.cuda_device is not None:
+            moved = moved or not torch.equal(state[1], torch.cuda.get_rng_state(self.cuda_device))
+        if not moved:
+            self.rng[l] = None
+            ex.replay_rng[l] = False
 
     def finish(self) -> None:
         """Ends the forward phase: the residue now lives as long as the graph."""
@@ -557,17 +578,31 @@ class Step:
         task = self.tasks.get(gid)
         if task is None:
             task = self.tasks[gid] = _Task(self, gid)
-            torch.autograd.Variable._execution_engine.queue_callback(lambda: self.tasks.pop(gid, None))
-        v = h.values.pop(gid, None)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_task(gid))
+        v = h.values.get(gid)
         if v is None:
             task.advance_to(h.stage)
-            v = h.values.pop(gid, None)
+            v = h.values.get(gid)
             if v is None:
                 raise RuntimeError(
                     f"remat: the schedule did not recompute tensor {h.index} of {self.ex.label(h.stage)} before its "
                     "backward (a bug in remat: please report it with the schedule)"
                 )
+        if _read_once():
+            del h.values[gid]  # autograd's own node: freed with it, as without remat
+        else:
+            task.kept.append(weakref.ref(h))  # may be read again in this backward
         return v
+
+    def _end_task(self, gid: int) -> None:
+        """The end of a backward: what it recomputed and kept for a second read
+        goes (a holder that outlives it is in a retained graph)."""
+        task = self.tasks.pop(gid, None)
+        if task is not None:
+            for ref in task.kept:
+                h = ref()
+                if h is not None:
+                    h.values.pop(gid, None)
 
     @contextlib.contextmanager
     def rerun_context(self, l: int) -> Iterator[None]:
@@ -598,6 +633,19 @@ class Step:
             yield
 
 
+_current_node: Callable[[], object] = getattr(torch._C, "_current_autograd_node", lambda: None)
+
+
+def _read_once() -> bool:
+    """Whether the saved tensor being unpacked is read once in this backward:
+    by one of autograd's own nodes, which unpack each saved tensor once. A
+    custom ``autograd.Function``'s backward may read ``ctx.saved_tensors`` as
+    often as it likes (each read unpacks again), as may a hook reading
+    ``grad_fn._saved_*``: their tensors stay until the backward ends."""
+    node = _current_node()
+    return node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
 class _Task:
     """The backward phase of one backward pass (one autograd graph task)."""
 
@@ -611,6 +659,8 @@ class _Task:
         #: Stages the backward phase recorded with an option: their caches.
         self.fills: dict[int, _Cache] = {}
         self.filled: set[int] = set()
+        #: Holders whose recomputed tensor stays for another read (see _read_once).
+        self.kept: list[weakref.ref[_Holder]] = []
 
     def value(self, j: int) -> torch.Tensor:
         v = self.held.get(j)

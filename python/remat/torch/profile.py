@@ -412,6 +412,10 @@ def profile_calls(
             "repeat": repeat,
             "torch": torch.__version__,
             "time_unit": "ms",
+            # Stages that write into their input (they run on a copy of it):
+            # Checkpointed(chain=...) reads this instead of running each stage
+            # to find out.
+            "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
     return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options)
