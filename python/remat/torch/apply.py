@@ -41,8 +41,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import remat
 
-from .checkpointed import _fmt, auto_budget
-from .compiled import CompiledBlocks, compile_options
+from .budget import auto_budget
+from .budget import format_bytes as _fmt
+from .compiled import CompiledBlocks, compile_options, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .memory import AllocatorTrace, LiveBytes
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
@@ -253,7 +254,7 @@ class AppliedPlan:
             # one graph break into the eager measurement.
             starts(torch.compiler.is_compiling())
 
-        self._hooks.append(self.model.register_forward_pre_hook(model_starts))
+        self._hooks.append(self.model.register_forward_pre_hook(own_code(model_starts, f"remat_starts_{id(self):x}")))
         ends = torch.compiler.disable(self._model_ends, recursive=True)
         self._hooks.append(self.model.register_forward_hook(ends, always_call=True))
         # A training forward builds no key/value cache (Hugging Face's own
@@ -277,8 +278,9 @@ class AppliedPlan:
                 return original(*args, **kwargs)
             return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
 
-        forward.__wrapped__ = original  # type: ignore[attr-defined]
-        return forward
+        own = own_code(forward, f"remat_block_{l}_of_{type(self.model).__name__}_{id(self):x}")
+        own.__wrapped__ = original  # type: ignore[attr-defined]
+        return own
 
     def _rerun(self, module: nn.Module) -> Callable[..., Any]:
         """How the executor and the profiler call a block: through the module, so

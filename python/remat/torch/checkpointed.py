@@ -11,92 +11,13 @@ from torch import nn
 
 import remat
 
+from .budget import auto_budget
+from .budget import format_bytes as _fmt
 from .executor import Executor, Op, Program, autocast_enabled
 from .profile import _names, _StageRunner, preserved_state, profile_calls, stages_of
 from .stages import Call
 
 __all__ = ["Checkpointed", "Plan", "auto_budget"]
-
-
-def _fmt(n: float) -> str:
-    """Bytes as a short human figure (``12.50 MiB``), :func:`remat.format_size`'s."""
-    return ("-" if n < 0 else "") + str(remat.format_size(abs(int(n))))
-
-
-def _memory_fraction(device: torch.device) -> float:
-    """The cap ``torch.cuda.set_per_process_memory_fraction`` put on ``device`` (1.0
-    when none, or on a torch too old to report it)."""
-    get = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    if get is None:
-        return 1.0
-    # The query wants an index: torch.device("cuda") has none.
-    return float(get(device.index if device.index is not None else torch.cuda.current_device()))
-
-
-def auto_budget(
-    module: nn.Module, device: torch.device, input_bytes: int = 0, optimizer_state_bytes: int | None = None
-) -> tuple[int, str]:
-    """The budget ``memory="auto"`` gives on ``device``, and its arithmetic.
-
-    budget = available memory - gradients of the parameters that do not
-    have one yet - optimizer state (``optimizer_state_bytes``, default
-    twice the trainable parameters' bytes, Adam's two moments) - 5% of the
-    available memory for the caching allocator's fragmentation
-    + ``input_bytes``, the input batch: it is allocated already (so not
-    available) yet the budget counts it, as the model's a^0 (:meth:`Checkpointed.plan`
-    passes the bytes of an input on the GPU).
-
-    Available memory is what this process can still allocate: the device's
-    free memory (``torch.cuda.mem_get_info``, which already excludes the
-    parameters once they are on the device) plus the blocks PyTorch's
-    caching allocator holds but no tensor uses (``memory_reserved -
-    memory_allocated``: the driver counts them as used, yet the allocator
-    reuses them first), and no more than the per-process cap
-    (``torch.cuda.set_per_process_memory_fraction``) minus what is
-    allocated.
-
-    Raises:
-        ValueError: ``device`` is not a CUDA device (on the CPU there is no
-            figure of free memory to divide; give a size instead).
-    """
-    if device.type != "cuda":
-        raise ValueError(
-            f"memory='auto' needs a CUDA device (it divides the GPU's free memory); the input "
-            f"is on {device}: give the budget as bytes or a size such as '2GiB'"
-        )
-    free, total = torch.cuda.mem_get_info(device)
-    allocated = torch.cuda.memory_allocated(device)
-    cached = max(0, torch.cuda.memory_reserved(device) - allocated)
-    available = free + cached
-    fraction = _memory_fraction(device)
-    capped = fraction < 1.0 and int(fraction * total) - allocated < available
-    if capped:
-        available = max(0, int(fraction * total) - allocated)
-    params = [p for p in module.parameters() if p.requires_grad]
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
-    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.grad is None)
-    opt = 2 * param_bytes if optimizer_state_bytes is None else optimizer_state_bytes
-    margin = available // 20
-    # The budget counts the input batch (the model's a^0), which is already
-    # allocated and so not in ``available``: it is given back.
-    budget = available + input_bytes - grad_bytes - opt - margin
-    source = (
-        f"the per-process cap {fraction:g} x {_fmt(total)} - allocated {_fmt(allocated)}"
-        if capped
-        else f"free {_fmt(free)} (of {_fmt(total)}) + cached by the allocator {_fmt(cached)}"
-    )
-    note = (
-        f"memory='auto' on {device}: available {_fmt(available)}: {source}"
-        f" - parameter gradients still to allocate {_fmt(grad_bytes)}"
-        f" - optimizer state {_fmt(opt)}"
-        f"{' (Adam: 2 x parameters)' if optimizer_state_bytes is None else ''}"
-        f" - 5% fragmentation margin {_fmt(margin)}"
-        f"{f' + the input batch {_fmt(input_bytes)} (allocated, and counted in the budget)' if input_bytes else ''}"
-        f" = {_fmt(budget)}"
-    )
-    if budget <= 0:
-        raise ValueError(f"{note}: nothing left for activations")
-    return budget, note
 
 
 @dataclass

@@ -61,7 +61,7 @@ from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_conte
 
 from .policies import NamedPolicy
 
-__all__ = ["CompiledBlocks", "compile_options"]
+__all__ = ["CompiledBlocks", "compile_options", "own_code"]
 
 
 _IDENT = re.compile(r"\W")
@@ -71,9 +71,13 @@ def _call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return module(*args, **kwargs)
 
 
-def _named_copy(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``fn`` with a code object of its own, named ``name`` (Dynamo caches per
-    code object; the name shows in its logs)."""
+def own_code(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` (a plain function or closure) with a code object of its own,
+    named ``name``. Dynamo keeps its cache per code object and, past
+    ``recompile_limit`` entries, runs that code eagerly for good: a wrapper
+    written once and made for every block of every plan (each guarded on its
+    own closure) would get there after a few plans. The name shows in
+    Dynamo's logs."""
     code = fn.__code__.replace(co_name=name)
     if hasattr(code, "co_qualname"):  # Python >= 3.11
         code = code.replace(co_qualname=name)
@@ -154,7 +158,7 @@ class CompiledBlocks:
             base = _call if policy is None else _selective(policy)
             what = "all" if policy is None else _IDENT.sub("_", policy.name)
             name = f"remat_{_IDENT.sub('_', type(module).__name__)}_{k}_{what}"
-            fn = torch.compile(_named_copy(base, name), **self.options)
+            fn = torch.compile(own_code(base, name), **self.options)
             self._compiled[key] = fn
         return fn
 

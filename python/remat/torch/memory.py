@@ -283,12 +283,23 @@ class AllocatorTrace:
     def probe(self, t: torch.Tensor) -> int:
         """Marks this point and whether ``t``'s memory is counted then
         (allocated in the trace, not freed, not excluded): :meth:`found`."""
-        return self._note("probe", int(t.untyped_storage().data_ptr()))
+        try:
+            ptr = int(getattr(t, "_local_tensor", t).untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError, TypeError):
+            ptr = -1  # never counted
+        return self._note("probe", ptr)
 
     def exclude(self, t: torch.Tensor) -> None:
-        """Stops counting ``t``'s memory from now on."""
-        if self._open and self._running:
-            self._note("exclude", int(t.untyped_storage().data_ptr()))
+        """Stops counting ``t``'s memory from now on (a sharded tensor's local
+        shard's)."""
+        if not (self._open and self._running):
+            return
+        local = getattr(t, "_local_tensor", t)  # a DTensor (FSDP2's gradients) holds its shard
+        try:
+            ptr = int(local.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError, TypeError):
+            return  # no memory of its own to name (a tensor subclass)
+        self._note("exclude", ptr)
 
     def exclude_parameter_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
         """Leaves parameter gradients out once accumulated into ``.grad`` (as

@@ -60,7 +60,7 @@ from torch import nn
 import remat
 
 from .apply import AppliedPlan, apply
-from .checkpointed import _fmt
+from .budget import format_bytes as _fmt
 from .executor import Op
 from .memory import LiveBytes
 
