@@ -723,8 +723,8 @@ pub(crate) fn min_budget(chain: &Chain, in_flight: usize, opts: &SolveOptions) -
 
 /// `auto` with micro-batches in flight runs exhaustive search only on
 /// chains of at most this many stages (options counted as
-/// [`exhaustive::equivalent_stages`] does): it searches once per residue a
-/// schedule can have, tens to hundreds of times a plain search.
+/// [`exhaustive::equivalent_stages`] does): its states keep several labels
+/// (time with the peak so far or the residue), a few times a plain search.
 pub const AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES: usize = 6;
 
 /// [`crate::solve::solve`] with `opts.in_flight` > 1 micro-batches in flight:
@@ -817,7 +817,7 @@ fn auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, Sol
     if equivalent <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES {
         let mut solution = solve(chain, budget, Algorithm::Exhaustive, opts)?;
         solution.reason = Some(format!(
-            "{} stages, {k} micro-batches in flight: exact search over every memory state, once per residue, is cheap",
+            "{} stages, {k} micro-batches in flight: exact search over every memory state and residue is cheap",
             chain.len()
         ));
         return Ok(solution);
@@ -934,17 +934,9 @@ fn baseline_in_flight(
 }
 
 /// The smallest budget at which exhaustive search finds a schedule with
-/// `in_flight` micro-batches: bisection between the smallest peak of any
-/// schedule (a lower bound) and `in_flight` times it (met by that schedule,
-/// whose residue is at most its peak). O(log M) searches.
+/// `in_flight` micro-batches ([`exhaustive::min_peak_in_flight`]).
 fn exhaustive_min_budget(chain: &Chain, in_flight: usize) -> Option<u64> {
-    let (peak, _) = exhaustive::min_peak(chain);
-    let (mut lo, mut hi) = (peak - 1, peak.saturating_mul(in_flight as u64));
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if exhaustive::fastest_in_flight(chain, mid, in_flight).is_some() { hi = mid } else { lo = mid }
-    }
-    Some(hi)
+    exhaustive::min_peak_in_flight(chain, in_flight)
 }
 
 /// [`crate::solve::min_budget`] with `opts.in_flight` > 1: exact for
