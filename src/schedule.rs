@@ -149,6 +149,37 @@ impl TryFrom<OpJson> for Op {
     }
 }
 
+/// The most micro-batches remat plans for, in flight on a rank
+/// ([`crate::solve::SolveOptions::in_flight`]) or in a pipeline step (`remat pipeline
+/// --micro-batches`): 2^20, far past any pipeline (a step of more
+/// micro-batches than that is a data-parallel job), and small enough that
+/// the residues it multiplies stay exact. The command line and the Python
+/// package refuse more, naming their own flag or argument and this figure
+/// (issue 36: `--micro-batches 18446744073709551615` wrapped around and
+/// saturated into budgets that "fitted").
+pub const MAX_IN_FLIGHT: usize = 1 << 20;
+
+/// Checks a count of micro-batches, `what` naming it in the message (a flag
+/// or an argument): a whole number from 1 to [`MAX_IN_FLIGHT`]. O(1).
+///
+/// ```
+/// use remat::schedule::{MAX_IN_FLIGHT, check_in_flight};
+/// assert!(check_in_flight(8, "--micro-batches").is_ok());
+/// let e = check_in_flight(MAX_IN_FLIGHT + 1, "--micro-batches").unwrap_err();
+/// assert_eq!(e, "--micro-batches 1048577 is more than remat plans for: give from 1 to 1048576 micro-batches");
+/// ```
+pub fn check_in_flight(count: usize, what: &str) -> Result<(), String> {
+    if count == 0 {
+        return Err(format!("{what} must be at least 1 (got 0)"));
+    }
+    if count > MAX_IN_FLIGHT {
+        return Err(format!(
+            "{what} {count} is more than remat plans for: give from 1 to {MAX_IN_FLIGHT} micro-batches"
+        ));
+    }
+    Ok(())
+}
+
 /// Which chain a schedule was computed for (defined beside the chain, whose
 /// identity it is, so that `chain` needs nothing from this module).
 pub use crate::chain::ChainId;

@@ -8,6 +8,8 @@ from typing_extensions import TypeAlias
 
 __version__: Final[str]
 DEFAULT_SLOTS: Final[int]
+#: The most micro-batches in flight (``in_flight=``) remat plans for: 2**20, as the command line.
+MAX_IN_FLIGHT: Final[int]
 
 #: Bytes (an int >= 0, or any integer with __index__) or a size string such as "90MiB", "8GiB", "11.2GiB".
 Size: TypeAlias = int | SupportsIndex | str

@@ -176,7 +176,7 @@ fn exact_memory_arg(exact_memory: Option<&Bound<'_, PyAny>>) -> PyResult<Option<
 /// with `__index__`), never a bool or a float. Out of range, negative or too
 /// large for 64 bits, it is a `ValueError` naming the argument and the value
 /// (not pyo3's `OverflowError`); of another type, a `TypeError`.
-fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
+pub(crate) fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
     let range = || PyValueError::new_err(format!("{what} must be at least {min} and at most {max}, got {obj}"));
     if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?) {
         return Err(PyTypeError::new_err(format!(
@@ -193,12 +193,13 @@ fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult
 /// ``slots``: a whole number from 1 to 2**64 - 1 (more slots than bytes is
 /// exact); None (not given) is the default, 500.
 /// ``in_flight``: micro-batches a pipeline rank holds at once, a whole
-/// number of at least 1 (None: 1).
-fn in_flight_arg(in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
+/// number from 1 to ``remat.MAX_IN_FLIGHT`` (2**20, the command line's
+/// limit too); None: 1.
+pub(crate) fn in_flight_arg(in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
     match in_flight {
         None => Ok(std::num::NonZeroUsize::MIN),
         Some(obj) => {
-            let n = whole_arg(obj, "in_flight", 1, 1 << 20)?;
+            let n = whole_arg(obj, "in_flight", 1, remat::schedule::MAX_IN_FLIGHT as u64)?;
             Ok(std::num::NonZeroUsize::new(n as usize).expect("at least 1"))
         }
     }
@@ -489,6 +490,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
     m.add_function(wrap_pyfunction!(partition_joint, m)?)?;
     m.add("DEFAULT_SLOTS", remat::solve::DEFAULT_SLOTS)?;
+    m.add("MAX_IN_FLIGHT", remat::schedule::MAX_IN_FLIGHT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

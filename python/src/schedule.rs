@@ -134,11 +134,12 @@ impl PySchedule {
 
     /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
     /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``
-    /// (``peak_memory`` for one micro-batch); at most ``budget``.
+    /// (``peak_memory`` for one micro-batch), exact (a Python int is never
+    /// saturated); at most ``budget`` for a schedule a solver returned.
     #[getter]
-    fn rank_peak(&self) -> u64 {
-        let others = (self.inner.in_flight.max(1) - 1) as u64;
-        self.inner.peak_memory.saturating_add(self.inner.residue.unwrap_or(0).saturating_mul(others))
+    fn rank_peak(&self) -> u128 {
+        let others = (self.inner.in_flight.max(1) - 1) as u128;
+        u128::from(self.inner.peak_memory) + u128::from(self.inner.residue.unwrap_or(0)) * others
     }
 
     /// The operations in order, as ``(kind, stage)`` pairs (an ``F_all``'s
@@ -278,12 +279,13 @@ impl PyReplay {
     }
 
     /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
-    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``.
-    fn rank_peak(&self, in_flight: usize) -> PyResult<u64> {
-        if in_flight == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("in_flight must be at least 1 (got 0)"));
-        }
-        Ok(self.inner.rank_peak(in_flight))
+    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``,
+    /// exact. ``in_flight`` is a whole number from 1 to
+    /// ``remat.MAX_IN_FLIGHT`` (``ValueError`` naming it otherwise, a
+    /// ``TypeError`` for another type).
+    fn rank_peak(&self, in_flight: &Bound<'_, PyAny>) -> PyResult<u128> {
+        let n = crate::in_flight_arg(Some(in_flight))?.get();
+        Ok(u128::from(self.inner.peak_memory) + u128::from(self.inner.residue()) * (n as u128 - 1))
     }
 
     /// 0-based index of the (first) operation reaching the peak.

@@ -280,3 +280,21 @@ def test_partitioner_on_a_torchvision_resnet50_in_train_mode() -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     for a, b in zip(compiled.buffers(), eager.buffers()):
         torch.testing.assert_close(a, b)
+
+
+# Issue 36, the fourth round: micro-batches in flight, recorded figures, sizes.
+
+FC6_IN_FLIGHT = {"memory": "200MiB", "in_flight": 3}
+
+
+@pytest.mark.parametrize("value", [-1, 0, 2**64, remat.MAX_IN_FLIGHT + 1, -(2**70)])
+def test_replay_rank_peak_out_of_range_is_a_value_error_naming_in_flight(value: int) -> None:
+    replay = remat.simulate(remat.Chain.load(FC6), "F_all^1..7 B^7..1")
+    most = remat.MAX_IN_FLIGHT
+    with pytest.raises(ValueError, match=f"in_flight must be at least 1 and at most {most}, got {value}$"):
+        replay.rank_peak(value)
+    for wrong in [1.5, "3", True]:
+        with pytest.raises(TypeError, match="in_flight must be a whole number"):
+            replay.rank_peak(wrong)  # type: ignore[arg-type]
+    # Exact, never saturated.
+    assert replay.rank_peak(most) == replay.peak_memory + (most - 1) * replay.residue

@@ -305,6 +305,23 @@ pub(crate) fn replay_schedule_file(
     Ok((text, ops, replay))
 }
 
+/// What `solve`, `simulate` and `show` print for a schedule run with
+/// `in_flight` > 1 micro-batches on a rank: the residue and the rank peak
+/// (one past `u64::MAX` bytes said as such).
+pub(crate) fn in_flight_line(in_flight: usize, replay: &crate::Replay) -> String {
+    let residue = replay.residue();
+    let rank = match replay.rank_peak(in_flight) {
+        Some(r) => format!("{} ({r} bytes)", crate::size::format_size(r)),
+        None => format!("over {} (more than a u64 holds)", crate::size::format_size(u64::MAX)),
+    };
+    format!(
+        "in flight:   {in_flight} micro-batches; residue {} ({residue} bytes) each; rank peak {rank} = peak + {} x \
+         residue",
+        crate::size::format_size(residue),
+        in_flight - 1
+    )
+}
+
 /// Fails (exit 2) when two inputs both read standard input.
 pub(crate) fn one_stdin(paths: &[&Path]) -> CliResult {
     if paths.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
@@ -353,6 +370,29 @@ pub(crate) fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
         Ok(n) if n >= 1 && n <= MAX_SLOTS as u64 => Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1")),
         _ => Err(format!("`{s}` is not a slot count: give a whole number from 1 to {MAX_SLOTS}")),
     }
+}
+
+/// Parses a count of micro-batches for clap (`--in-flight`, `--micro-batches`,
+/// named by `flag`): a whole number from 1 to
+/// [`crate::solve::MAX_IN_FLIGHT`], the limit the Python package shares.
+fn micro_batches_arg(s: &str, flag: &str) -> Result<std::num::NonZeroUsize, String> {
+    let most = crate::solve::MAX_IN_FLIGHT;
+    let count = s
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{s}` is not a number of micro-batches: give {flag} a whole number from 1 to {most}"))?;
+    crate::solve::check_in_flight(count, flag)?;
+    Ok(std::num::NonZeroUsize::new(count).expect("checked: at least 1"))
+}
+
+/// `--in-flight` ([`micro_batches_arg`]).
+pub(crate) fn in_flight_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    micro_batches_arg(s, "--in-flight")
+}
+
+/// `--micro-batches` ([`micro_batches_arg`]).
+pub(crate) fn micro_batches_count_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    micro_batches_arg(s, "--micro-batches")
 }
 
 /// The most budgets one sweep accepts: each runs every algorithm, and a

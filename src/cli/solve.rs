@@ -56,8 +56,8 @@ pub struct Args {
     /// so that its peak plus N - 1 residues fits the budget, the residue being
     /// what it keeps between its forward and its backward. Chains only; every
     /// algorithm (a baseline at the largest budget of its own that fits).
-    /// Default 1: no pipeline.
-    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N")]
+    /// Default 1: no pipeline; at most 1048576.
+    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N", value_parser = super::in_flight_arg)]
     in_flight: std::num::NonZeroUsize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
@@ -224,16 +224,7 @@ fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: st
         solution.replay.peak_index + 1
     );
     if s.in_flight > 1 {
-        let residue = solution.replay.residue();
-        let rank = solution.replay.rank_peak(s.in_flight);
-        outln!(
-            "in flight:   {} micro-batches; residue {} ({residue} bytes) each; rank peak {} ({rank} bytes) = peak + \
-             {} x residue",
-            s.in_flight,
-            format_size(residue),
-            format_size(rank),
-            s.in_flight - 1
-        );
+        outln!("{}", super::in_flight_line(s.in_flight, &solution.replay));
     }
     outln!("schedule:    {} operations", s.operations.len());
     outln!("first pass:  {}", summary(&s.operations, chain.len()));

@@ -97,6 +97,10 @@ pub enum SplitError {
         /// Why.
         source: ChainError,
     },
+    /// The micro-batches per step are out of range
+    /// ([`crate::solve::check_in_flight`]'s message).
+    #[error("{0}")]
+    MicroBatches(String),
 }
 
 /// Splits stages 1..=L into `ranks` contiguous ranges minimising the largest
@@ -171,6 +175,7 @@ pub fn memory_aware_split(
     if ranks == 0 || ranks > n {
         return Err(SplitError::Ranks { stages: n, ranks });
     }
+    crate::solve::check_in_flight(micro_batches, "micro_batches").map_err(SplitError::MicroBatches)?;
     // time(k, i, j): rank k on stages i+1..=j, infinite when nothing fits.
     let time = |k: usize, i: usize, j: usize| -> Result<f64, SplitError> {
         let c = rank_chain(chain, &(i + 1..=j), k)?;
@@ -279,6 +284,7 @@ pub fn plan(
     budgets: Option<&[u64]>,
     opts: &SolveOptions,
 ) -> Result<PipelinePlan, SplitError> {
+    crate::solve::check_in_flight(micro_batches, "micro_batches").map_err(SplitError::MicroBatches)?;
     let ranks = split.len();
     let chains: Vec<Chain> =
         split.iter().enumerate().map(|(k, r)| rank_chain(chain, r, k)).collect::<Result<_, _>>()?;
@@ -293,8 +299,10 @@ pub fn plan(
     let budgets: Vec<u64> = match budgets {
         Some(b) => (0..ranks).map(|k| rank_budget(b, k)).collect(),
         None => {
-            let most = every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n)).max().unwrap_or(0);
-            vec![most; ranks]
+            // A rank peak past u64::MAX bytes fits no budget: the largest
+            // budget there is, which it is then shown to be over.
+            let peaks = every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n).unwrap_or(u64::MAX));
+            vec![peaks.max().unwrap_or(0); ranks]
         }
     };
     let ranks = chains

@@ -625,7 +625,7 @@ mod tests {
             let store_all = crate::solve::solve(&chain, u64::MAX / 8, crate::solve::Algorithm::StoreAll, &opts);
             let store_all = store_all.unwrap().replay;
             for k in 1..=4usize {
-                let hi = store_all.rank_peak(k) + 2;
+                let hi = store_all.rank_peak(k).unwrap() + 2;
                 for i in 0..8u64 {
                     let budget = lo - 1 + (hi - lo + 1) * i / 7;
                     cases += 1;
@@ -640,7 +640,7 @@ mod tests {
                                 "{chain:?} at {budget}, k {k}: {time} vs {w}"
                             );
                             let r = simulate(&chain, ops).unwrap();
-                            assert!(r.rank_peak(k) <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
+                            assert!(r.rank_peak(k).unwrap() <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
                             assert!((r.makespan - time).abs() <= 1e-9 * time.max(1.0));
                             if k == 1 {
                                 assert_eq!(fastest(&chain, budget).map(|f| f.0), Some(*time));
