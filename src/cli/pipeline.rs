@@ -63,8 +63,10 @@ pub fn run(args: Args) -> CliResult {
     let micro_batches = args.micro_batches.get();
     let given = match &args.split {
         Some(counts) => {
-            let total: usize = counts.iter().sum();
-            if counts.contains(&0) || total != chain.len() {
+            // Summed exactly: a count near usize::MAX once wrapped the sum
+            // around to the chain's length (issue 36).
+            let total: u128 = counts.iter().map(|&c| c as u128).sum();
+            if counts.contains(&0) || total != chain.len() as u128 {
                 return Err(Failure::input(anyhow::anyhow!(
                     "--split {} must give every rank at least one stage and add up to the chain's {} stages (it \
                      adds up to {total})",

@@ -13,6 +13,7 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
 
+use remat::report::pipeline::{PipelineSchedule, SplitError, plan, rank_chain};
 use remat::{Algorithm, Chain, SolveOptions};
 
 fn remat() -> Command {
@@ -34,6 +35,96 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
+
+/// chains/rotor-fc6.json with stage `stage`'s `field` set to `value`.
+fn fc6_with(stage: usize, field: &str, value: u64) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("chains/rotor-fc6.json")).unwrap()).unwrap();
+    v["stages"][stage - 1][field] = value.into();
+    v.to_string()
+}
+
+/// Checks a `remat pipeline --json` answer: every planned rank's rank peak
+/// is its peak plus (in flight - 1) residues, exactly, and within its budget.
+fn check_pipeline_json(v: &serde_json::Value) {
+    for r in v["ranks"].as_array().unwrap() {
+        let plan = &r["plan"];
+        if plan["status"] != "solved" {
+            continue;
+        }
+        let (peak, residue) = (plan["peak_memory"].as_u64().unwrap(), plan["residue"].as_u64().unwrap());
+        let n = r["in_flight"].as_u64().unwrap();
+        let rank = u128::from(peak) + u128::from(n - 1) * u128::from(residue);
+        assert_eq!(plan["rank_peak"].as_u64().map(u128::from), Some(rank), "{r}");
+        assert!(rank <= u128::from(r["budget"].as_u64().unwrap()), "{r}");
+    }
+}
+
+#[test]
+fn a_pipeline_of_a_chain_with_a_2_62_saved_size_answers_instead_of_panicking() {
+    // Issue 36: "checkpointing every block fits any budget", exit 101; solve
+    // handles the chain.
+    let dir = tempfile::tempdir().unwrap();
+    let chain = write(dir.path(), "big.json", &fc6_with(3, "saved_size", 1 << 62));
+    for extra in [vec![], vec!["--memory", "18446744073709551615"]] {
+        let out = remat()
+            .args(["pipeline", chain.to_str().unwrap(), "--ranks", "2", "--json"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 1)) && !stderr.contains("panicked"), "{extra:?}: {stderr}");
+        let v = json(&out.stdout);
+        check_pipeline_json(&v);
+        // Checkpointing every block keeps the 2^62 bytes on rank 0: the
+        // default budget is its rank peak, and remat plans every rank in it.
+        assert!(v["budgets"][0].as_u64().unwrap() > 1 << 62, "{v}");
+        assert!(v["ranks"].as_array().unwrap().iter().all(|r| r["plan"]["status"] == "solved"), "{v}");
+    }
+}
+
+#[test]
+fn a_split_whose_counts_overflow_is_refused_with_their_true_sum() {
+    // Issue 36: the counts wrapped around to 6, then rank_chain panicked.
+    remat()
+        .args(["pipeline", &repo("chains/rotor-fc6.json"), "--split", "18446744073709551615,7"])
+        .assert()
+        .code(2)
+        .stderr(contains("adds up to 18446744073709551622").and(contains("panicked").not()));
+    // The library refuses a split that does not cover the chain, instead of
+    // slicing out of range.
+    let chain = Chain::from_json(&std::fs::read_to_string(repo("chains/rotor-fc6.json")).unwrap()).unwrap();
+    let opts = SolveOptions::default();
+    for split in [vec![1..=7], vec![1..=3, 3..=6], vec![1..=2], vec![]] {
+        let e = plan(&chain, &split, PipelineSchedule::OneFOneB, 4, None, &opts).unwrap_err();
+        assert!(matches!(e, SplitError::Ranges { .. }), "{split:?}: {e}");
+        assert!(e.to_string().contains("does not cover stages 1 to 6"), "{e}");
+    }
+    assert!(matches!(rank_chain(&chain, &(5..=9), 1), Err(SplitError::Ranges { .. })));
+}
+
+#[test]
+fn a_rank_input_gradient_is_the_gradient_of_the_stage_before() {
+    // Issue 36: rank 1's last backward makes a 50,000,000-byte gradient,
+    // but its input was sized as the previous stage's 4,000-byte output.
+    let text = r#"{"name": "grad", "input_size": 1000, "stages": [
+        {"forward_time": 1, "backward_time": 2, "output_size": 4000, "saved_size": 4000, "gradient_size": 50000000},
+        {"forward_time": 1, "backward_time": 2, "output_size": 1000, "saved_size": 1000}]}"#;
+    let chain = Chain::from_json(text).unwrap();
+    let rank = rank_chain(&chain, &(2..=2), 1).unwrap();
+    assert_eq!((rank.output_size(0), rank.gradient_size(0)), (4000, 50_000_000));
+    // Its JSON form says so, and reads back as the same chain.
+    assert!(rank.to_json().contains("\"input_gradient_size\": 50000000"));
+    assert_eq!(Chain::from_json(&rank.to_json()).unwrap(), rank);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "grad.json", text);
+    let out = remat().args(["pipeline", path.to_str().unwrap(), "--split", "1,1", "--json"]).assert().success();
+    let v = json(&out.get_output().stdout);
+    check_pipeline_json(&v);
+    let rank1 = &v["ranks"][1]["plan"];
+    assert!(rank1["peak_memory"].as_u64().unwrap() >= 50_000_000, "{rank1}");
+    assert!(v["every_block"][1]["rank_peak"].as_u64().unwrap() >= 50_000_000, "{v}");
 }
 
 #[test]
