@@ -116,6 +116,52 @@ impl Replay {
     }
 }
 
+/// A recorded figure of a schedule file that its replay contradicts.
+#[derive(Debug, Error, PartialEq)]
+#[error(
+    "`{field}` is {recorded}, but its operations replay at {replayed} on this chain: correct the field or leave it \
+     out of the file (a replay recomputes it)"
+)]
+pub struct RecordedMismatch {
+    /// The field (`peak_memory`, `residue`, `makespan`).
+    pub field: &'static str,
+    /// What the file says.
+    pub recorded: String,
+    /// What the replay found.
+    pub replayed: String,
+}
+
+impl RecordedMismatch {
+    /// A bad figure is bad input: [`ErrorKind::Input`].
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Input
+    }
+}
+
+impl Replay {
+    /// Checks the figures `schedule` records (`peak_memory`, `residue` and,
+    /// to float rounding, `makespan`) against this replay of its operations,
+    /// naming the first that differs. For a schedule replayed on the chain
+    /// it names (on another chain its figures mean nothing). Issue 36: a
+    /// residue the operations do not have gave a rank peak that was never
+    /// theirs. O(number of operations).
+    pub fn check_recorded(&self, schedule: &crate::schedule::Schedule) -> Result<(), RecordedMismatch> {
+        let mismatch = |field, recorded: String, replayed: String| RecordedMismatch { field, recorded, replayed };
+        if schedule.peak_memory != self.peak_memory {
+            return Err(mismatch("peak_memory", schedule.peak_memory.to_string(), self.peak_memory.to_string()));
+        }
+        if let Some(r) = schedule.residue
+            && r != self.residue()
+        {
+            return Err(mismatch("residue", r.to_string(), self.residue().to_string()));
+        }
+        if (schedule.makespan - self.makespan).abs() > 1e-9 * self.makespan.abs().max(1.0) {
+            return Err(mismatch("makespan", schedule.makespan.to_string(), self.makespan.to_string()));
+        }
+        Ok(())
+    }
+}
+
 /// Why a sequence is not a valid schedule.
 #[derive(Debug, Error, PartialEq)]
 pub enum SimulateError {

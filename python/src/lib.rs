@@ -29,7 +29,7 @@ use remat::size::{format_size as format_bytes, parse_size as parse_bytes};
 use remat::solve::{Algorithm, SolveError, SolveOptions, any_min_budget, min_budget};
 
 use chain::{PyChain, PyStage, json_loads};
-use schedule::{PyReplay, PySchedule, operations_of};
+use schedule::{PyReplay, PySchedule, operations_of, recorded_of};
 
 pyo3::create_exception!(
     remat,
@@ -295,37 +295,71 @@ fn solve(
 ///
 /// ``schedule`` is a ``Schedule``, its JSON text (``Schedule.to_json()``,
 /// ``remat solve --json``), the paper's notation (``"F_ck^1 F_none^2 ...
-/// B^1"``), or a list of ``(kind, stage)`` pairs. With ``memory`` (bytes or a
-/// size string), the peak is also checked against that budget.
+/// B^1"``), or a list of ``(kind, stage)`` pairs. A ``Schedule`` (or its
+/// JSON) computed for this chain must record its replay's figures
+/// (``peak_memory``, ``residue``, ``makespan``): one that differs is a
+/// ``ValueError`` naming it.
+///
+/// With ``memory`` (bytes or a size string), the schedule is also checked
+/// against that budget: its peak, or with micro-batches in flight its rank
+/// peak, ``peak_memory + (in_flight - 1) * residue``. ``in_flight``
+/// defaults to the schedule's own (``Schedule.in_flight``, 1 for notation
+/// or a list); at most ``remat.MAX_IN_FLIGHT``.
 ///
 /// Raises ``ValueError`` naming the first invalid operation and why (its
 /// input is not in memory, it runs out of order, the sequence stops before
 /// ``B^1``...), ``InfeasibleError`` when the schedule is valid but needs more
-/// than ``memory`` (``.min_budget`` is then its peak).
+/// than ``memory`` (``.min_budget`` is then its peak, or its rank peak).
 #[pyfunction]
-#[pyo3(signature = (chain, schedule, memory = None))]
+#[pyo3(
+    signature = (chain, schedule, memory = None, *, in_flight = None),
+    text_signature = "(chain, schedule, memory=None, *, in_flight=None)"
+)]
 fn simulate(
     py: Python<'_>,
     chain: &Bound<'_, PyChain>,
     schedule: &Bound<'_, PyAny>,
     memory: Option<&Bound<'_, PyAny>>,
+    in_flight: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyReplay> {
     let budget = memory.map(|m| size_arg(m, "memory")).transpose()?;
+    let asked = in_flight.map(|n| in_flight_arg(Some(n))).transpose()?;
     let ops = operations_of(schedule)?;
+    let recorded = recorded_of(schedule);
     let chain = &chain.get().inner;
     let replay = remat::simulate(chain, &ops).map_err(|e| kind_error(py, e.kind(), e.to_string()))?;
-    if let Some(budget) = budget
-        && let Err(e) = remat::simulate_within(chain, &ops, budget)
-    {
-        if e.kind() != ErrorKind::Infeasible {
-            return Err(kind_error(py, e.kind(), e.to_string()));
-        }
-        // Over the budget: an `InfeasibleError` with the schedule's peak.
-        let algorithm = schedule.cast::<PySchedule>().ok().map(|s| s.get().inner.algorithm.clone());
-        let message = format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
-        return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));
+    // Figures recorded for this chain must be the replay's (issue 36: a
+    // residue the operations do not have gave a rank peak).
+    if let Some(recorded) = recorded.as_ref().filter(|s| s.chain.as_ref().is_some_and(|c| c.hash == chain.id().hash)) {
+        replay.check_recorded(recorded).map_err(|e| kind_error(py, e.kind(), format!("schedule: {e}")))?;
     }
-    Ok(PyReplay { inner: replay, budget })
+    let in_flight = asked.map_or_else(|| recorded.as_ref().map_or(1, |s| s.in_flight), |n| n.get());
+    let algorithm = recorded.as_ref().map(|s| s.algorithm.clone());
+    if let Some(budget) = budget {
+        if let Err(e) = remat::simulate_within(chain, &ops, budget) {
+            if e.kind() != ErrorKind::Infeasible {
+                return Err(kind_error(py, e.kind(), e.to_string()));
+            }
+            // Over the budget: an `InfeasibleError` with the schedule's peak.
+            let message =
+                format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
+            return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));
+        }
+        let rank = replay.rank_peak(in_flight);
+        if rank.is_none_or(|r| r > budget) {
+            let needs = rank.map_or_else(|| "more than 2**64 - 1 bytes".to_string(), |r| format!("{r} bytes"));
+            let message = format!(
+                "with {in_flight} micro-batches in flight the schedule's rank peak, its peak {} plus {} residues of \
+                 {} bytes, is {needs}, over the budget of {} ({budget} bytes)",
+                replay.peak_memory,
+                in_flight - 1,
+                replay.residue(),
+                format_bytes(budget)
+            );
+            return Err(infeasible(py, message, algorithm.as_deref(), budget, rank));
+        }
+    }
+    Ok(PyReplay { inner: replay, budget, in_flight })
 }
 
 /// The smallest memory budget, in bytes, that works.

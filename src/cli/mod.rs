@@ -280,18 +280,49 @@ pub(crate) fn overhead(makespan: f64, base: f64) -> Option<String> {
     })
 }
 
-/// Reads a schedule file (any form `parse_operations` accepts; `-` for
-/// standard input), checks that it was computed for `chain` when it names
-/// one, and replays it: the file's text, its operations and the replay, or a
-/// failure (exit 2) naming the file and what is wrong.
-pub(crate) fn replay_schedule_file(
-    chain: &Chain,
-    path: &Path,
-) -> Result<(String, Vec<crate::Op>, crate::Replay), Failure> {
-    let text = crate::problem::read_input(path, "schedule file").map_err(Failure::input)?;
+/// A chain schedule as `simulate` and `show` read it: its operations, the
+/// figures its file records (a JSON schedule), and their replay.
+pub(crate) struct ScheduleFile {
+    /// The operations.
+    pub ops: Vec<crate::Op>,
+    /// The schedule object of a JSON schedule file (`None` for notation or a
+    /// bare array of operations).
+    pub recorded: Option<crate::Schedule>,
+    /// The exact simulator's replay of `ops` on the chain.
+    pub replay: crate::Replay,
+}
+
+impl ScheduleFile {
+    /// Micro-batches in flight to judge the schedule with: `--in-flight`
+    /// when given, else the file's `in_flight`, else 1.
+    pub fn in_flight(&self, flag: Option<std::num::NonZeroUsize>) -> usize {
+        flag.map_or_else(|| self.recorded.as_ref().map_or(1, |s| s.in_flight), |n| n.get())
+    }
+}
+
+/// The text of the SCHEDULE argument: a file, `-` for standard input, or,
+/// when no file has that name and it reads as notation (it has a `^`, as
+/// `F_ck^1 F_none^2 ... B^1` does), the notation itself. O(length).
+fn schedule_text(path: &Path) -> Result<String, Failure> {
+    let arg = path.to_string_lossy();
+    if path.as_os_str() != "-" && arg.contains('^') && !path.exists() {
+        return Ok(arg.into_owned());
+    }
+    crate::problem::read_input(path, "schedule file").map_err(Failure::input)
+}
+
+/// Reads a schedule (a file in any form `parse_operations` accepts, `-` for
+/// standard input, or notation given as the argument itself), checks that it
+/// was computed for `chain` when it names one, replays it, and, when it
+/// names its chain, checks the figures it records against the replay
+/// ([`crate::Replay::check_recorded`]): the schedule, or a failure (exit 2)
+/// naming the file and what is wrong.
+pub(crate) fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<ScheduleFile, Failure> {
+    let text = schedule_text(path)?;
     let ops = crate::schedule::parse_operations(&text)
-        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
-    if let Ok(recorded) = serde_json::from_str::<crate::Schedule>(&text) {
+        .map_err(|e| Failure::input(anyhow::anyhow!("schedule `{}`: {e}", path.display())))?;
+    let recorded = serde_json::from_str::<crate::Schedule>(&text).ok();
+    if let Some(recorded) = &recorded {
         recorded
             .check_chain(chain)
             .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
@@ -302,7 +333,12 @@ pub(crate) fn replay_schedule_file(
             anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()),
         )
     })?;
-    Ok((text, ops, replay))
+    if let Some(recorded) = recorded.as_ref().filter(|s| s.chain.is_some()) {
+        replay
+            .check_recorded(recorded)
+            .map_err(|e| Failure::of(e.kind(), anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    }
+    Ok(ScheduleFile { ops, recorded, replay })
 }
 
 /// What `solve`, `simulate` and `show` print for a schedule run with
@@ -320,6 +356,14 @@ pub(crate) fn in_flight_line(in_flight: usize, replay: &crate::Replay) -> String
         crate::size::format_size(residue),
         in_flight - 1
     )
+}
+
+/// The JSON fields of [`in_flight_line`]: `in_flight`, `residue` and
+/// `rank_peak` (null past `u64::MAX` bytes), written for any count.
+pub(crate) fn in_flight_json(in_flight: usize, replay: &crate::Replay) -> serde_json::Value {
+    serde_json::json!({
+        "in_flight": in_flight, "residue": replay.residue(), "rank_peak": replay.rank_peak(in_flight),
+    })
 }
 
 /// Fails (exit 2) when two inputs both read standard input.

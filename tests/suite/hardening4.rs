@@ -105,6 +105,96 @@ fn a_split_whose_counts_overflow_is_refused_with_their_true_sum() {
 }
 
 #[test]
+fn simulate_and_show_judge_a_schedule_planned_for_micro_batches_by_its_rank_peak() {
+    // Issue 36: a schedule planned for 3 in flight "fits the budget of 150.00
+    // MiB" with a rank peak of 204,895,370 bytes; in_flight and residue were
+    // never printed.
+    let dir = tempfile::tempdir().unwrap();
+    let chain = repo("chains/rotor-fc6.json");
+    let schedule = dir.path().join("s.json");
+    remat()
+        .args(["solve", &chain, "--memory", "200MiB", "--in-flight", "3", "--json", "-o"])
+        .arg(&schedule)
+        .assert()
+        .success();
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    let (peak, residue) = (written["peak_memory"].as_u64().unwrap(), written["residue"].as_u64().unwrap());
+    let rank = peak + 2 * residue;
+    assert!(rank > 150 << 20 && peak <= 150 << 20, "a reproducer needs a rank peak over 150 MiB: {written}");
+    let out = remat()
+        .args(["simulate", &chain])
+        .arg(&schedule)
+        .args(["--memory", "150MiB", "--json"])
+        .assert()
+        .code(1)
+        .stderr(contains(format!("is {rank} bytes, over the budget of 150.00 MiB")))
+        .get_output()
+        .stdout
+        .clone();
+    let v = json(&out);
+    assert_eq!(v["within_budget"], false, "{v}");
+    assert_eq!(
+        (v["in_flight"].as_u64(), v["residue"].as_u64(), v["rank_peak"].as_u64()),
+        (Some(3), Some(residue), Some(rank))
+    );
+    remat().args(["simulate", &chain]).arg(&schedule).args(["--memory", "200MiB"]).assert().success().stdout(
+        contains("in flight:   3 micro-batches")
+            .and(contains(format!("({rank} bytes)")))
+            .and(contains("rank peak fits")),
+    );
+    // --in-flight judges the same schedule for another count.
+    remat()
+        .args(["simulate", &chain])
+        .arg(&schedule)
+        .args(["--memory", "150MiB", "--in-flight", "1"])
+        .assert()
+        .success();
+    remat()
+        .args(["show", &chain])
+        .arg(&schedule)
+        .args(["--memory", "150MiB"])
+        .assert()
+        .code(1)
+        .stdout(contains("in flight:   3 micro-batches"))
+        .stderr(contains("with 3 micro-batches in flight the schedule's rank peak"));
+    let v = json(&remat().args(["show", &chain]).arg(&schedule).arg("--json").assert().success().get_output().stdout);
+    assert_eq!(v["rank_peak"].as_u64(), Some(rank));
+}
+
+#[test]
+fn a_recorded_residue_the_operations_do_not_have_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = repo("chains/rotor-fc6.json");
+    let schedule = dir.path().join("s.json");
+    remat()
+        .args(["solve", &chain, "--memory", "200MiB", "--in-flight", "3", "--json", "-o"])
+        .arg(&schedule)
+        .assert()
+        .success();
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    let residue = v["residue"].as_u64().unwrap();
+    v["residue"] = 1000.into();
+    let edited = write(dir.path(), "edited.json", &v.to_string());
+    for command in ["simulate", "show"] {
+        remat()
+            .args([command, &chain])
+            .arg(&edited)
+            .assert()
+            .code(2)
+            .stderr(contains(format!("`residue` is 1000, but its operations replay at {residue}")));
+    }
+    // Fields that disagree with each other are refused as the file is read.
+    v["residue"] = (v["peak_memory"].as_u64().unwrap() + 1).into();
+    let above = write(dir.path(), "above.json", &v.to_string());
+    remat()
+        .args(["simulate", &chain])
+        .arg(&above)
+        .assert()
+        .code(2)
+        .stderr(contains("`residue`").and(contains("is above `peak_memory`")));
+}
+
+#[test]
 fn a_rank_input_gradient_is_the_gradient_of_the_stage_before() {
     // Issue 36: rank 1's last backward makes a 50,000,000-byte gradient,
     // but its input was sized as the previous stage's 4,000-byte output.
@@ -218,4 +308,16 @@ fn exhaustive_search_with_micro_batches_in_flight_answers_in_one_search() {
         .args(["solve", &chain, "-a", "exhaustive", "--in-flight", "2", "--memory", &(least - 1).to_string()])
         .assert()
         .code(1);
+}
+
+#[test]
+fn show_and_simulate_take_the_schedule_as_notation_as_their_help_says() {
+    // Issue 36: `remat show CHAIN "F_ck^1 ..."` failed: no such file.
+    let chain = repo("chains/rotor-fc6.json");
+    let notation = "F_ck^1 F_none^2..3 F_all^4..7 B^7..4 F_ck^1 F_none^2 F_all^3 B^3 F_all^1..2 B^2..1";
+    remat().args(["show", &chain, notation]).assert().success().stdout(contains("makespan 47.42"));
+    remat().args(["simulate", &chain, notation, "--memory", "90MiB"]).assert().success();
+    remat().args(["show", &chain, "F_ck^1 B^9"]).assert().code(2).stderr(contains("is not valid on chain"));
+    // A missing file without notation is still a missing file.
+    remat().args(["show", &chain, "no-such-schedule.json"]).assert().code(2).stderr(contains("no-such-schedule.json"));
 }
