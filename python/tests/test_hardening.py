@@ -364,6 +364,14 @@ def test_in_flight_past_the_limit_the_command_line_shares_is_a_value_error() -> 
     assert e.value.min_budget is None
 
 
+@pytest.mark.parametrize("value", [2**64 - 1, 2**64 - 2, 2**63, 2**63 - 1, 1048575, 1023, 0])
+def test_every_size_format_size_prints_reads_back(value: int) -> None:
+    # Issue 36: parse_size(format_size(2**64 - 1)) was "more than ...".
+    back = remat.parse_size(remat.format_size(value))
+    assert abs(back - value) <= value * 0.005
+    assert remat.parse_size(remat.format_size(2**64 - 1)) == 2**64 - 1
+
+
 def test_hostile_in_flight_arguments_are_value_or_type_errors() -> None:
     """Round 4's fuzz of the micro-batch arguments: every call returns or
     raises ValueError, TypeError or InfeasibleError. Prints the counts."""

@@ -401,6 +401,65 @@ pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
     crate::size::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `--memory` of the commands with a chain at hand (solve, compare,
+/// simulate, show): bytes, a size, or a share of the chain's store-all peak
+/// (`90%`, as `remat.torch`'s `memory="90%"`).
+#[derive(Clone, Debug)]
+pub(crate) struct MemoryArg {
+    text: String,
+    value: crate::size::SizeOrShare,
+}
+
+/// Parses a [`MemoryArg`] for clap.
+pub(crate) fn memory_arg(s: &str) -> Result<MemoryArg, String> {
+    let value = crate::size::SizeOrShare::parse(s).map_err(|e| e.to_string())?;
+    Ok(MemoryArg { text: s.trim().to_string(), value })
+}
+
+/// A plain number (no unit) below this fraction of the chain's store-all
+/// peak gets a note asking whether a unit is missing (`--memory 90` for
+/// `90MiB`): 1/1024, a unit step.
+const PLAIN_NOTE_FRACTION: u64 = 1024;
+
+impl MemoryArg {
+    /// The budget in bytes on `chain`: a share of its store-all peak, or the
+    /// bytes given. Says on stderr what a share came to, and, for a plain
+    /// number below 1/1024 of that peak, that a unit may be missing.
+    pub fn bytes_for(&self, chain: &Chain) -> u64 {
+        let whole = crate::report::sweep::store_all_peak(chain);
+        let bytes = self.value.of(whole);
+        let peak = crate::size::format_size(whole);
+        match self.value {
+            crate::size::SizeOrShare::Share { .. } => eprintln!(
+                "note: --memory {} of the chain's store-all peak ({peak}) is {} ({bytes} bytes)",
+                self.text,
+                crate::size::format_size(bytes)
+            ),
+            crate::size::SizeOrShare::Bytes { unit: false, .. } if bytes < whole / PLAIN_NOTE_FRACTION => eprintln!(
+                "note: --memory {bytes} is {bytes} bytes, under 1/{PLAIN_NOTE_FRACTION} of this chain's store-all peak \
+                 ({peak}); sizes take a unit: {bytes}MiB, {bytes}GiB"
+            ),
+            crate::size::SizeOrShare::Bytes { .. } => {}
+        }
+        bytes
+    }
+
+    /// The budget in bytes of `problem`: [`MemoryArg::bytes_for`] on a
+    /// chain; on a graph the bytes given, a share refused (exit 2: a graph
+    /// has no store-all peak here).
+    pub fn bytes_of(&self, problem: &Problem) -> Result<u64, Failure> {
+        match (problem, self.value) {
+            (Problem::Chain(chain), _) => Ok(self.bytes_for(chain)),
+            (Problem::Graph(_), crate::size::SizeOrShare::Bytes { bytes, .. }) => Ok(bytes),
+            (Problem::Graph(_), crate::size::SizeOrShare::Share { .. }) => Err(Failure::input(anyhow::anyhow!(
+                "--memory {}: a share is of a chain's store-all peak, and this input is a graph: give bytes or a size \
+                 (300MiB)",
+                self.text
+            ))),
+        }
+    }
+}
+
 pub(crate) use output::write_file;
 
 /// The most memory slots a command accepts. Tables grow linearly with the

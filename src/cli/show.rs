@@ -6,9 +6,7 @@ use crate::report::timeline_svg;
 use crate::size::format_size;
 
 use super::output::outln;
-use super::{
-    CliResult, Failure, in_flight_json, in_flight_line, load_chain, replay_schedule_file, size_arg, write_file,
-};
+use super::{CliResult, Failure, in_flight_json, in_flight_line, load_chain, replay_schedule_file, write_file};
 
 /// Show the memory timeline of a schedule, operation by operation.
 ///
@@ -29,9 +27,10 @@ pub struct Args {
     schedule: PathBuf,
     /// Budget to draw and check (default: the one recorded in a JSON
     /// schedule): the peak, or with micro-batches in flight the rank peak,
-    /// must fit it (exit 1 if not).
-    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
-    memory: Option<u64>,
+    /// must fit it (exit 1 if not). Bytes, a size (90MiB) or a share of the
+    /// chain's store-all peak (90%).
+    #[arg(short, long, value_name = "SIZE|SHARE", value_parser = super::memory_arg)]
+    memory: Option<super::MemoryArg>,
     /// Micro-batches a pipeline rank holds at once, each running this
     /// schedule (default: the schedule file's `in_flight`, else 1; at most
     /// 1048576).
@@ -54,7 +53,7 @@ pub fn run(args: Args) -> CliResult {
     let file = replay_schedule_file(&chain, &args.schedule)?;
     let (recorded, replay) = (&file.recorded, &file.replay);
     let in_flight = file.in_flight(args.in_flight);
-    let budget = args.memory.or(recorded.as_ref().map(|s| s.budget));
+    let budget = args.memory.as_ref().map(|m| m.bytes_for(&chain)).or(recorded.as_ref().map(|s| s.budget));
     if let Some(path) = &args.plot {
         let who = recorded.as_ref().map(|s| format!(" ({})", s.algorithm)).unwrap_or_default();
         let title = format!("{}{who}: memory timeline", chain.name());

@@ -6,7 +6,7 @@ use crate::Problem;
 use crate::size::format_size;
 
 use super::output::outln;
-use super::{CliResult, Failure, in_flight_json, in_flight_line, load_problem, replay_schedule_file, size_arg};
+use super::{CliResult, Failure, in_flight_json, in_flight_line, load_problem, replay_schedule_file};
 
 /// Replay a schedule on a chain with the exact simulator.
 ///
@@ -30,9 +30,10 @@ pub struct Args {
     /// standard input.
     schedule: PathBuf,
     /// Also check the schedule against this budget (exit 1 if over): its
-    /// peak, or with micro-batches in flight its rank peak.
-    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
-    memory: Option<u64>,
+    /// peak, or with micro-batches in flight its rank peak. Bytes, a size
+    /// (90MiB) or a share of the chain's store-all peak (90%).
+    #[arg(short, long, value_name = "SIZE|SHARE", value_parser = super::memory_arg)]
+    memory: Option<super::MemoryArg>,
     /// Micro-batches a pipeline rank holds at once, each running this
     /// schedule (default: the schedule file's `in_flight`, else 1; at most
     /// 1048576). Chains only.
@@ -52,7 +53,7 @@ pub fn run(args: Args) -> CliResult {
             args.chain.display()
         )));
     }
-    let memory = args.memory;
+    let memory = args.memory.as_ref().map(|m| m.bytes_of(&problem)).transpose()?;
     if let Problem::Graph(file) = &problem
         && super::graph::simulate_graph(file, &args.chain, &args.schedule, memory, args.json)?
     {

@@ -311,6 +311,66 @@ fn exhaustive_search_with_micro_batches_in_flight_answers_in_one_search() {
 }
 
 #[test]
+fn every_size_remat_prints_reads_back() {
+    // Issue 36: `16777216.00 TiB` (2^64 - 1 bytes, as printed) was "more
+    // than 18446744073709551615 bytes".
+    let printed = remat::size::format_size(u64::MAX);
+    assert_eq!(printed, "16777216.00 TiB");
+    assert_eq!(remat::size::parse_size(&printed), Ok(u64::MAX));
+    remat()
+        .args(["solve", &repo("chains/rotor-fc6.json"), "--memory", &printed])
+        .assert()
+        .success()
+        .stdout(contains("budget:      16777216.00 TiB (18446744073709551615 bytes)"));
+}
+
+#[test]
+fn memory_takes_a_share_of_store_all_and_questions_a_tiny_plain_number() {
+    // Issue 36: `--memory 90%` was "unknown unit `%`" (remat.torch takes
+    // "60%"), and `--memory 90` said nothing of a missing unit.
+    let chain = repo("chains/rotor-fc6.json");
+    let parsed = Chain::from_json(&std::fs::read_to_string(&chain).unwrap()).unwrap();
+    let n = parsed.len() + 1;
+    let store_all: Vec<remat::Op> =
+        (1..=n).map(|l| remat::Op::FAll(l, 0)).chain((1..=n).rev().map(remat::Op::B)).collect();
+    let whole = remat::simulate(&parsed, &store_all).unwrap().peak_memory;
+    let share = whole * 90 / 100;
+    remat()
+        .args(["solve", &chain, "--memory", "90%"])
+        .assert()
+        .success()
+        .stdout(contains(format!("({share} bytes)")))
+        .stderr(contains("note: --memory 90% of the chain's store-all peak"));
+    for command in [vec!["compare", &chain], vec!["simulate", &chain, "F_all^1..7 B^7..1"]] {
+        remat().args(&command).args(["--memory", "100%"]).assert().success();
+    }
+    for bad in ["0%", "101%", "-5%"] {
+        remat().args(["solve", &chain, &format!("--memory={bad}")]).assert().code(2).stderr(contains("is not a share"));
+    }
+    remat().args(["sweep", &chain, "--from", "50%"]).assert().code(2).stderr(contains("is a share"));
+    remat()
+        .args(["solve", &chain, "--memory", "90"])
+        .assert()
+        .code(1)
+        .stderr(contains("note: --memory 90 is 90 bytes").and(contains("90MiB")));
+    // A plain number that is plausible for the chain gets no note.
+    let dir = tempfile::tempdir().unwrap();
+    let toy = write(
+        dir.path(),
+        "toy.json",
+        r#"{"name": "toy", "input_size": 100, "stages": [{"forward_time": 1, "backward_time": 2, "output_size": 100, "saved_size": 300}]}"#,
+    );
+    remat()
+        .args(["solve", toy.to_str().unwrap(), "--memory", "700"])
+        .assert()
+        .success()
+        .stderr(contains("note:").not());
+    let help = remat().args(["solve", "--help"]).assert().success().get_output().stdout.clone();
+    let help = String::from_utf8_lossy(&help).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("share of the chain's store-all peak (90%"), "{help}");
+}
+
+#[test]
 fn show_and_simulate_take_the_schedule_as_notation_as_their_help_says() {
     // Issue 36: `remat show CHAIN "F_ck^1 ..."` failed: no such file.
     let chain = repo("chains/rotor-fc6.json");
