@@ -381,3 +381,13 @@ fn show_and_simulate_take_the_schedule_as_notation_as_their_help_says() {
     // A missing file without notation is still a missing file.
     remat().args(["show", &chain, "no-such-schedule.json"]).assert().code(2).stderr(contains("no-such-schedule.json"));
 }
+
+#[test]
+fn the_readme_installs_from_the_lock_file() {
+    // Issue 36: `cargo install --path .` ignores Cargo.lock.
+    for page in ["README.md", "docs/guide.md", "docs/python.md"] {
+        let text = std::fs::read_to_string(repo(page)).unwrap();
+        assert!(!text.contains("cargo install --path") && !text.contains("cargo install --features"), "{page}");
+    }
+    assert!(std::fs::read_to_string(repo("README.md")).unwrap().contains("cargo install --locked --path ."));
+}
