@@ -323,15 +323,6 @@ impl Schedule {
         Ok(())
     }
 
-    /// The memory of a pipeline rank holding `in_flight` micro-batches that
-    /// each run this schedule, from its recorded figures: `peak_memory +
-    /// (in_flight - 1) x residue` (`peak_memory` for one micro-batch);
-    /// `None` past `u64::MAX` bytes. O(1).
-    pub fn rank_peak(&self) -> Option<u64> {
-        let others = (self.in_flight.max(1) - 1) as u64;
-        self.residue.unwrap_or(0).checked_mul(others)?.checked_add(self.peak_memory)
-    }
-
     /// Checks that the schedule was computed for `chain` (same content hash);
     /// a schedule that names no chain passes.
     pub fn check_chain(&self, chain: &crate::Chain) -> Result<(), ChainMismatch> {
