@@ -134,7 +134,7 @@ fn in_flight(c: &mut Criterion) {
         solve(chain, u64::MAX / 8, Algorithm::StoreAll, &SolveOptions::default()).expect("store-all fits")
     };
     for (name, chain) in [("gpt2-small", gpt2), ("L=30", network_like(42, 30)), ("L=100", network_like(42, 100))] {
-        let budget = store_all(&chain).replay.rank_peak(4) / 2;
+        let budget = store_all(&chain).replay.rank_peak(4).unwrap() / 2;
         let algorithms: &[Algorithm] =
             if chain.len() <= 30 { &[Algorithm::Persistent, Algorithm::Floating] } else { &[Algorithm::Persistent] };
         for &algorithm in algorithms {

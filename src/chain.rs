@@ -144,6 +144,10 @@ impl Stage {
 pub struct Chain {
     name: String,
     input_size: u64,
+    /// w_d^0 when it differs from `input_size` (a pipeline rank's input is
+    /// the previous rank's output, and its gradient that stage's gradient).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_gradient_size: Option<u64>,
     stages: Vec<Stage>,
     loss: Stage,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -286,6 +290,8 @@ struct ChainJson {
     #[serde(default = "default_chain_name")]
     name: String,
     input_size: u64,
+    #[serde(default)]
+    input_gradient_size: Option<u64>,
     stages: Vec<Object<StageJson>>,
     #[serde(default)]
     loss: Option<Object<LossJson>>,
@@ -501,9 +507,38 @@ impl Chain {
     /// # Ok::<(), remat::ChainError>(())
     /// ```
     pub fn new(name: impl Into<String>, input_size: u64, stages: Vec<Stage>, loss: Stage) -> Result<Chain, ChainError> {
-        let mut chain = Chain { name: name.into(), input_size, stages, loss, metadata: None, warnings: Vec::new() };
+        let mut chain = Chain {
+            name: name.into(),
+            input_size,
+            input_gradient_size: None,
+            stages,
+            loss,
+            metadata: None,
+            warnings: Vec::new(),
+        };
         chain.validate()?;
         Ok(chain)
+    }
+
+    /// The same chain with delta^0, the gradient of its input, of `bytes`
+    /// bytes instead of `input_size` (the JSON field `input_gradient_size`):
+    /// a pipeline rank's chain, whose input is the previous stage's output
+    /// and whose last backward makes that stage's gradient, which can differ
+    /// in size. Validated again (the sizes must still add up within a `u64`).
+    ///
+    /// ```
+    /// use remat::{Chain, Stage};
+    /// let chain = Chain::new("one", 100, vec![Stage::simple(1.0, 2.0, 10, 20)], Stage::zero_loss())?;
+    /// assert_eq!(chain.gradient_size(0), 100);
+    /// let rank = chain.with_input_gradient_size(5000)?;
+    /// assert_eq!((rank.output_size(0), rank.gradient_size(0)), (100, 5000));
+    /// # Ok::<(), remat::ChainError>(())
+    /// ```
+    pub fn with_input_gradient_size(mut self, bytes: u64) -> Result<Chain, ChainError> {
+        self.input_gradient_size = (bytes != self.input_size).then_some(bytes);
+        // Raised sizes are raised already: validating again adds no warning.
+        self.validate()?;
+        Ok(self)
     }
 
     /// Parses and validates a chain from the JSON format of [the model](crate::model).
@@ -535,6 +570,9 @@ impl Chain {
             parsed.stages.into_iter().map(|s| Stage::from(s.0)).collect(),
             parsed.loss.map(|l| l.0).unwrap_or_default().into(),
         )?;
+        if let Some(bytes) = parsed.input_gradient_size {
+            chain = chain.with_input_gradient_size(bytes)?;
+        }
         chain.metadata = parsed.metadata;
         Ok(chain)
     }
@@ -553,6 +591,11 @@ impl Chain {
         };
         eat(self.input_size);
         eat(self.stages.len() as u64);
+        // Only chains that set it hash it: older schedules keep their ids.
+        if let Some(g) = self.input_gradient_size {
+            eat(u64::MAX - 1);
+            eat(g);
+        }
         for s in self.stages.iter().chain([&self.loss]) {
             eat(s.forward_time.to_bits());
             eat(s.backward_time.to_bits());
@@ -647,7 +690,8 @@ impl Chain {
             }
         }
         // a^0 and delta^0 may both be alive.
-        total.checked_add(self.input_size).ok_or_else(|| ChainError::Overflow { stage: "input_size".into() })?;
+        let field = if self.input_gradient_size.is_some() { "input_gradient_size" } else { "input_size" };
+        total.checked_add(self.gradient_size(0)).ok_or_else(|| ChainError::Overflow { stage: field.into() })?;
         Ok(())
     }
 
@@ -727,7 +771,7 @@ impl Chain {
 
     /// w_d^l for `l` in `0..=L+1` (0 is the input's gradient, of the input's size).
     pub fn gradient_size(&self, l: usize) -> u64 {
-        if l == 0 { self.input_size } else { self.stage(l).gradient_size }
+        if l == 0 { self.input_gradient_size.unwrap_or(self.input_size) } else { self.stage(l).gradient_size }
     }
 
     /// o_f^l for `l` in `1..=L+1`.

@@ -149,6 +149,37 @@ impl TryFrom<OpJson> for Op {
     }
 }
 
+/// The most micro-batches remat plans for, in flight on a rank
+/// ([`crate::solve::SolveOptions::in_flight`]) or in a pipeline step (`remat pipeline
+/// --micro-batches`): 2^20, far past any pipeline (a step of more
+/// micro-batches than that is a data-parallel job), and small enough that
+/// the residues it multiplies stay exact. The command line and the Python
+/// package refuse more, naming their own flag or argument and this figure
+/// (issue 36: `--micro-batches 18446744073709551615` wrapped around and
+/// saturated into budgets that "fitted").
+pub const MAX_IN_FLIGHT: usize = 1 << 20;
+
+/// Checks a count of micro-batches, `what` naming it in the message (a flag
+/// or an argument): a whole number from 1 to [`MAX_IN_FLIGHT`]. O(1).
+///
+/// ```
+/// use remat::schedule::{MAX_IN_FLIGHT, check_in_flight};
+/// assert!(check_in_flight(8, "--micro-batches").is_ok());
+/// let e = check_in_flight(MAX_IN_FLIGHT + 1, "--micro-batches").unwrap_err();
+/// assert_eq!(e, "--micro-batches 1048577 is more than remat plans for: give from 1 to 1048576 micro-batches");
+/// ```
+pub fn check_in_flight(count: usize, what: &str) -> Result<(), String> {
+    if count == 0 {
+        return Err(format!("{what} must be at least 1 (got 0)"));
+    }
+    if count > MAX_IN_FLIGHT {
+        return Err(format!(
+            "{what} {count} is more than remat plans for: give from 1 to {MAX_IN_FLIGHT} micro-batches"
+        ));
+    }
+    Ok(())
+}
+
 /// Which chain a schedule was computed for (defined beside the chain, whose
 /// identity it is, so that `chain` needs nothing from this module).
 pub use crate::chain::ChainId;
@@ -169,9 +200,12 @@ pub struct ChainMismatch {
 /// A schedule as remat prints and reads it.
 ///
 /// `makespan` and `peak_memory` are the exact simulator's figures for
-/// `operations` (solvers never report their own estimates here).
+/// `operations` (solvers never report their own estimates here). Read from
+/// JSON, its fields must agree with each other ([`Schedule::check_fields`]);
+/// whether they agree with a replay on the chain is
+/// [`crate::simulate::Replay::check_recorded`]'s question.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ScheduleJson")]
 pub struct Schedule {
     /// The chain it was computed for (absent in files written by hand or by
     /// older versions: those replay on any chain they are valid for).
@@ -198,6 +232,42 @@ pub struct Schedule {
     pub operations: Vec<Op>,
 }
 
+/// The JSON shape of a [`Schedule`], before [`Schedule::check_fields`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleJson {
+    #[serde(default)]
+    chain: Option<ChainId>,
+    algorithm: String,
+    budget: u64,
+    makespan: f64,
+    peak_memory: u64,
+    #[serde(default = "one")]
+    in_flight: usize,
+    #[serde(default)]
+    residue: Option<u64>,
+    operations: Vec<Op>,
+}
+
+impl TryFrom<ScheduleJson> for Schedule {
+    type Error = String;
+
+    fn try_from(j: ScheduleJson) -> Result<Schedule, String> {
+        let schedule = Schedule {
+            chain: j.chain,
+            algorithm: j.algorithm,
+            budget: j.budget,
+            makespan: j.makespan,
+            peak_memory: j.peak_memory,
+            in_flight: j.in_flight,
+            residue: j.residue,
+            operations: j.operations,
+        };
+        schedule.check_fields()?;
+        Ok(schedule)
+    }
+}
+
 fn one() -> usize {
     1
 }
@@ -207,6 +277,52 @@ fn is_one(n: &usize) -> bool {
 }
 
 impl Schedule {
+    /// Checks that the fields agree with each other, as every schedule remat
+    /// writes does: `in_flight` from 1 to [`MAX_IN_FLIGHT`]; a `residue`
+    /// exactly when `in_flight` is above 1 (what a rank's other
+    /// micro-batches hold: without it the rank peak is unknown); a residue
+    /// of at most `peak_memory` (what is stored before a backward counts in
+    /// the peak); a makespan that is a finite time. The message names the
+    /// field. Issue 36: a residue the operations do not have was accepted,
+    /// and `rank_peak` computed from it. O(1).
+    ///
+    /// ```
+    /// use remat::Schedule;
+    /// let text = r#"{"algorithm": "x", "budget": 10, "makespan": 2.0, "peak_memory": 5,
+    ///     "in_flight": 3, "residue": 7, "operations": [{"op": "F_all", "stage": 1}, {"op": "B", "stage": 1}]}"#;
+    /// let e = serde_json::from_str::<Schedule>(text).unwrap_err().to_string();
+    /// assert!(e.starts_with("`residue` 7 is above `peak_memory` 5"), "{e}");
+    /// ```
+    pub fn check_fields(&self) -> Result<(), String> {
+        check_in_flight(self.in_flight, "`in_flight`")?;
+        match (self.in_flight, self.residue) {
+            (1, Some(r)) => {
+                return Err(format!(
+                    "`residue` {r} is given for one micro-batch in flight: it is written (and read) only with \
+                     `in_flight` above 1; leave it out or give `in_flight`"
+                ));
+            }
+            (n, None) if n > 1 => {
+                return Err(format!(
+                    "`in_flight` is {n} but `residue` is missing: a schedule planned for micro-batches in flight \
+                     records what each holds before its backward (`remat simulate` prints it)"
+                ));
+            }
+            (_, Some(r)) if r > self.peak_memory => {
+                return Err(format!(
+                    "`residue` {r} is above `peak_memory` {}: what a schedule stores before its first backward \
+                     counts in its peak",
+                    self.peak_memory
+                ));
+            }
+            _ => {}
+        }
+        if !self.makespan.is_finite() || self.makespan < 0.0 {
+            return Err(format!("`makespan` is {}: a makespan is a finite time, not negative", self.makespan));
+        }
+        Ok(())
+    }
+
     /// Checks that the schedule was computed for `chain` (same content hash);
     /// a schedule that names no chain passes.
     pub fn check_chain(&self, chain: &crate::Chain) -> Result<(), ChainMismatch> {

@@ -92,10 +92,73 @@ impl Replay {
 
     /// The memory of a pipeline rank holding `in_flight` micro-batches that
     /// each run this schedule: the peak plus `in_flight - 1` residues
-    /// (saturating; `in_flight` 0 or 1 gives the peak).
-    pub fn rank_peak(&self, in_flight: usize) -> u64 {
+    /// (`in_flight` 0 or 1 gives the peak); `None` when that is more than
+    /// `u64::MAX` bytes, which no budget holds (issue 36: a saturated sum
+    /// "fitted" a budget of `u64::MAX`). O(number of operations).
+    ///
+    /// ```
+    /// use remat::schedule::parse_operations;
+    /// use remat::{Chain, simulate};
+    ///
+    /// let chain = Chain::from_json(r#"{"name": "two-layers", "input_size": 100, "stages": [
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300},
+    ///     {"forward_time": 1.0, "backward_time": 2.0, "output_size": 100, "saved_size": 300}]}"#)?;
+    /// let replay = simulate(&chain, &parse_operations("F_all^1..3 B^3..1")?)?;
+    /// // Store-all keeps a^0 and both abar until its first backward.
+    /// assert_eq!((replay.peak_memory, replay.residue()), (900, 700));
+    /// assert_eq!(replay.rank_peak(3), Some(900 + 2 * 700));
+    /// assert_eq!(replay.rank_peak(1 << 60), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rank_peak(&self, in_flight: usize) -> Option<u64> {
         let others = (in_flight.max(1) - 1) as u64;
-        self.peak_memory.saturating_add(self.residue().saturating_mul(others))
+        self.residue().checked_mul(others)?.checked_add(self.peak_memory)
+    }
+}
+
+/// A recorded figure of a schedule file that its replay contradicts.
+#[derive(Debug, Error, PartialEq)]
+#[error(
+    "`{field}` is {recorded}, but its operations replay at {replayed} on this chain: correct the field or leave it \
+     out of the file (a replay recomputes it)"
+)]
+pub struct RecordedMismatch {
+    /// The field (`peak_memory`, `residue`, `makespan`).
+    pub field: &'static str,
+    /// What the file says.
+    pub recorded: String,
+    /// What the replay found.
+    pub replayed: String,
+}
+
+impl RecordedMismatch {
+    /// A bad figure is bad input: [`ErrorKind::Input`].
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Input
+    }
+}
+
+impl Replay {
+    /// Checks the figures `schedule` records (`peak_memory`, `residue` and,
+    /// to float rounding, `makespan`) against this replay of its operations,
+    /// naming the first that differs. For a schedule replayed on the chain
+    /// it names (on another chain its figures mean nothing). Issue 36: a
+    /// residue the operations do not have gave a rank peak that was never
+    /// theirs. O(number of operations).
+    pub fn check_recorded(&self, schedule: &crate::schedule::Schedule) -> Result<(), RecordedMismatch> {
+        let mismatch = |field, recorded: String, replayed: String| RecordedMismatch { field, recorded, replayed };
+        if schedule.peak_memory != self.peak_memory {
+            return Err(mismatch("peak_memory", schedule.peak_memory.to_string(), self.peak_memory.to_string()));
+        }
+        if let Some(r) = schedule.residue
+            && r != self.residue()
+        {
+            return Err(mismatch("residue", r.to_string(), self.residue().to_string()));
+        }
+        if (schedule.makespan - self.makespan).abs() > 1e-9 * self.makespan.abs().max(1.0) {
+            return Err(mismatch("makespan", schedule.makespan.to_string(), self.makespan.to_string()));
+        }
+        Ok(())
     }
 }
 

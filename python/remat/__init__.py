@@ -35,6 +35,7 @@ trains it under a budget (it needs ``torch``; install ``remat[torch]``).
 
 from remat._core import (
     DEFAULT_SLOTS,
+    MAX_IN_FLIGHT,
     Chain,
     InfeasibleError,
     InternalError,
@@ -54,6 +55,7 @@ from remat._core import (
 
 __all__ = [
     "DEFAULT_SLOTS",
+    "MAX_IN_FLIGHT",
     "Chain",
     "InfeasibleError",
     "InternalError",

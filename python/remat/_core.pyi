@@ -8,6 +8,8 @@ from typing_extensions import TypeAlias
 
 __version__: Final[str]
 DEFAULT_SLOTS: Final[int]
+#: The most micro-batches in flight (``in_flight=``) remat plans for: 2**20, as the command line.
+MAX_IN_FLIGHT: Final[int]
 
 #: Bytes (an int >= 0, or any integer with __index__) or a size string such as "90MiB", "8GiB", "11.2GiB".
 Size: TypeAlias = int | SupportsIndex | str
@@ -82,6 +84,8 @@ class Chain:
     @property
     def input_size(self) -> int: ...
     @property
+    def input_gradient_size(self) -> int: ...
+    @property
     def stages(self) -> list[Stage]: ...
     @property
     def loss(self) -> Stage: ...
@@ -100,7 +104,7 @@ class Schedule:
     """The operations of one training step, replayed by the exact simulator."""
 
     @staticmethod
-    def from_json(text: str) -> Schedule: ...
+    def from_json(text: str, chain: Chain | None = None) -> Schedule: ...
     @property
     def algorithm(self) -> str: ...
     @property
@@ -142,7 +146,9 @@ class Replay:
     def peak_memory(self) -> int: ...
     @property
     def residue(self) -> int: ...
-    def rank_peak(self, in_flight: int) -> int: ...
+    def rank_peak(self, in_flight: int | None = None) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
     @property
     def peak_index(self) -> int: ...
     @property
@@ -169,6 +175,8 @@ def simulate(
     chain: Chain,
     schedule: Schedule | str | Sequence[tuple[str, int]],
     memory: Size | None = None,
+    *,
+    in_flight: int | None = None,
 ) -> Replay: ...
 @overload
 def min_memory(

@@ -140,10 +140,19 @@ impl PyChain {
         self.inner.name()
     }
 
-    /// Bytes of the network input (a^0; its gradient has the same size).
+    /// Bytes of the network input (a^0).
     #[getter]
     fn input_size(&self) -> u64 {
         self.inner.input_size()
+    }
+
+    /// Bytes of the input's gradient (delta^0): ``input_size`` unless the
+    /// file's ``input_gradient_size`` says otherwise (a pipeline rank's
+    /// chain, whose input is the previous stage's output and whose gradient
+    /// is that stage's).
+    #[getter]
+    fn input_gradient_size(&self) -> u64 {
+        self.inner.gradient_size(0)
     }
 
     /// The stages 1..=L in order (a list of ``Stage``), without the loss.

@@ -29,7 +29,7 @@ use remat::size::{format_size as format_bytes, parse_size as parse_bytes};
 use remat::solve::{Algorithm, SolveError, SolveOptions, any_min_budget, min_budget};
 
 use chain::{PyChain, PyStage, json_loads};
-use schedule::{PyReplay, PySchedule, operations_of};
+use schedule::{PyReplay, PySchedule, operations_of, recorded_of};
 
 pyo3::create_exception!(
     remat,
@@ -176,7 +176,7 @@ fn exact_memory_arg(exact_memory: Option<&Bound<'_, PyAny>>) -> PyResult<Option<
 /// with `__index__`), never a bool or a float. Out of range, negative or too
 /// large for 64 bits, it is a `ValueError` naming the argument and the value
 /// (not pyo3's `OverflowError`); of another type, a `TypeError`.
-fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
+pub(crate) fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
     let range = || PyValueError::new_err(format!("{what} must be at least {min} and at most {max}, got {obj}"));
     if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?) {
         return Err(PyTypeError::new_err(format!(
@@ -193,12 +193,13 @@ fn whole_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult
 /// ``slots``: a whole number from 1 to 2**64 - 1 (more slots than bytes is
 /// exact); None (not given) is the default, 500.
 /// ``in_flight``: micro-batches a pipeline rank holds at once, a whole
-/// number of at least 1 (None: 1).
-fn in_flight_arg(in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
+/// number from 1 to ``remat.MAX_IN_FLIGHT`` (2**20, the command line's
+/// limit too); None: 1.
+pub(crate) fn in_flight_arg(in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<std::num::NonZeroUsize> {
     match in_flight {
         None => Ok(std::num::NonZeroUsize::MIN),
         Some(obj) => {
-            let n = whole_arg(obj, "in_flight", 1, 1 << 20)?;
+            let n = whole_arg(obj, "in_flight", 1, remat::schedule::MAX_IN_FLIGHT as u64)?;
             Ok(std::num::NonZeroUsize::new(n as usize).expect("at least 1"))
         }
     }
@@ -294,37 +295,71 @@ fn solve(
 ///
 /// ``schedule`` is a ``Schedule``, its JSON text (``Schedule.to_json()``,
 /// ``remat solve --json``), the paper's notation (``"F_ck^1 F_none^2 ...
-/// B^1"``), or a list of ``(kind, stage)`` pairs. With ``memory`` (bytes or a
-/// size string), the peak is also checked against that budget.
+/// B^1"``), or a list of ``(kind, stage)`` pairs. A ``Schedule`` (or its
+/// JSON) computed for this chain must record its replay's figures
+/// (``peak_memory``, ``residue``, ``makespan``): one that differs is a
+/// ``ValueError`` naming it.
+///
+/// With ``memory`` (bytes or a size string), the schedule is also checked
+/// against that budget: its peak, or with micro-batches in flight its rank
+/// peak, ``peak_memory + (in_flight - 1) * residue``. ``in_flight``
+/// defaults to the schedule's own (``Schedule.in_flight``, 1 for notation
+/// or a list); at most ``remat.MAX_IN_FLIGHT``.
 ///
 /// Raises ``ValueError`` naming the first invalid operation and why (its
 /// input is not in memory, it runs out of order, the sequence stops before
 /// ``B^1``...), ``InfeasibleError`` when the schedule is valid but needs more
-/// than ``memory`` (``.min_budget`` is then its peak).
+/// than ``memory`` (``.min_budget`` is then its peak, or its rank peak).
 #[pyfunction]
-#[pyo3(signature = (chain, schedule, memory = None))]
+#[pyo3(
+    signature = (chain, schedule, memory = None, *, in_flight = None),
+    text_signature = "(chain, schedule, memory=None, *, in_flight=None)"
+)]
 fn simulate(
     py: Python<'_>,
     chain: &Bound<'_, PyChain>,
     schedule: &Bound<'_, PyAny>,
     memory: Option<&Bound<'_, PyAny>>,
+    in_flight: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyReplay> {
     let budget = memory.map(|m| size_arg(m, "memory")).transpose()?;
+    let asked = in_flight.map(|n| in_flight_arg(Some(n))).transpose()?;
     let ops = operations_of(schedule)?;
+    let recorded = recorded_of(schedule);
     let chain = &chain.get().inner;
     let replay = remat::simulate(chain, &ops).map_err(|e| kind_error(py, e.kind(), e.to_string()))?;
-    if let Some(budget) = budget
-        && let Err(e) = remat::simulate_within(chain, &ops, budget)
-    {
-        if e.kind() != ErrorKind::Infeasible {
-            return Err(kind_error(py, e.kind(), e.to_string()));
-        }
-        // Over the budget: an `InfeasibleError` with the schedule's peak.
-        let algorithm = schedule.cast::<PySchedule>().ok().map(|s| s.get().inner.algorithm.clone());
-        let message = format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
-        return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));
+    // Figures recorded for this chain must be the replay's (issue 36: a
+    // residue the operations do not have gave a rank peak).
+    if let Some(recorded) = recorded.as_ref().filter(|s| s.chain.as_ref().is_some_and(|c| c.hash == chain.id().hash)) {
+        replay.check_recorded(recorded).map_err(|e| kind_error(py, e.kind(), format!("schedule: {e}")))?;
     }
-    Ok(PyReplay { inner: replay, budget })
+    let in_flight = asked.map_or_else(|| recorded.as_ref().map_or(1, |s| s.in_flight), |n| n.get());
+    let algorithm = recorded.as_ref().map(|s| s.algorithm.clone());
+    if let Some(budget) = budget {
+        if let Err(e) = remat::simulate_within(chain, &ops, budget) {
+            if e.kind() != ErrorKind::Infeasible {
+                return Err(kind_error(py, e.kind(), e.to_string()));
+            }
+            // Over the budget: an `InfeasibleError` with the schedule's peak.
+            let message =
+                format!("{e} ({}); the schedule's peak is {} bytes", format_bytes(budget), replay.peak_memory);
+            return Err(infeasible(py, message, algorithm.as_deref(), budget, Some(replay.peak_memory)));
+        }
+        let rank = replay.rank_peak(in_flight);
+        if rank.is_none_or(|r| r > budget) {
+            let needs = rank.map_or_else(|| "more than 2**64 - 1 bytes".to_string(), |r| format!("{r} bytes"));
+            let message = format!(
+                "with {in_flight} micro-batches in flight the schedule's rank peak, its peak {} plus {} residues of \
+                 {} bytes, is {needs}, over the budget of {} ({budget} bytes)",
+                replay.peak_memory,
+                in_flight - 1,
+                replay.residue(),
+                format_bytes(budget)
+            );
+            return Err(infeasible(py, message, algorithm.as_deref(), budget, rank));
+        }
+    }
+    Ok(PyReplay { inner: replay, budget, in_flight })
 }
 
 /// The smallest memory budget, in bytes, that works.
@@ -489,6 +524,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
     m.add_function(wrap_pyfunction!(partition_joint, m)?)?;
     m.add("DEFAULT_SLOTS", remat::solve::DEFAULT_SLOTS)?;
+    m.add("MAX_IN_FLIGHT", remat::schedule::MAX_IN_FLIGHT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -51,6 +51,17 @@ pub fn operations_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Op>> {
         .collect()
 }
 
+/// The schedule object behind anything `simulate` accepts, with its
+/// recorded figures: a `Schedule`, or JSON text of one; `None` for notation
+/// and lists of operations.
+pub fn recorded_of(obj: &Bound<'_, PyAny>) -> Option<Schedule> {
+    if let Ok(s) = obj.cast::<PySchedule>() {
+        return Some(s.get().inner.clone());
+    }
+    let text = obj.cast::<PyString>().ok()?.to_cow().ok()?.into_owned();
+    serde_json::from_str::<Schedule>(&text).ok()
+}
+
 fn not_a_schedule() -> PyErr {
     PyTypeError::new_err(
         "a schedule is a remat.Schedule, its JSON text or notation (a str), or a list of (kind, stage) pairs such \
@@ -83,11 +94,27 @@ pub struct PySchedule {
 impl PySchedule {
     /// Reads a schedule written by ``to_json`` (or ``remat solve --json``).
     /// Solver details (``slot_size``, ``detail``, ``reason``) are not part of
-    /// that JSON and are None. Raises ``ValueError`` naming the field at fault.
+    /// that JSON and are None. Raises ``ValueError`` naming the field at
+    /// fault, and when the fields disagree with each other (a ``residue``
+    /// above ``peak_memory``, ``in_flight`` above 1 without a ``residue``).
+    ///
+    /// With ``chain``, the schedule is also replayed on it: it must have been
+    /// computed for that chain, and its ``peak_memory``, ``residue`` and
+    /// ``makespan`` must be the replay's (``ValueError`` naming the one that
+    /// differs), so ``rank_peak`` is the operations' own. Without it the
+    /// figures are the file's as written.
     #[staticmethod]
-    fn from_json(text: &str) -> PyResult<PySchedule> {
+    #[pyo3(signature = (text, chain = None))]
+    fn from_json(text: &str, chain: Option<&Bound<'_, crate::chain::PyChain>>) -> PyResult<PySchedule> {
         let inner: Schedule =
             serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("schedule: {e}")))?;
+        if let Some(chain) = chain {
+            let chain = &chain.get().inner;
+            inner.check_chain(chain).map_err(|e| PyValueError::new_err(format!("schedule: {e}")))?;
+            let replay = remat::simulate(chain, &inner.operations)
+                .map_err(|e| PyValueError::new_err(format!("schedule: not valid on chain `{}`: {e}", chain.name())))?;
+            replay.check_recorded(&inner).map_err(|e| PyValueError::new_err(format!("schedule: {e}")))?;
+        }
         Ok(PySchedule { inner, slot_size: None, detail: None, reason: None })
     }
 
@@ -134,11 +161,12 @@ impl PySchedule {
 
     /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
     /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``
-    /// (``peak_memory`` for one micro-batch); at most ``budget``.
+    /// (``peak_memory`` for one micro-batch), exact (a Python int is never
+    /// saturated); at most ``budget`` for a schedule a solver returned.
     #[getter]
-    fn rank_peak(&self) -> u64 {
-        let others = (self.inner.in_flight.max(1) - 1) as u64;
-        self.inner.peak_memory.saturating_add(self.inner.residue.unwrap_or(0).saturating_mul(others))
+    fn rank_peak(&self) -> u128 {
+        let others = (self.inner.in_flight.max(1) - 1) as u128;
+        u128::from(self.inner.peak_memory) + u128::from(self.inner.residue.unwrap_or(0)) * others
     }
 
     /// The operations in order, as ``(kind, stage)`` pairs (an ``F_all``'s
@@ -225,7 +253,7 @@ impl PySchedule {
         detail: Option<String>,
         reason: Option<String>,
     ) -> PyResult<PySchedule> {
-        Ok(PySchedule { slot_size, detail, reason, ..PySchedule::from_json(text)? })
+        Ok(PySchedule { slot_size, detail, reason, ..PySchedule::from_json(text, None)? })
     }
 }
 
@@ -235,6 +263,8 @@ impl PySchedule {
 pub struct PyReplay {
     pub inner: Replay,
     pub budget: Option<u64>,
+    /// Micro-batches in flight the budget was checked with.
+    pub in_flight: usize,
 }
 
 fn memory_dict<'py>(py: Python<'py>, m: &Memory) -> PyResult<Bound<'py, PyDict>> {
@@ -278,12 +308,25 @@ impl PyReplay {
     }
 
     /// The memory of a pipeline rank holding ``in_flight`` micro-batches that
-    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``.
-    fn rank_peak(&self, in_flight: usize) -> PyResult<u64> {
-        if in_flight == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("in_flight must be at least 1 (got 0)"));
-        }
-        Ok(self.inner.rank_peak(in_flight))
+    /// each run this schedule: ``peak_memory + (in_flight - 1) * residue``,
+    /// exact. ``in_flight`` is a whole number from 1 to
+    /// ``remat.MAX_IN_FLIGHT`` (``ValueError`` naming it otherwise, a
+    /// ``TypeError`` for another type); default: the count ``simulate``
+    /// checked the budget with.
+    #[pyo3(signature = (in_flight = None))]
+    fn rank_peak(&self, in_flight: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+        let n = match in_flight {
+            Some(obj) => crate::in_flight_arg(Some(obj))?.get(),
+            None => self.in_flight,
+        };
+        Ok(u128::from(self.inner.peak_memory) + u128::from(self.inner.residue()) * (n as u128 - 1))
+    }
+
+    /// Micro-batches in flight ``simulate`` judged the schedule with: its
+    /// ``in_flight=`` argument, else the schedule's own, else 1.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// 0-based index of the (first) operation reaching the peak.

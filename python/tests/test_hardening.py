@@ -280,3 +280,138 @@ def test_partitioner_on_a_torchvision_resnet50_in_train_mode() -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     for a, b in zip(compiled.buffers(), eager.buffers()):
         torch.testing.assert_close(a, b)
+
+
+# Issue 36, the fourth round: micro-batches in flight, recorded figures, sizes.
+
+FC6_IN_FLIGHT = {"memory": "200MiB", "in_flight": 3}
+
+
+@pytest.mark.parametrize("value", [-1, 0, 2**64, remat.MAX_IN_FLIGHT + 1, -(2**70)])
+def test_replay_rank_peak_out_of_range_is_a_value_error_naming_in_flight(value: int) -> None:
+    replay = remat.simulate(remat.Chain.load(FC6), "F_all^1..7 B^7..1")
+    most = remat.MAX_IN_FLIGHT
+    with pytest.raises(ValueError, match=f"in_flight must be at least 1 and at most {most}, got {value}$"):
+        replay.rank_peak(value)
+    for wrong in [1.5, "3", True]:
+        with pytest.raises(TypeError, match="in_flight must be a whole number"):
+            replay.rank_peak(wrong)  # type: ignore[arg-type]
+    # Exact, never saturated.
+    assert replay.rank_peak(most) == replay.peak_memory + (most - 1) * replay.residue
+
+
+def test_schedule_from_json_refuses_a_residue_its_operations_do_not_have() -> None:
+    fc6 = remat.Chain.load(FC6)
+    schedule = remat.solve(fc6, **FC6_IN_FLIGHT)  # type: ignore[arg-type]
+    data = json.loads(schedule.to_json())
+    residue, peak = data["residue"], data["peak_memory"]
+    # Read back with its chain: the replay's figures, so the rank peak is the operations' own.
+    again = remat.Schedule.from_json(schedule.to_json(), chain=fc6)
+    assert again.rank_peak == peak + 2 * residue == schedule.rank_peak
+    data["residue"] = 1000
+    edited = json.dumps(data)
+    with pytest.raises(ValueError, match=f"`residue` is 1000, but its operations replay at {residue}"):
+        remat.Schedule.from_json(edited, chain=fc6)
+    for given in [edited, remat.Schedule.from_json(edited)]:
+        with pytest.raises(ValueError, match="`residue` is 1000"):
+            remat.simulate(fc6, given)
+    # Fields that contradict each other are refused without a chain.
+    data["residue"] = peak + 1
+    with pytest.raises(ValueError, match=f"`residue` {peak + 1} is above `peak_memory` {peak}"):
+        remat.Schedule.from_json(json.dumps(data))
+    del data["residue"]
+    with pytest.raises(ValueError, match="`in_flight` is 3 but `residue` is missing"):
+        remat.Schedule.from_json(json.dumps(data))
+    data["in_flight"] = remat.MAX_IN_FLIGHT + 1
+    with pytest.raises(ValueError, match="`in_flight` 1048577 is more than remat plans for"):
+        remat.Schedule.from_json(json.dumps(data))
+
+
+def test_simulate_judges_a_schedule_planned_for_micro_batches_by_its_rank_peak() -> None:
+    # Issue 36: `simulate(memory=)` checked the peak alone: a rank peak of
+    # 204,895,370 bytes "fitted" 150 MiB.
+    fc6 = remat.Chain.load(FC6)
+    schedule = remat.solve(fc6, **FC6_IN_FLIGHT)  # type: ignore[arg-type]
+    assert schedule.peak_memory <= 150 << 20 < schedule.rank_peak
+    with pytest.raises(remat.InfeasibleError, match="with 3 micro-batches in flight") as e:
+        remat.simulate(fc6, schedule, memory="150MiB")
+    assert e.value.min_budget == schedule.rank_peak and e.value.budget == 150 << 20
+    for given in [schedule, schedule.to_json()]:
+        replay = remat.simulate(fc6, given, memory="200MiB")
+        assert replay.in_flight == 3 and replay.rank_peak() == schedule.rank_peak == replay.rank_peak(3)
+    # in_flight= judges it for another count; notation has none of its own.
+    assert remat.simulate(fc6, schedule, memory="150MiB", in_flight=1).in_flight == 1
+    with pytest.raises(remat.InfeasibleError):
+        remat.simulate(fc6, str(schedule), memory="150MiB", in_flight=3)
+
+
+def test_in_flight_past_the_limit_the_command_line_shares_is_a_value_error() -> None:
+    fc6 = remat.Chain.load(FC6)
+    assert remat.MAX_IN_FLIGHT == 2**20
+    over = remat.MAX_IN_FLIGHT + 1
+    calls = [
+        lambda: remat.solve(fc6, "1GiB", in_flight=over),
+        lambda: remat.min_memory(fc6, in_flight=over),
+        lambda: remat.simulate(fc6, "F_all^1..7 B^7..1", in_flight=over),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"in_flight must be at least 1 and at most 1048576, got {over}"):
+            call()
+    # The most allowed is planned for; a rank peak past 2**64 - 1 bytes fits no budget.
+    huge = remat.Chain.from_dict({"name": "huge", "input_size": 2**50, "stages": [STAGE]})
+    with pytest.raises(remat.InfeasibleError) as e:
+        remat.solve(huge, 2**64 - 1, "persistent", in_flight=remat.MAX_IN_FLIGHT)
+    assert e.value.min_budget is None
+
+
+@pytest.mark.parametrize("value", [2**64 - 1, 2**64 - 2, 2**63, 2**63 - 1, 1048575, 1023, 0])
+def test_every_size_format_size_prints_reads_back(value: int) -> None:
+    # Issue 36: parse_size(format_size(2**64 - 1)) was "more than ...".
+    back = remat.parse_size(remat.format_size(value))
+    assert abs(back - value) <= value * 0.005
+    assert remat.parse_size(remat.format_size(2**64 - 1)) == 2**64 - 1
+
+
+def test_hostile_in_flight_arguments_are_value_or_type_errors() -> None:
+    """Round 4's fuzz of the micro-batch arguments: every call returns or
+    raises ValueError, TypeError or InfeasibleError. Prints the counts."""
+    import random
+    from collections import Counter
+
+    rng = random.Random(36)
+    fc6 = remat.Chain.load(FC6)
+    replay = remat.simulate(fc6, "F_all^1..7 B^7..1")
+    planned = remat.solve(fc6, **FC6_IN_FLIGHT).to_json()  # type: ignore[arg-type]
+    hostile: list[object] = [
+        -1, 0, 1, 2, 3, 8, 2**20, 2**20 + 1, 2**63, 2**64 - 1, 2**64, -(2**64), 10**30,
+        1.5, float("nan"), True, None, "", "3", [], object(),
+    ]  # fmt: skip
+    calls: list[tuple[str, Any]] = [
+        ("Replay.rank_peak", lambda v: replay.rank_peak(v)),
+        ("solve.in_flight", lambda v: remat.solve(fc6, "200MiB", "chen-sqrt", in_flight=v)),
+        ("simulate.in_flight", lambda v: remat.simulate(fc6, planned, memory="200MiB", in_flight=v)),
+        ("min_memory.in_flight", lambda v: remat.min_memory(fc6, "chen-sqrt", in_flight=v)),
+        (
+            "Schedule.from_json",
+            lambda v: remat.Schedule.from_json(planned.replace('"in_flight": 3', f'"in_flight": {v}')),
+        ),
+    ]
+    counts: Counter[str] = Counter()
+    for _ in range(600):
+        name, call = rng.choice(calls)
+        value = rng.choice(hostile)
+        try:
+            call(value)
+            counts["returned"] += 1
+        except remat.InfeasibleError:
+            counts["InfeasibleError"] += 1
+        except ValueError as e:
+            assert str(e), (name, value)
+            counts["ValueError"] += 1
+        except TypeError:
+            counts["TypeError"] += 1
+        except Exception as e:  # anything else is the failure being looked for
+            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    print("python in-flight fuzz outcomes:", dict(sorted(counts.items())))
+    assert sum(counts.values()) == 600
+    assert counts["ValueError"] > 0 and counts["returned"] > 0 and counts["TypeError"] > 0

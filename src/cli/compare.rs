@@ -7,7 +7,7 @@ use crate::size::format_size;
 use crate::solve::{DEFAULT_SLOTS, SolveOptions};
 
 use super::output::{out, outln};
-use super::{CliResult, Failure, load_chain, size_arg};
+use super::{CliResult, Failure, load_chain};
 
 /// Run every algorithm at one budget and compare them in one table.
 ///
@@ -23,9 +23,12 @@ use super::{CliResult, Failure, load_chain, size_arg};
 pub struct Args {
     /// Chain file.
     chain: PathBuf,
-    /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
-    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
-    memory: u64,
+    /// Memory budget: bytes, a size with a unit (90MiB, 8GiB, 1.5GB), or a
+    /// share of the chain's store-all peak (90%, above 0 and at most 100). A
+    /// plain number is bytes; under 1/1024 of store-all's peak it gets a note
+    /// on stderr, in case a unit is missing.
+    #[arg(short, long, value_name = "SIZE|SHARE", value_parser = super::memory_arg)]
+    memory: super::MemoryArg,
     /// Memory slots S of the slot-based solvers (persistent, revolve).
     #[arg(long, default_value_t = DEFAULT_SLOTS, value_name = "N", value_parser = super::slots_arg)]
     slots: std::num::NonZeroUsize,
@@ -38,8 +41,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat compare`")?;
+    let memory = args.memory.bytes_for(&chain);
     let opts = SolveOptions { slots: args.slots, exact_memory: args.exact.get()?, ..SolveOptions::default() };
-    let cmp = compare(&chain, args.memory, &reported(), &opts)?;
+    let cmp = compare(&chain, memory, &reported(), &opts)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
     } else {
@@ -59,8 +63,8 @@ pub fn run(args: Args) -> CliResult {
     let hint = lowest.map(|m| format!("; the smallest budget one of them meets is {} ({m} bytes)", format_size(m)));
     Err(Failure::infeasible(anyhow::anyhow!(
         "no algorithm fits in {} ({} bytes){}",
-        format_size(args.memory),
-        args.memory,
+        format_size(memory),
+        memory,
         hint.unwrap_or_default()
     )))
 }

@@ -280,18 +280,49 @@ pub(crate) fn overhead(makespan: f64, base: f64) -> Option<String> {
     })
 }
 
-/// Reads a schedule file (any form `parse_operations` accepts; `-` for
-/// standard input), checks that it was computed for `chain` when it names
-/// one, and replays it: the file's text, its operations and the replay, or a
-/// failure (exit 2) naming the file and what is wrong.
-pub(crate) fn replay_schedule_file(
-    chain: &Chain,
-    path: &Path,
-) -> Result<(String, Vec<crate::Op>, crate::Replay), Failure> {
-    let text = crate::problem::read_input(path, "schedule file").map_err(Failure::input)?;
+/// A chain schedule as `simulate` and `show` read it: its operations, the
+/// figures its file records (a JSON schedule), and their replay.
+pub(crate) struct ScheduleFile {
+    /// The operations.
+    pub ops: Vec<crate::Op>,
+    /// The schedule object of a JSON schedule file (`None` for notation or a
+    /// bare array of operations).
+    pub recorded: Option<crate::Schedule>,
+    /// The exact simulator's replay of `ops` on the chain.
+    pub replay: crate::Replay,
+}
+
+impl ScheduleFile {
+    /// Micro-batches in flight to judge the schedule with: `--in-flight`
+    /// when given, else the file's `in_flight`, else 1.
+    pub fn in_flight(&self, flag: Option<std::num::NonZeroUsize>) -> usize {
+        flag.map_or_else(|| self.recorded.as_ref().map_or(1, |s| s.in_flight), |n| n.get())
+    }
+}
+
+/// The text of the SCHEDULE argument: a file, `-` for standard input, or,
+/// when no file has that name and it reads as notation (it has a `^`, as
+/// `F_ck^1 F_none^2 ... B^1` does), the notation itself. O(length).
+fn schedule_text(path: &Path) -> Result<String, Failure> {
+    let arg = path.to_string_lossy();
+    if path.as_os_str() != "-" && arg.contains('^') && !path.exists() {
+        return Ok(arg.into_owned());
+    }
+    crate::problem::read_input(path, "schedule file").map_err(Failure::input)
+}
+
+/// Reads a schedule (a file in any form `parse_operations` accepts, `-` for
+/// standard input, or notation given as the argument itself), checks that it
+/// was computed for `chain` when it names one, replays it, and, when it
+/// names its chain, checks the figures it records against the replay
+/// ([`crate::Replay::check_recorded`]): the schedule, or a failure (exit 2)
+/// naming the file and what is wrong.
+pub(crate) fn replay_schedule_file(chain: &Chain, path: &Path) -> Result<ScheduleFile, Failure> {
+    let text = schedule_text(path)?;
     let ops = crate::schedule::parse_operations(&text)
-        .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
-    if let Ok(recorded) = serde_json::from_str::<crate::Schedule>(&text) {
+        .map_err(|e| Failure::input(anyhow::anyhow!("schedule `{}`: {e}", path.display())))?;
+    let recorded = serde_json::from_str::<crate::Schedule>(&text).ok();
+    if let Some(recorded) = &recorded {
         recorded
             .check_chain(chain)
             .map_err(|e| Failure::input(anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
@@ -302,7 +333,37 @@ pub(crate) fn replay_schedule_file(
             anyhow::anyhow!("schedule `{}` is not valid on chain `{}`: {e}", path.display(), chain.name()),
         )
     })?;
-    Ok((text, ops, replay))
+    if let Some(recorded) = recorded.as_ref().filter(|s| s.chain.is_some()) {
+        replay
+            .check_recorded(recorded)
+            .map_err(|e| Failure::of(e.kind(), anyhow::anyhow!("schedule file `{}`: {e}", path.display())))?;
+    }
+    Ok(ScheduleFile { ops, recorded, replay })
+}
+
+/// What `solve`, `simulate` and `show` print for a schedule run with
+/// `in_flight` > 1 micro-batches on a rank: the residue and the rank peak
+/// (one past `u64::MAX` bytes said as such).
+pub(crate) fn in_flight_line(in_flight: usize, replay: &crate::Replay) -> String {
+    let residue = replay.residue();
+    let rank = match replay.rank_peak(in_flight) {
+        Some(r) => format!("{} ({r} bytes)", crate::size::format_size(r)),
+        None => format!("over {} (more than a u64 holds)", crate::size::format_size(u64::MAX)),
+    };
+    format!(
+        "in flight:   {in_flight} micro-batches; residue {} ({residue} bytes) each; rank peak {rank} = peak + {} x \
+         residue",
+        crate::size::format_size(residue),
+        in_flight - 1
+    )
+}
+
+/// The JSON fields of [`in_flight_line`]: `in_flight`, `residue` and
+/// `rank_peak` (null past `u64::MAX` bytes), written for any count.
+pub(crate) fn in_flight_json(in_flight: usize, replay: &crate::Replay) -> serde_json::Value {
+    serde_json::json!({
+        "in_flight": in_flight, "residue": replay.residue(), "rank_peak": replay.rank_peak(in_flight),
+    })
 }
 
 /// Fails (exit 2) when two inputs both read standard input.
@@ -340,6 +401,65 @@ pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
     crate::size::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `--memory` of the commands with a chain at hand (solve, compare,
+/// simulate, show): bytes, a size, or a share of the chain's store-all peak
+/// (`90%`, as `remat.torch`'s `memory="90%"`).
+#[derive(Clone, Debug)]
+pub(crate) struct MemoryArg {
+    text: String,
+    value: crate::size::SizeOrShare,
+}
+
+/// Parses a [`MemoryArg`] for clap.
+pub(crate) fn memory_arg(s: &str) -> Result<MemoryArg, String> {
+    let value = crate::size::SizeOrShare::parse(s).map_err(|e| e.to_string())?;
+    Ok(MemoryArg { text: s.trim().to_string(), value })
+}
+
+/// A plain number (no unit) below this fraction of the chain's store-all
+/// peak gets a note asking whether a unit is missing (`--memory 90` for
+/// `90MiB`): 1/1024, a unit step.
+const PLAIN_NOTE_FRACTION: u64 = 1024;
+
+impl MemoryArg {
+    /// The budget in bytes on `chain`: a share of its store-all peak, or the
+    /// bytes given. Says on stderr what a share came to, and, for a plain
+    /// number below 1/1024 of that peak, that a unit may be missing.
+    pub fn bytes_for(&self, chain: &Chain) -> u64 {
+        let whole = crate::report::sweep::store_all_peak(chain);
+        let bytes = self.value.of(whole);
+        let peak = crate::size::format_size(whole);
+        match self.value {
+            crate::size::SizeOrShare::Share { .. } => eprintln!(
+                "note: --memory {} of the chain's store-all peak ({peak}) is {} ({bytes} bytes)",
+                self.text,
+                crate::size::format_size(bytes)
+            ),
+            crate::size::SizeOrShare::Bytes { unit: false, .. } if bytes < whole / PLAIN_NOTE_FRACTION => eprintln!(
+                "note: --memory {bytes} is {bytes} bytes, under 1/{PLAIN_NOTE_FRACTION} of this chain's store-all peak \
+                 ({peak}); sizes take a unit: {bytes}MiB, {bytes}GiB"
+            ),
+            crate::size::SizeOrShare::Bytes { .. } => {}
+        }
+        bytes
+    }
+
+    /// The budget in bytes of `problem`: [`MemoryArg::bytes_for`] on a
+    /// chain; on a graph the bytes given, a share refused (exit 2: a graph
+    /// has no store-all peak here).
+    pub fn bytes_of(&self, problem: &Problem) -> Result<u64, Failure> {
+        match (problem, self.value) {
+            (Problem::Chain(chain), _) => Ok(self.bytes_for(chain)),
+            (Problem::Graph(_), crate::size::SizeOrShare::Bytes { bytes, .. }) => Ok(bytes),
+            (Problem::Graph(_), crate::size::SizeOrShare::Share { .. }) => Err(Failure::input(anyhow::anyhow!(
+                "--memory {}: a share is of a chain's store-all peak, and this input is a graph: give bytes or a size \
+                 (300MiB)",
+                self.text
+            ))),
+        }
+    }
+}
+
 pub(crate) use output::write_file;
 
 /// The most memory slots a command accepts. Tables grow linearly with the
@@ -353,6 +473,29 @@ pub(crate) fn slots_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
         Ok(n) if n >= 1 && n <= MAX_SLOTS as u64 => Ok(std::num::NonZeroUsize::new(n as usize).expect("n >= 1")),
         _ => Err(format!("`{s}` is not a slot count: give a whole number from 1 to {MAX_SLOTS}")),
     }
+}
+
+/// Parses a count of micro-batches for clap (`--in-flight`, `--micro-batches`,
+/// named by `flag`): a whole number from 1 to
+/// [`crate::solve::MAX_IN_FLIGHT`], the limit the Python package shares.
+fn micro_batches_arg(s: &str, flag: &str) -> Result<std::num::NonZeroUsize, String> {
+    let most = crate::solve::MAX_IN_FLIGHT;
+    let count = s
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{s}` is not a number of micro-batches: give {flag} a whole number from 1 to {most}"))?;
+    crate::solve::check_in_flight(count, flag)?;
+    Ok(std::num::NonZeroUsize::new(count).expect("checked: at least 1"))
+}
+
+/// `--in-flight` ([`micro_batches_arg`]).
+pub(crate) fn in_flight_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    micro_batches_arg(s, "--in-flight")
+}
+
+/// `--micro-batches` ([`micro_batches_arg`]).
+pub(crate) fn micro_batches_count_arg(s: &str) -> Result<std::num::NonZeroUsize, String> {
+    micro_batches_arg(s, "--micro-batches")
 }
 
 /// The most budgets one sweep accepts: each runs every algorithm, and a

@@ -37,9 +37,9 @@ pub struct Args {
     /// --ranks).
     #[arg(long, value_name = "N,N,..", value_delimiter = ',')]
     split: Option<Vec<usize>>,
-    /// Micro-batches per step M.
-    #[arg(long, default_value_t = 8, value_name = "M")]
-    micro_batches: usize,
+    /// Micro-batches per step M (at most 1048576).
+    #[arg(long, default_value = "8", value_name = "M", value_parser = super::micro_batches_count_arg)]
+    micro_batches: std::num::NonZeroUsize,
     /// The pipeline schedule: 1f1b or gpipe.
     #[arg(long, default_value = "1f1b", value_name = "KIND")]
     schedule: PipelineSchedule,
@@ -60,13 +60,13 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let chain = load_chain(&args.chain, "`remat pipeline`")?;
-    if args.micro_batches == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--micro-batches must be at least 1 (got 0)")));
-    }
+    let micro_batches = args.micro_batches.get();
     let given = match &args.split {
         Some(counts) => {
-            let total: usize = counts.iter().sum();
-            if counts.contains(&0) || total != chain.len() {
+            // Summed exactly: a count near usize::MAX once wrapped the sum
+            // around to the chain's length (issue 36).
+            let total: u128 = counts.iter().map(|&c| c as u128).sum();
+            if counts.contains(&0) || total != chain.len() as u128 {
                 return Err(Failure::input(anyhow::anyhow!(
                     "--split {} must give every rank at least one stage and add up to the chain's {} stages (it \
                      adds up to {total})",
@@ -106,15 +106,15 @@ pub fn run(args: Args) -> CliResult {
         )));
     }
     let baseline =
-        plan(&chain, &balanced, args.schedule, args.micro_batches, args.memory.as_deref(), &opts).map_err(input)?;
+        plan(&chain, &balanced, args.schedule, micro_batches, args.memory.as_deref(), &opts).map_err(input)?;
     let budgets = baseline.budgets.clone();
     let split = match given {
         Some(split) => split,
-        None => memory_aware_split(&chain, ranks, args.schedule, args.micro_batches, &budgets, &opts)
+        None => memory_aware_split(&chain, ranks, args.schedule, micro_batches, &budgets, &opts)
             .map_err(input)?
             .unwrap_or(balanced),
     };
-    let remat = plan(&chain, &split, args.schedule, args.micro_batches, Some(&budgets), &opts).map_err(input)?;
+    let remat = plan(&chain, &split, args.schedule, micro_batches, Some(&budgets), &opts).map_err(input)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&json(&remat, &baseline)).expect("json"));
     } else {
@@ -158,7 +158,7 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
         let (residue, peak, time) = match &r.remat {
             Ok(s) => (
                 format_size(s.replay.residue()),
-                format_size(s.replay.rank_peak(r.in_flight)),
+                rank_peak_text(s.replay.rank_peak(r.in_flight)),
                 format!("{:.2}", s.schedule.makespan),
             ),
             Err(_) => ("-".to_string(), "does not fit".to_string(), "-".to_string()),
@@ -173,23 +173,24 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
     for (k, r) in baseline.ranks.iter().enumerate() {
         let e = &r.every_block;
         let peak = e.replay.rank_peak(r.in_flight);
-        let over = if peak > budgets[k] { " (over)" } else { "" };
+        let over = if peak.is_none_or(|p| p > budgets[k]) { " (over)" } else { "" };
         let stages = format!("{}-{}", r.stages.start(), r.stages.end());
         outln!(
             "{k:>6}  {stages:>9}  {:>9}  {:>10}  {:>10}  {:>16}  {:>10.2}",
             r.in_flight,
             format_size(budgets[k]),
             format_size(e.replay.residue()),
-            format!("{}{over}", format_size(peak)),
+            format!("{}{over}", rank_peak_text(peak)),
             e.schedule.makespan
         );
     }
     let every = baseline.every_block_step_time();
     match remat.step_time() {
         Some(step) => outln!(
-            "step time:   remat {step:.2}, checkpointing every block {every:.2} ({:+.1}%); (M + P - 1) x the slowest \
-             rank, communication not counted",
-            (step / every - 1.0) * 100.0
+            "step time:   remat {step:.2}, checkpointing every block {every:.2}{}; (M + P - 1) x the slowest rank, \
+             communication not counted",
+            // No share of a zero time (it printed "NaN%").
+            super::overhead(step, every).map(|o| format!(" ({o})")).unwrap_or_default()
         ),
         None => outln!("step time:   checkpointing every block {every:.2}; remat has no plan for every rank"),
     }
@@ -199,6 +200,11 @@ fn print(remat: &PipelinePlan, baseline: &PipelinePlan, name: &str, given: bool)
             outln!("  rank {k}: {}", notation(&s.schedule.operations));
         }
     }
+}
+
+/// A rank peak for people; one past `u64::MAX` bytes says so.
+fn rank_peak_text(peak: Option<u64>) -> String {
+    peak.map_or_else(|| format!("over {}", format_size(u64::MAX)), format_size)
 }
 
 fn json(remat: &PipelinePlan, baseline: &PipelinePlan) -> serde_json::Value {

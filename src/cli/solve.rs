@@ -10,7 +10,7 @@ use crate::solve::{Algorithm, DEFAULT_SLOTS, Solution, SolveError, SolveOptions,
 use crate::{Chain, Problem};
 
 use super::output::outln;
-use super::{CliResult, Failure, Progress, load_problem, size_arg, write_file};
+use super::{CliResult, Failure, Progress, load_problem, write_file};
 
 /// Compute the fastest schedule of a chain that fits a memory budget.
 ///
@@ -22,9 +22,12 @@ pub struct Args {
     /// file (JSON with nodes[]: a forward graph, or a joint graph with
     /// "joint": true; see docs/guide.md). `-` reads standard input.
     chain: PathBuf,
-    /// Memory budget: bytes or a size with a unit (90MiB, 8GiB, 1.5GB).
-    #[arg(short, long, value_name = "SIZE", value_parser = size_arg)]
-    memory: u64,
+    /// Memory budget: bytes, a size with a unit (90MiB, 8GiB, 1.5GB), or a
+    /// share of the chain's store-all peak (90%, above 0 and at most 100). A
+    /// plain number is bytes; under 1/1024 of store-all's peak it gets a note
+    /// on stderr, in case a unit is missing.
+    #[arg(short, long, value_name = "SIZE|SHARE", value_parser = super::memory_arg)]
+    memory: super::MemoryArg,
     /// Solver. On a chain, auto (the default) runs exhaustive search on chains
     /// of at most 10 stages, else the floating DP when its tables are modest (a
     /// few GiB and seconds at most), else persistent, and says which it ran.
@@ -56,8 +59,8 @@ pub struct Args {
     /// so that its peak plus N - 1 residues fits the budget, the residue being
     /// what it keeps between its forward and its backward. Chains only; every
     /// algorithm (a baseline at the largest budget of its own that fits).
-    /// Default 1: no pipeline.
-    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N")]
+    /// Default 1: no pipeline; at most 1048576.
+    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN, value_name = "N", value_parser = super::in_flight_arg)]
     in_flight: std::num::NonZeroUsize,
     /// Print the schedule as JSON on stdout instead of text (on an infeasible
     /// budget: {"status": "infeasible", "min_budget": bytes, ...}, exit 1).
@@ -96,6 +99,7 @@ pub fn run(args: Args) -> CliResult {
         super::output::refuse_input(path, "--output", &[&args.chain])?;
     }
     let problem = load_problem(&args.chain)?;
+    let memory = args.memory.bytes_of(&problem)?;
     let algorithm = args.algorithm;
     let progress = Progress::new(&format!("{algorithm} DP"));
     let update = |done, total| progress.update(done, total);
@@ -112,19 +116,19 @@ pub fn run(args: Args) -> CliResult {
         milp: args.graph.milp_options(Some(&tick)),
     };
     if let (Problem::Chain(chain), Method::Chain(chain_algorithm)) = (&problem, algorithm)
-        && let Some(bytes) = memory_estimate(chain, args.memory, chain_algorithm, &opts.chain)
+        && let Some(bytes) = memory_estimate(chain, memory, chain_algorithm, &opts.chain)
         && bytes >= LARGE_TABLE
     {
         eprintln!("note: the {algorithm} solver's table will take about {}", format_size(bytes));
     }
-    let result = crate::problem::solve(&problem, args.memory, algorithm, &opts);
+    let result = crate::problem::solve(&problem, memory, algorithm, &opts);
     drop(progress);
     drop(ticker);
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(e) => {
             if args.json
-                && let Some(out) = infeasible_json(&e).or_else(|| time_limit_json(&e, args.memory))
+                && let Some(out) = infeasible_json(&e).or_else(|| time_limit_json(&e, memory))
             {
                 // Scripts sweeping budgets get the answer on stdout too.
                 outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
@@ -224,16 +228,7 @@ fn print_chain_solution(chain: &Chain, solution: &Solution, why: &str, slots: st
         solution.replay.peak_index + 1
     );
     if s.in_flight > 1 {
-        let residue = solution.replay.residue();
-        let rank = solution.replay.rank_peak(s.in_flight);
-        outln!(
-            "in flight:   {} micro-batches; residue {} ({residue} bytes) each; rank peak {} ({rank} bytes) = peak + \
-             {} x residue",
-            s.in_flight,
-            format_size(residue),
-            format_size(rank),
-            s.in_flight - 1
-        );
+        outln!("{}", super::in_flight_line(s.in_flight, &solution.replay));
     }
     outln!("schedule:    {} operations", s.operations.len());
     outln!("first pass:  {}", summary(&s.operations, chain.len()));

@@ -97,6 +97,29 @@ pub enum SplitError {
         /// Why.
         source: ChainError,
     },
+    /// The ranks' stage ranges do not split the chain: each must be
+    /// non-empty, the first start at stage 1, each start where the one
+    /// before ends, the last end at stage L.
+    #[error("the split {ranges} does not cover stages 1 to {stages} in order, each rank with at least one stage")]
+    Ranges {
+        /// The ranges given (or the one at fault).
+        ranges: String,
+        /// L, the chain's stages.
+        stages: usize,
+    },
+    /// The micro-batches per step are out of range
+    /// ([`crate::solve::check_in_flight`]'s message).
+    #[error("{0}")]
+    MicroBatches(String),
+    /// Checkpointing every block (the baseline, at any budget) has no
+    /// schedule on a rank: the solver's message.
+    #[error("rank {rank}: checkpointing every block: {message}")]
+    EveryBlock {
+        /// The rank, 0-based.
+        rank: usize,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Splits stages 1..=L into `ranks` contiguous ranges minimising the largest
@@ -171,6 +194,7 @@ pub fn memory_aware_split(
     if ranks == 0 || ranks > n {
         return Err(SplitError::Ranks { stages: n, ranks });
     }
+    crate::solve::check_in_flight(micro_batches, "micro_batches").map_err(SplitError::MicroBatches)?;
     // time(k, i, j): rank k on stages i+1..=j, infinite when nothing fits.
     let time = |k: usize, i: usize, j: usize| -> Result<f64, SplitError> {
         let c = rank_chain(chain, &(i + 1..=j), k)?;
@@ -204,14 +228,25 @@ pub fn memory_aware_split(
 }
 
 /// The chain one rank runs: stages `range` of `chain`, the output of the
-/// stage before as its input, and the chain's loss on the last rank only
-/// (a zero loss elsewhere). O(L).
+/// stage before as its input and that stage's gradient as its input's
+/// gradient (its last backward makes it: issue 36, it was sized as the
+/// output), and the chain's loss on the last rank only (a zero loss
+/// elsewhere). A range that is empty or outside the chain's stages is a
+/// [`SplitError::Ranges`]. O(L).
 pub fn rank_chain(chain: &Chain, range: &RangeInclusive<usize>, rank: usize) -> Result<Chain, SplitError> {
+    if range.is_empty() || *range.start() == 0 || *range.end() > chain.len() {
+        return Err(SplitError::Ranges {
+            ranges: format!("rank {rank}: {}-{}", range.start(), range.end()),
+            stages: chain.len(),
+        });
+    }
     let stages: Vec<Stage> = chain.stages()[range.start() - 1..*range.end()].to_vec();
     let last = *range.end() == chain.len();
     let loss = if last { chain.loss().clone() } else { Stage::zero_loss() };
     let name = format!("{} [rank {rank}: stages {}-{}]", chain.name(), range.start(), range.end());
-    Chain::new(name, chain.output_size(range.start() - 1), stages, loss)
+    let input = range.start() - 1;
+    Chain::new(name, chain.output_size(input), stages, loss)
+        .and_then(|c| c.with_input_gradient_size(chain.gradient_size(input)))
         .map_err(|source| SplitError::Chain { rank, source })
 }
 
@@ -226,6 +261,22 @@ pub struct RankPlan {
     pub remat: Result<Solution, SolveError>,
     /// Checkpointing every block (one segment a stage), with its rank peak.
     pub every_block: Solution,
+}
+
+/// Checks that `split` covers stages 1..=L of `chain` in order, each range
+/// non-empty ([`SplitError::Ranges`] otherwise). O(P).
+fn check_split(chain: &Chain, split: &[RangeInclusive<usize>]) -> Result<(), SplitError> {
+    let mut next = 1;
+    let in_order = split.iter().all(|r| {
+        let fits = !r.is_empty() && *r.start() == next;
+        next = r.end().saturating_add(1);
+        fits
+    });
+    if !split.is_empty() && in_order && next == chain.len() + 1 {
+        return Ok(());
+    }
+    let ranges: Vec<String> = split.iter().map(|r| format!("{}-{}", r.start(), r.end())).collect();
+    Err(SplitError::Ranges { ranges: format!("[{}]", ranges.join(", ")), stages: chain.len() })
 }
 
 /// Rank k's budget: `budgets[k]`, or `budgets[0]` when one is given for
@@ -279,22 +330,30 @@ pub fn plan(
     budgets: Option<&[u64]>,
     opts: &SolveOptions,
 ) -> Result<PipelinePlan, SplitError> {
+    crate::solve::check_in_flight(micro_batches, "micro_batches").map_err(SplitError::MicroBatches)?;
+    check_split(chain, split)?;
     let ranks = split.len();
     let chains: Vec<Chain> =
         split.iter().enumerate().map(|(k, r)| rank_chain(chain, r, k)).collect::<Result<_, _>>()?;
     let in_flight: Vec<usize> = (0..ranks).map(|k| schedule.in_flight(k, ranks, micro_batches)).collect();
     let every_block: Vec<Solution> = chains
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(rank, c)| {
             let opts = SolveOptions { segments: Some(c.len()), in_flight: std::num::NonZeroUsize::MIN, ..*opts };
-            solve(c, u64::MAX / 4, Algorithm::Sequential, &opts).expect("checkpointing every block fits any budget")
+            // Every valid chain's sizes add up within a u64, so this fits;
+            // an answer that does not is reported, never a panic (issue 36).
+            solve(c, u64::MAX, Algorithm::Sequential, &opts)
+                .map_err(|e| SplitError::EveryBlock { rank, message: e.to_string() })
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let budgets: Vec<u64> = match budgets {
         Some(b) => (0..ranks).map(|k| rank_budget(b, k)).collect(),
         None => {
-            let most = every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n)).max().unwrap_or(0);
-            vec![most; ranks]
+            // A rank peak past u64::MAX bytes fits no budget: the largest
+            // budget there is, which it is then shown to be over.
+            let peaks = every_block.iter().zip(&in_flight).map(|(s, &n)| s.replay.rank_peak(n).unwrap_or(u64::MAX));
+            vec![peaks.max().unwrap_or(0); ranks]
         }
     };
     let ranks = chains

@@ -246,14 +246,11 @@ impl Ord for Entry {
 
 /// Dijkstra from the start state to delta^0 with a monotone label update.
 /// Returns the best label and its operation sequence.
-/// With `residue_cap`, B^{L+1} runs only from states storing at most that
-/// many bytes (see [`fastest_in_flight`]); `u64::MAX` for no limit.
 fn search(
     chain: &Chain,
     nested: bool,
     step: impl Fn(Label, u64, f64) -> Option<Label>,
     start_label: Label,
-    residue_cap: u64,
 ) -> Option<(Label, Vec<Op>)> {
     let n = chain.len() + 1;
     let start = with_grad(with_held(0, 0, Held::Plain), n);
@@ -279,9 +276,6 @@ fn search(
             return Some((label, ops));
         }
         moves(&fig, state, nested, &mut buf);
-        if residue_cap != u64::MAX && grad(state) == n && stored(&fig, state) > residue_cap {
-            buf.retain(|m| m.0 != Op::B(n));
-        }
         for &(op, next, peak, time) in &buf {
             let Some(cand) = step(label, peak, time) else { continue };
             let better = match best.get(&next) {
@@ -320,7 +314,7 @@ fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)
         return None;
     }
     let step = |l: Label, peak: u64, time: f64| (peak <= budget).then_some(Label { bytes: 0, time: l.time + time });
-    search(chain, nested, step, Label { bytes: 0, time: 0.0 }, u64::MAX).map(|(l, ops)| (l.time, ops))
+    search(chain, nested, step, Label { bytes: 0, time: 0.0 }).map(|(l, ops)| (l.time, ops))
 }
 
 /// The fastest valid sequence for a pipeline rank holding `in_flight`
@@ -329,14 +323,15 @@ fn fastest_in(chain: &Chain, budget: u64, nested: bool) -> Option<(f64, Vec<Op>)
 /// [`crate::solve::in_flight`]) is at most `budget`. `None` when no sequence
 /// fits. `in_flight` = 1 is [`fastest`].
 ///
-/// Exact over every schedule: for each residue R a sequence can have (the
-/// bytes of a state from which B^{L+1} runs, collected by a first walk over
-/// the forward states), the fastest sequence whose peak is at most
-/// `budget - (in_flight - 1) R` and which reaches B^{L+1} from a state of at
-/// most R bytes; the answer is the fastest of these (the smallest R among
-/// equals). A sequence with residue R' is feasible exactly in the search
-/// for R = R', and a sequence found for R has residue at most R, so it fits.
-/// Cost: one search per distinct residue, each as [`fastest`].
+/// Exact over every schedule, by one bi-criteria search: before B^{L+1} a
+/// partial sequence is its time and the peak it reached, after it its time
+/// and its residue R (every later move must fit `budget - (in_flight - 1)
+/// R`); a label is kept only when no label of its state is both as fast and
+/// as small. Labels leave the queue by their time plus a lower bound on the
+/// time left (A*), so the first sequence to reach delta^0 is the fastest.
+/// Cost: the states times the labels a state keeps (a handful on
+/// network-like chains). Issue 36: it searched once per residue a schedule
+/// can have, thousands of searches (see docs/hardening.md for the times).
 pub fn fastest_in_flight(chain: &Chain, budget: u64, in_flight: usize) -> Option<(f64, Vec<Op>)> {
     fastest_in_flight_in(chain, budget, in_flight, false)
 }
@@ -351,44 +346,186 @@ fn fastest_in_flight_in(chain: &Chain, budget: u64, in_flight: usize, nested: bo
     if in_flight <= 1 {
         return fastest_in(chain, budget, nested);
     }
-    let others = in_flight as u64 - 1;
-    let n = chain.len() + 1;
+    search_in_flight(chain, nested, in_flight as u64 - 1, Goal::Fastest(budget)).map(|(key, ops)| (key.time, ops))
+}
+
+/// The smallest budget of any schedule for a pipeline rank holding
+/// `in_flight` micro-batches: the least peak plus `in_flight - 1` residues
+/// over every valid sequence, exact in bytes; `None` when every sequence's
+/// figure is above `u64::MAX` bytes. `in_flight` = 1 is [`min_peak`]'s.
+///
+/// One bi-criteria search: before B^{L+1} a partial
+/// sequence is the peak it reached, after it the figure so far (peak plus
+/// `in_flight - 1` residues) and its residue; the first sequence to reach
+/// delta^0 has the least figure. Issue 36: a bisection over the budget with
+/// [`fastest_in_flight`], O(log M) searches, each once per residue.
+pub fn min_peak_in_flight(chain: &Chain, in_flight: usize) -> Option<u64> {
+    if in_flight <= 1 {
+        return Some(min_peak(chain).0);
+    }
+    search_in_flight(chain, false, in_flight as u64 - 1, Goal::LeastMemory).map(|(key, _)| key.bytes)
+}
+
+/// What [`search_in_flight`] minimises.
+#[derive(Clone, Copy)]
+enum Goal {
+    /// Time, with every move's memory plus the held residues within the budget.
+    Fastest(u64),
+    /// The peak plus the held residues, then time.
+    LeastMemory,
+}
+
+/// A label of [`search_in_flight`]: its key (what it minimises, compared as
+/// bytes, then time) and its second criterion, `small`: before B^{L+1} the
+/// peak reached (for [`Goal::Fastest`]; 0 for [`Goal::LeastMemory`], whose
+/// bytes are that peak), after it the residue.
+#[derive(Clone, Copy)]
+struct Labelled {
+    key: Label,
+    /// The time so far plus [`time_left`] of its state: the queue's order
+    /// after the key's bytes (A*).
+    reach: f64,
+    small: u64,
+    state: State,
+    /// The settled label it extends (`u32::MAX`: the start), and the move.
+    parent: u32,
+    op: Op,
+}
+
+impl PartialEq for Labelled {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Labelled {}
+impl PartialOrd for Labelled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Labelled {
+    // Reversed for BinaryHeap (a max-heap); every field breaks ties, for
+    // determinism.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .key
+            .bytes
+            .cmp(&self.key.bytes)
+            .then(other.reach.total_cmp(&self.reach))
+            .then(other.small.cmp(&self.small))
+            .then_with(|| other.state.cmp(&self.state))
+            .then_with(|| other.parent.cmp(&self.parent))
+            .then_with(|| other.op.cmp(&self.op))
+    }
+}
+
+/// A lower bound on the time from `state` to delta^0: each stage l at or
+/// below the gradient's index still runs B^l, and before it F_all^l unless
+/// abar^l is held (its fastest option's backward then). Consistent: no move
+/// lowers it by more than its own time. O(L).
+fn time_left(fig: &Figures, state: State) -> f64 {
+    (1..=grad(state))
+        .map(|l| match held(state, l) {
+            Held::Saved => fig.recordings[l][option(state, l)].backward_time,
+            _ => fig.forward_time[l] + fig.recordings[l].iter().map(|r| r.backward_time).fold(f64::INFINITY, f64::min),
+        })
+        .sum()
+}
+
+/// The bi-criteria search behind [`fastest_in_flight`] and
+/// [`min_peak_in_flight`], with `others` micro-batches holding their residue.
+///
+/// A label (key, small) of a state dominates another of the same state that
+/// is neither smaller in key nor in `small`: every way on from the second is
+/// open to the first (a smaller peak so far, or a smaller residue, leaves
+/// more memory to every later move) and ends no worse. Labels leave the
+/// queue by the key's bytes, then by their time plus [`time_left`] (A*: a
+/// consistent bound, so neither falls along a move, and the labels of one
+/// state leave in key order): a label is settled only if its `small` is
+/// below that of every label its state settled before, and the first
+/// settled at delta^0 is the best (up to float rounding of the sums of
+/// times, which can order two labels within a few ulps the other way). B^{L+1} runs only from states
+/// holding a^0 (without it B^1 never can), and a residue whose held copies
+/// overflow `u64` fits no budget. O(V K log(V K)) for V states and K labels
+/// a state settles.
+fn search_in_flight(chain: &Chain, nested: bool, others: u64, goal: Goal) -> Option<(Label, Vec<Op>)> {
     let fig = Figures::new(chain);
+    let n = fig.n;
     let start = with_grad(with_held(0, 0, Held::Plain), n);
-    // Every state with delta^{L+1} (before any backward) whose forwards fit
-    // the budget alone, and the residues of those B^{L+1} can run from.
-    let mut residues = std::collections::BTreeSet::new();
-    let mut seen: StateMap<()> = StateMap::default();
-    let mut stack = vec![start];
-    seen.insert(start, ());
+    let initial = stored(&fig, start);
+    let key = match goal {
+        Goal::Fastest(budget) if initial > budget => return None,
+        Goal::Fastest(_) => Label { bytes: 0, time: 0.0 },
+        Goal::LeastMemory => Label { bytes: initial, time: 0.0 },
+    };
+    // The least `small` each state has settled, and the settled labels'
+    // parent and move (to rebuild the sequence).
+    let mut smallest: StateMap<u64> = StateMap::default();
+    let mut settled: Vec<(u32, Op)> = Vec::new();
+    let mut heap = BinaryHeap::new();
+    heap.push(Labelled { key, reach: time_left(&fig, start), small: 0, state: start, parent: u32::MAX, op: Op::B(0) });
     let mut buf = Vec::new();
-    while let Some(state) = stack.pop() {
-        moves(&fig, state, nested, &mut buf);
-        for &(op, next, peak, _) in &buf {
-            if peak > budget {
+    while let Some(label) = heap.pop() {
+        if smallest.get(&label.state).is_some_and(|&s| s <= label.small) {
+            continue;
+        }
+        smallest.insert(label.state, label.small);
+        let index = u32::try_from(settled.len()).ok()?;
+        settled.push((label.parent, label.op));
+        let t = grad(label.state);
+        if t == 0 {
+            let mut ops = Vec::new();
+            let mut at = index;
+            while settled[at as usize].0 != u32::MAX {
+                ops.push(settled[at as usize].1);
+                at = settled[at as usize].0;
+            }
+            ops.reverse();
+            return Some((label.key, ops));
+        }
+        moves(&fig, label.state, nested, &mut buf);
+        for &(op, next, peak, time) in &buf {
+            let time = label.key.time + time;
+            // (key bytes, small) after the move, or None when it does not fit.
+            let after = if t == n && op == Op::B(n) {
+                // B^{L+1}: the residue is now known.
+                if held(label.state, 0) == Held::Absent {
+                    continue;
+                }
+                let residue = stored(&fig, label.state);
+                let Some(held) = residue.checked_mul(others) else { continue };
+                match goal {
+                    Goal::Fastest(budget) => {
+                        let before = label.small.max(peak);
+                        (before.checked_add(held).is_some_and(|m| m <= budget)).then_some((0, residue))
+                    }
+                    Goal::LeastMemory => label.key.bytes.max(peak).checked_add(held).map(|m| (m, residue)),
+                }
+            } else if t == n {
+                // Before B^{L+1}: the peak so far.
+                match goal {
+                    Goal::Fastest(budget) => (peak <= budget).then_some((0, label.small.max(peak))),
+                    Goal::LeastMemory => Some((label.key.bytes.max(peak), 0)),
+                }
+            } else {
+                // After it: every move fits beside the held residues.
+                let held = label.small * others;
+                match goal {
+                    Goal::Fastest(budget) => {
+                        (peak.checked_add(held).is_some_and(|m| m <= budget)).then_some((0, label.small))
+                    }
+                    Goal::LeastMemory => peak.checked_add(held).map(|m| (label.key.bytes.max(m), label.small)),
+                }
+            };
+            let Some((bytes, small)) = after else { continue };
+            if smallest.get(&next).is_some_and(|&s| s <= small) {
                 continue;
             }
-            if op == Op::B(n) {
-                residues.insert(stored(&fig, state));
-            } else if seen.insert(next, ()).is_none() {
-                stack.push(next);
-            }
+            let reach = time + time_left(&fig, next);
+            heap.push(Labelled { key: Label { bytes, time }, reach, small, state: next, parent: index, op });
         }
     }
-    let mut best: Option<(f64, Vec<Op>)> = None;
-    for residue in residues {
-        let Some(left) = budget.checked_sub(residue.saturating_mul(others)) else { break };
-        if stored(&fig, start) > left {
-            break;
-        }
-        let step = |l: Label, peak: u64, time: f64| (peak <= left).then_some(Label { bytes: 0, time: l.time + time });
-        if let Some((label, ops)) = search(chain, nested, step, Label { bytes: 0, time: 0.0 }, residue)
-            && best.as_ref().is_none_or(|b| label.time < b.0)
-        {
-            best = Some((label.time, ops));
-        }
-    }
-    best
+    None
 }
 
 /// The smallest peak memory of any valid sequence (the smallest feasible
@@ -405,7 +542,7 @@ pub fn min_peak_nested(chain: &Chain) -> (u64, Vec<Op>) {
 fn min_peak_in(chain: &Chain, nested: bool) -> (u64, Vec<Op>) {
     let initial = stored(&Figures::new(chain), with_grad(with_held(0, 0, Held::Plain), chain.len() + 1));
     let step = |l: Label, peak: u64, time: f64| Some(Label { bytes: l.bytes.max(peak), time: l.time + time });
-    let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 }, u64::MAX)
+    let (label, ops) = search(chain, nested, step, Label { bytes: initial, time: 0.0 })
         .expect("recomputing from a^0 for every backward is always valid");
     debug_assert_eq!(crate::simulate::simulate(chain, &ops).map(|r| r.peak_memory).ok(), Some(label.bytes));
     (label.bytes, ops)
@@ -488,7 +625,7 @@ mod tests {
             let store_all = crate::solve::solve(&chain, u64::MAX / 8, crate::solve::Algorithm::StoreAll, &opts);
             let store_all = store_all.unwrap().replay;
             for k in 1..=4usize {
-                let hi = store_all.rank_peak(k) + 2;
+                let hi = store_all.rank_peak(k).unwrap() + 2;
                 for i in 0..8u64 {
                     let budget = lo - 1 + (hi - lo + 1) * i / 7;
                     cases += 1;
@@ -503,7 +640,7 @@ mod tests {
                                 "{chain:?} at {budget}, k {k}: {time} vs {w}"
                             );
                             let r = simulate(&chain, ops).unwrap();
-                            assert!(r.rank_peak(k) <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
+                            assert!(r.rank_peak(k).unwrap() <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
                             assert!((r.makespan - time).abs() <= 1e-9 * time.max(1.0));
                             if k == 1 {
                                 assert_eq!(fastest(&chain, budget).map(|f| f.0), Some(*time));

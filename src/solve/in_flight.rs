@@ -181,10 +181,11 @@ pub(crate) struct Spine {
 }
 
 /// The rank's memory bound for a spine point of F(1): (n - 1)(w_a^0 + r) +
-/// w_a^0 + N, saturating.
-fn rank_memory<H>(input: usize, p: &Point<H>, in_flight: usize) -> usize {
-    let residue = input.saturating_add(p.residue);
-    residue.saturating_mul(in_flight - 1).saturating_add(input).saturating_add(p.need)
+/// w_a^0 + N; `None` past `usize::MAX`, which no capacity holds (issue 36:
+/// saturated, it fitted a capacity of `usize::MAX`).
+fn rank_memory<H>(input: usize, p: &Point<H>, in_flight: usize) -> Option<usize> {
+    let residue = input.checked_add(p.residue)?;
+    residue.checked_mul(in_flight - 1)?.checked_add(input)?.checked_add(p.need)
 }
 
 /// The fastest point of a top front whose rank memory with `in_flight`
@@ -193,7 +194,7 @@ fn rank_memory<H>(input: usize, p: &Point<H>, in_flight: usize) -> usize {
 fn best_of<H>(front: &[Point<H>], input: usize, capacity: usize, in_flight: usize) -> Option<(f64, usize)> {
     let mut best: Option<(f64, usize)> = None;
     for (i, p) in front.iter().enumerate() {
-        if rank_memory(input, p, in_flight) <= capacity && best.is_none_or(|b| p.time < b.0) {
+        if rank_memory(input, p, in_flight).is_some_and(|m| m <= capacity) && best.is_none_or(|b| p.time < b.0) {
             best = Some((p.time, i));
         }
     }
@@ -277,9 +278,9 @@ impl Spine {
     }
 
     /// The smallest rank memory of any point of F(1) with `in_flight`
-    /// micro-batches. O(|F(1)|).
+    /// micro-batches (`None` when every point's is past `usize::MAX`). O(|F(1)|).
     fn min_memory(&self, in_flight: usize) -> Option<usize> {
-        self.fronts[1].iter().map(|p| rank_memory(self.input, p, in_flight)).min()
+        self.fronts[1].iter().filter_map(|p| rank_memory(self.input, p, in_flight)).min()
     }
 
     /// The operations of point `index` of F(1). O(L) per F_all or F_ck.
@@ -706,7 +707,8 @@ pub(crate) fn persistent(
 pub(crate) fn min_budget(chain: &Chain, in_flight: usize, opts: &SolveOptions) -> Option<u64> {
     let slots = opts.slots.get();
     let peak = dp::min_peak_exact::<dp::Persistent>(chain);
-    let lower = peak.saturating_add(chain.output_size(0).saturating_mul(in_flight as u64 - 1));
+    // Every residue holds a^0: past u64::MAX bytes, no budget works.
+    let lower = chain.output_size(0).checked_mul(in_flight as u64 - 1)?.checked_add(peak)?;
     let upper = peak.saturating_mul(in_flight as u64);
     let limit = exact::limit(opts, || exact::fronts_limit(chain, upper, slots));
     if let Ok(fronts) = Fronts::build_guarded(chain, upper, limit, exact::work_limit(opts), f64::INFINITY)
@@ -723,8 +725,8 @@ pub(crate) fn min_budget(chain: &Chain, in_flight: usize, opts: &SolveOptions) -
 
 /// `auto` with micro-batches in flight runs exhaustive search only on
 /// chains of at most this many stages (options counted as
-/// [`exhaustive::equivalent_stages`] does): it searches once per residue a
-/// schedule can have, tens to hundreds of times a plain search.
+/// [`exhaustive::equivalent_stages`] does): its states keep several labels
+/// (time with the peak so far or the residue), a few times a plain search.
 pub const AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES: usize = 6;
 
 /// [`crate::solve::solve`] with `opts.in_flight` > 1 micro-batches in flight:
@@ -817,7 +819,7 @@ fn auto(chain: &Chain, budget: u64, opts: &SolveOptions) -> Result<Solution, Sol
     if equivalent <= AUTO_IN_FLIGHT_EXHAUSTIVE_STAGES {
         let mut solution = solve(chain, budget, Algorithm::Exhaustive, opts)?;
         solution.reason = Some(format!(
-            "{} stages, {k} micro-batches in flight: exact search over every memory state, once per residue, is cheap",
+            "{} stages, {k} micro-batches in flight: exact search over every memory state and residue is cheap",
             chain.len()
         ));
         return Ok(solution);
@@ -880,7 +882,7 @@ fn baseline_in_flight(
     let attempt = |b: u64| -> Result<(Option<bool>, Option<Solution>), SolveError> {
         match crate::solve::solve(chain, b, algorithm, &plain) {
             Ok(s) => {
-                let fits = s.replay.rank_peak(k) <= budget;
+                let fits = s.replay.rank_peak(k).is_some_and(|m| m <= budget);
                 Ok((Some(fits), fits.then_some(s)))
             }
             Err(SolveError::Infeasible { .. }) => Ok((None, None)),
@@ -934,17 +936,9 @@ fn baseline_in_flight(
 }
 
 /// The smallest budget at which exhaustive search finds a schedule with
-/// `in_flight` micro-batches: bisection between the smallest peak of any
-/// schedule (a lower bound) and `in_flight` times it (met by that schedule,
-/// whose residue is at most its peak). O(log M) searches.
+/// `in_flight` micro-batches ([`exhaustive::min_peak_in_flight`]).
 fn exhaustive_min_budget(chain: &Chain, in_flight: usize) -> Option<u64> {
-    let (peak, _) = exhaustive::min_peak(chain);
-    let (mut lo, mut hi) = (peak - 1, peak.saturating_mul(in_flight as u64));
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if exhaustive::fastest_in_flight(chain, mid, in_flight).is_some() { hi = mid } else { lo = mid }
-    }
-    Some(hi)
+    exhaustive::min_peak_in_flight(chain, in_flight)
 }
 
 /// [`crate::solve::min_budget`] with `opts.in_flight` > 1: exact for
@@ -1002,7 +996,7 @@ mod tests {
             let store_all = crate::solve::solve(&chain, u64::MAX / 8, crate::solve::Algorithm::StoreAll, &opts);
             let store_all = store_all.unwrap().replay;
             for k in 1..=4usize {
-                let hi = store_all.rank_peak(k) + 2;
+                let hi = store_all.rank_peak(k).unwrap() + 2;
                 for i in 0..8u64 {
                     let budget = lo - 1 + (hi - lo + 1) * i / 7;
                     let opts = SolveOptions {
@@ -1022,7 +1016,7 @@ mod tests {
                                 "{chain:?} at {budget}, k {k}: {time} vs {w}"
                             );
                             let r = simulate(&chain, ops).unwrap();
-                            assert!(r.rank_peak(k) <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
+                            assert!(r.rank_peak(k).unwrap() <= budget, "{chain:?} at {budget}, k {k}: {ops:?}");
                             assert!((r.makespan - time).abs() <= 1e-9 * time.max(1.0));
                         }
                         _ => panic!("{chain:?} at {budget}, k {k}: floating {got:?}, nested search {want:?}"),
@@ -1056,7 +1050,7 @@ mod tests {
             if let Some((time, ops)) = got {
                 feasible += 1;
                 let r = simulate(&chain, &ops).unwrap();
-                assert!(r.rank_peak(k) <= budget && (r.makespan - time).abs() <= 1e-9 * time.max(1.0));
+                assert!(r.rank_peak(k).unwrap() <= budget && (r.makespan - time).abs() <= 1e-9 * time.max(1.0));
             }
         }
         assert!(feasible > 100, "{feasible}");

@@ -79,10 +79,11 @@ pub(crate) fn exact_memory(opts: &SolveOptions) -> Result<(), SolveError> {
 
 /// Refuses, before any work, a [`crate::solve::solve`] of `chain` at `budget`
 /// with `algorithm` that would not finish or fit (see the module's limits),
-/// or whose [`exact_memory`] is more than the machine has.
+/// or whose options [`SolveOptions::check`] refuses (an [`exact_memory`]
+/// more than the machine has, too many micro-batches in flight).
 /// `auto` is judged by what it would run. O(L^2) at most.
 pub(crate) fn solve(chain: &Chain, budget: u64, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
-    exact_memory(opts)?;
+    opts.check()?;
     let len = chain.len();
     let m = Slots::new(budget, opts.slots.get()).capacity;
     match algorithm {
@@ -217,7 +218,7 @@ pub fn seconds_for(steps: f64) -> f64 {
 /// budgets with the min-peak pass (L^3 / 6 cells at [`MIN_PEAK_CELL_STEPS`]
 /// steps each) [`min_peak_passes`] times. O(L^2) at most.
 pub(crate) fn min_budget(chain: &Chain, algorithm: Algorithm, opts: &SolveOptions) -> Result<(), SolveError> {
-    exact_memory(opts)?;
+    opts.check()?;
     let len = chain.len();
     let rounds = f64::from(usize::BITS - opts.slots.get().leading_zeros()) + 1.0;
     match algorithm {

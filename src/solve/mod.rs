@@ -37,6 +37,7 @@ pub mod limits;
 mod options;
 pub mod persistent;
 
+pub use crate::schedule::{MAX_IN_FLIGHT, check_in_flight};
 pub use algorithm::Algorithm;
 pub use auto::{
     AUTO_BASELINES, AUTO_EXHAUSTIVE_STAGES, AUTO_FLOATING_BYTES, AUTO_FLOATING_WORK, AutoChoice, auto_choice,
@@ -221,12 +222,15 @@ pub(crate) fn checked_in_flight(
         simulate_within(chain, &ops, budget).map_err(rejected)?
     } else {
         let replay = crate::simulate::simulate(chain, &ops).map_err(rejected)?;
-        let needed = replay.rank_peak(in_flight);
-        if needed > budget {
-            let index = replay.peak_index;
-            return Err(rejected(crate::simulate::SimulateError::OverBudget { index, op: ops[index], needed, budget }));
+        match replay.rank_peak(in_flight) {
+            Some(needed) if needed <= budget => replay,
+            // Over u64::MAX bytes: no budget holds it (reported at the most a u64 says).
+            needed => {
+                let (index, needed) = (replay.peak_index, needed.unwrap_or(u64::MAX));
+                let op = ops[index];
+                return Err(rejected(crate::simulate::SimulateError::OverBudget { index, op, needed, budget }));
+            }
         }
-        replay
     };
     let tolerance = 1e-9 * replay.makespan.abs().max(1.0);
     if (predicted - replay.makespan).abs() > tolerance {

@@ -28,7 +28,7 @@ pub struct SolveOptions<'a> {
     /// Micro-batches a pipeline rank holds at once (issue 28, default 1):
     /// the schedule is planned so that its peak plus `in_flight - 1` times
     /// its residue fits the budget ([`crate::solve::in_flight`]), by every
-    /// algorithm.
+    /// algorithm. At most [`crate::schedule::MAX_IN_FLIGHT`].
     pub in_flight: NonZeroUsize,
 }
 
@@ -48,12 +48,15 @@ impl SolveOptions<'_> {
     /// Checks the options before any chain is seen: an
     /// [`exact_memory`](SolveOptions::exact_memory) more than this machine
     /// can give a solve is refused ([`crate::solve::SolveError::TooLarge`],
-    /// naming the most it allows). Every solve and smallest budget checks
-    /// this itself; a front end that runs several solves (a comparison, a
-    /// sweep) calls it first, so that the refusal is not taken for one
-    /// algorithm's. O(1).
+    /// naming the most it allows), and an
+    /// [`in_flight`](SolveOptions::in_flight) above [`crate::schedule::MAX_IN_FLIGHT`]
+    /// ([`crate::solve::SolveError::Options`]). Every solve and smallest
+    /// budget checks this itself; a front end that runs several solves (a
+    /// comparison, a sweep) calls it first, so that the refusal is not taken
+    /// for one algorithm's. O(1).
     pub fn check(&self) -> Result<(), crate::solve::SolveError> {
-        crate::solve::limits::exact_memory(self)
+        crate::solve::limits::exact_memory(self)?;
+        crate::schedule::check_in_flight(self.in_flight.get(), "in_flight").map_err(crate::solve::SolveError::Options)
     }
 }
 

@@ -76,7 +76,9 @@ fn the_readme_is_a_front_page() {
     let size = std::fs::metadata(repo().join("README.md")).unwrap().len();
     assert!(size <= 15_000, "README.md is {size} bytes: move detail to docs/ (guide, design, results, python)");
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    for needed in ["tools/test-all.sh", "cargo install --path .", "pip install .", "## Worked example", "## Commands"] {
+    for needed in
+        ["tools/test-all.sh", "cargo install --locked --path .", "pip install .", "## Worked example", "## Commands"]
+    {
         assert!(readme.contains(needed), "README.md lacks {needed}");
     }
 }

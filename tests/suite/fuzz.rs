@@ -618,6 +618,531 @@ fn kills_during_writes_lose_nothing_and_leave_nothing() {
     print_counts();
 }
 
+/// Issue 36's surface: a chain file with recording options, transients,
+/// gradients unlike outputs and, now and then, a size near 2^60, valid in
+/// most cases (what pipelines, micro-batches in flight and schedules with
+/// options are fuzzed on).
+fn option_chain_text() -> impl Strategy<Value = String> {
+    let size = prop_oneof![
+        40 => 1u64..2000,
+        4 => 0u64..1,
+        2 => (1u64 << 59)..(1u64 << 60),
+    ];
+    let option = (size.clone(), 0.0f64..3.0, 0u64..300);
+    let stage = (
+        0.0f64..10.0,
+        0.0f64..20.0,
+        size.clone(),
+        0u64..2000,
+        proptest::option::weighted(0.3, size.clone()),
+        0u64..500,
+        0u64..500,
+        proptest::collection::vec(option, 0..3),
+    );
+    (size.clone(), proptest::collection::vec(stage, 1..7), proptest::option::weighted(0.5, (0.0f64..2.0, size)))
+        .prop_map(|(input, stages, loss)| {
+            let stages: Vec<String> = stages
+                .iter()
+                .map(|(f, b, out, extra, grad, of, ob, options)| {
+                    let mut fields = vec![
+                        format!("\"forward_time\": {f}"),
+                        format!("\"backward_time\": {b}"),
+                        format!("\"output_size\": {out}"),
+                        format!("\"saved_size\": {}", out.saturating_add(*extra)),
+                        format!("\"forward_overhead\": {of}"),
+                        format!("\"backward_overhead\": {ob}"),
+                    ];
+                    if let Some(g) = grad {
+                        fields.push(format!("\"gradient_size\": {g}"));
+                    }
+                    if !options.is_empty() {
+                        let options: Vec<String> = options
+                            .iter()
+                            .map(|(saved, r, o)| {
+                                format!(
+                                    "{{\"saved_size\": {}, \"recompute_time\": {r}, \"backward_overhead\": {o}}}",
+                                    out.saturating_add(saved % 1000)
+                                )
+                            })
+                            .collect();
+                        fields.push(format!("\"options\": [{}]", options.join(", ")));
+                    }
+                    format!("{{{}}}", fields.join(", "))
+                })
+                .collect();
+            let loss = loss
+                .map(|(t, size)| {
+                    format!(", \"loss\": {{\"forward_time\": {t}, \"output_size\": {size}, \"saved_size\": {size}}}")
+                })
+                .unwrap_or_default();
+            format!("{{\"name\": \"fuzz\", \"input_size\": {input}, \"stages\": [{}]{loss}}}", stages.join(", "))
+        })
+}
+
+/// What a schedule holds, replayed from the model's rules by hand, apart
+/// from `remat::simulate`: the stages `first..=last` of `chain` (a pipeline
+/// rank; `1..=L` for the whole chain), whose input is a^{first-1} with
+/// gradient delta^{first-1} and whose loss is the chain's on the last rank,
+/// a zero loss elsewhere. Returns (peak, residue): the most bytes while an
+/// operation runs, and the bytes stored just before the first backward.
+/// Only for schedules `remat::simulate` accepted (it panics on others).
+fn hand_replay(chain: &Chain, first: usize, last: usize, ops: &[remat::Op]) -> (u128, u128) {
+    let len = last - first + 1;
+    let n = len + 1;
+    let whole = last == chain.len();
+    // Stage l of the rank (1..=n) is stage first - 1 + l of the chain; its loss is n.
+    let stage = |l: usize| if l == n && !whole { None } else { Some(first - 1 + l) };
+    let output = |l: usize| -> u128 {
+        if l == 0 { chain.output_size(first - 1).into() } else { stage(l).map_or(0, |g| chain.output_size(g).into()) }
+    };
+    let gradient = |l: usize| -> u128 {
+        if l == 0 {
+            chain.gradient_size(first - 1).into()
+        } else {
+            stage(l).map_or(0, |g| chain.gradient_size(g).into())
+        }
+    };
+    let recording = |l: usize, o: usize| stage(l).map(|g| chain.recording(g, o));
+    let forward_overhead = |l: usize| -> u128 { stage(l).map_or(0, |g| chain.forward_overhead(g).into()) };
+    // held[l]: None absent, Some(None) plain, Some(Some(o)) saved with option o.
+    let mut held: Vec<Option<Option<usize>>> = vec![None; n + 1];
+    held[0] = Some(None);
+    let mut grad = n;
+    let stored = |held: &[Option<Option<usize>>], grad: usize| -> u128 {
+        let mut total = gradient(grad);
+        for (l, h) in held.iter().enumerate() {
+            total += match h {
+                None => 0,
+                Some(None) => output(l),
+                Some(Some(o)) => recording(l, *o).map_or(0, |r| r.saved_size.into()),
+            };
+        }
+        total
+    };
+    let (mut peak, mut residue) = (stored(&held, grad), None);
+    for &op in ops {
+        let base = stored(&held, grad);
+        let during = match op {
+            remat::Op::FNone(l) => {
+                assert_eq!(held[l - 1], Some(None), "{op}");
+                held[l - 1] = None;
+                held[l] = Some(None);
+                base + output(l) + forward_overhead(l)
+            }
+            remat::Op::FCk(l) => {
+                held[l] = Some(None);
+                base + output(l) + forward_overhead(l)
+            }
+            remat::Op::FAll(l, o) => {
+                held[l] = Some(Some(o));
+                let r = recording(l, o);
+                base + r.map_or(0, |r| u128::from(r.saved_size) + u128::from(r.forward_overhead))
+            }
+            remat::Op::B(l) => {
+                assert_eq!(l, grad, "{op}");
+                if residue.is_none() {
+                    residue = Some(base);
+                }
+                let Some(Some(o)) = held[l] else { panic!("{op} without abar^{l}") };
+                let r = recording(l, o);
+                held[l] = None;
+                if held[l - 1] == Some(None) {
+                    held[l - 1] = None;
+                }
+                grad = l - 1;
+                base + gradient(l - 1) + r.map_or(0, |r| u128::from(r.backward_overhead))
+            }
+        };
+        peak = peak.max(during);
+    }
+    (peak, residue.unwrap_or(0))
+}
+
+/// A count of micro-batches: ordinary, the largest allowed, or past it.
+fn micro_batches(pick: u8) -> u64 {
+    let max = remat::solve::MAX_IN_FLIGHT as u64;
+    [1, 2, 3, 4, 8, 2, 3, 0, max, max + 1, u64::MAX][pick as usize % 11]
+}
+
+/// Issue 36: pipelines. Every plan of `remat::report::pipeline::plan` on a
+/// generated chain, split and micro-batch count: each rank's schedule
+/// replayed by hand on the rank's stages (its input's gradient the previous
+/// stage's) has the peak and residue the planner says, and its rank peak,
+/// recomputed exactly, is within the rank's budget; every 12th also through
+/// `remat pipeline --json`, whose ranks are checked the same way (exit 0,
+/// 1 or 2, never a panic).
+#[test]
+fn pipelines_keep_the_promise() {
+    use remat::report::pipeline::{PipelineSchedule, balanced_split, plan};
+    let dir = tempfile::tempdir().unwrap();
+    let n = (cases() / 20).max(1);
+    let strategy = (option_chain_text(), 1usize..5, any::<u8>(), any::<bool>(), 0u8..6, 0.0f64..1.5, any::<u8>());
+    let mut runner = runner(n, 36);
+    runner
+        .run(&strategy, |(text, ranks, pick, gpipe, memory_pick, frac, sample)| {
+            let start = Instant::now();
+            let Ok(chain) = Chain::from_json(&text) else {
+                count("pipeline: chain rejected at read (exit 2)");
+                return Ok(());
+            };
+            let ranks = ranks.min(chain.len());
+            let m = micro_batches(pick);
+            let schedule = if gpipe { PipelineSchedule::GPipe } else { PipelineSchedule::OneFOneB };
+            let split = balanced_split(&chain, ranks).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let opts = SolveOptions::default();
+            let budgets: Option<Vec<u64>> = match memory_pick {
+                0 => Some(vec![0]),
+                1 => Some(vec![u64::MAX]),
+                2 | 3 => None,
+                _ => Some(vec![(reference_peak(&chain) as f64 * frac) as u64]),
+            };
+            let m_usize = usize::try_from(m).unwrap_or(usize::MAX);
+            match plan(&chain, &split, schedule, m_usize, budgets.as_deref(), &opts) {
+                Err(e) => {
+                    prop_assert!(!e.to_string().is_empty());
+                    count("pipeline: refused (micro-batches out of range or a bad split, exit 2)");
+                }
+                Ok(p) => {
+                    for (k, r) in p.ranks.iter().enumerate() {
+                        let (first, last) = (*r.stages.start(), *r.stages.end());
+                        let expect = schedule.in_flight(k, ranks, m_usize);
+                        prop_assert_eq!(r.in_flight, expect);
+                        let others = r.in_flight as u128 - 1;
+                        let e = &r.every_block;
+                        let (peak, residue) = hand_replay(&chain, first, last, &e.schedule.operations);
+                        prop_assert_eq!(peak, u128::from(e.replay.peak_memory), "every block, rank {}\n{}", k, text);
+                        prop_assert_eq!(residue, u128::from(e.replay.residue()));
+                        match &r.remat {
+                            Ok(s) => {
+                                let (peak, residue) = hand_replay(&chain, first, last, &s.schedule.operations);
+                                prop_assert_eq!(peak, u128::from(s.replay.peak_memory), "rank {}\n{}", k, text);
+                                let rank_peak = peak + others * residue;
+                                prop_assert!(rank_peak <= u128::from(p.budgets[k]), "rank {k}: {rank_peak}\n{text}");
+                                count("pipeline: rank planned, rank peak recomputed within its budget");
+                            }
+                            Err(SolveError::Infeasible { .. }) => {
+                                count("pipeline: rank infeasible at its budget (exit 1)")
+                            }
+                            Err(e @ (SolveError::Rejected { .. } | SolveError::Mispredicted { .. })) => {
+                                prop_assert!(false, "rank {k}: {e}\n{text}");
+                            }
+                            Err(_) => count("pipeline: rank refused (too large, exit 2)"),
+                        }
+                    }
+                }
+            }
+            if sample % 12 == 0 {
+                let path = dir.path().join("chain.json");
+                std::fs::write(&path, &text).unwrap();
+                let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"));
+                cmd.args(["pipeline", path.to_str().unwrap(), "--json", "--ranks", &ranks.to_string()]).args([
+                    "--micro-batches",
+                    &m.to_string(),
+                    "--schedule",
+                    if gpipe { "gpipe" } else { "1f1b" },
+                ]);
+                if let Some(b) = &budgets {
+                    cmd.arg(format!("--memory={}", b[0]));
+                }
+                let out = cmd.output().unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let code = out.status.code();
+                prop_assert!(matches!(code, Some(0..=2)), "exit {code:?}: {stderr}\n{text}");
+                prop_assert!(!stderr.contains("panicked"), "{stderr}");
+                if code != Some(2) {
+                    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                    for r in v["ranks"].as_array().unwrap() {
+                        if r["plan"]["status"] != "solved" {
+                            continue;
+                        }
+                        let ops: Vec<remat::Op> =
+                            serde_json::from_value(r["plan"]["schedule"]["operations"].clone()).unwrap();
+                        let (first, last) =
+                            (r["first_stage"].as_u64().unwrap() as usize, r["last_stage"].as_u64().unwrap() as usize);
+                        let (peak, residue) = hand_replay(&chain, first, last, &ops);
+                        let rank_peak = peak + (r["in_flight"].as_u64().unwrap() as u128 - 1) * residue;
+                        prop_assert_eq!(r["plan"]["rank_peak"].as_u64().map(u128::from), Some(rank_peak), "{}", text);
+                        prop_assert!(rank_peak <= u128::from(r["budget"].as_u64().unwrap()));
+                    }
+                    count(format!("pipeline binary: exit {}, ranks recomputed", code.unwrap()));
+                } else {
+                    prop_assert!(stderr.contains("error: "), "{stderr}");
+                    count("pipeline binary: exit 2 with an error message");
+                }
+            }
+            prop_assert!(start.elapsed() < HANG, "{:?}\n{text}", start.elapsed());
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+/// Store-all's peak of `chain`, by hand (every forward recorded, then every
+/// backward), saturated to a u64 for picking budgets.
+fn reference_peak(chain: &Chain) -> u64 {
+    let n = chain.len() + 1;
+    let ops: Vec<remat::Op> = (1..=n).map(|l| remat::Op::FAll(l, 0)).chain((1..=n).rev().map(remat::Op::B)).collect();
+    u64::try_from(hand_replay(chain, 1, chain.len(), &ops).0).unwrap_or(u64::MAX)
+}
+
+/// Issue 36: micro-batches in flight. Every algorithm with 1 to 8
+/// micro-batches in flight (and counts past the limit) on generated chains
+/// with options: a schedule's rank peak, recomputed by hand, is within the
+/// budget and the schedule records its residue; an infeasible verdict names
+/// a budget that then works. Every 25th also through the binary: `remat
+/// solve --in-flight`, then `remat simulate` and `remat show` of the file it
+/// wrote, which must print that rank peak (and exit 1 one byte below it).
+#[test]
+fn in_flight_plans_keep_the_promise() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = (cases() / 10).max(1);
+    let strategy = (option_chain_text(), any::<u8>(), any::<u8>(), 0.0f64..1.3, any::<u8>());
+    let mut runner = runner(n, 37);
+    runner
+        .run(&strategy, |(text, alg, pick, frac, sample)| {
+            let start = Instant::now();
+            let Ok(chain) = Chain::from_json(&text) else {
+                count("in flight: chain rejected at read (exit 2)");
+                return Ok(());
+            };
+            let alg = algorithm(alg);
+            // Exhaustive search on the longest of these chains with options takes seconds.
+            if alg == Algorithm::Exhaustive && remat::solve::exhaustive::equivalent_stages(&chain) > 8 {
+                count("in flight: skipped, exhaustive search on a large state space");
+                return Ok(());
+            }
+            let k = micro_batches(pick);
+            let Some(k) = usize::try_from(k).ok().and_then(std::num::NonZeroUsize::new) else {
+                count("in flight: zero micro-batches, refused by the front ends (exit 2)");
+                return Ok(());
+            };
+            let budget = (reference_peak(&chain) as f64 * frac * (k.get().min(4) as f64)) as u64;
+            let opts = SolveOptions { in_flight: k, ..SolveOptions::default() };
+            let others = k.get() as u128 - 1;
+            match remat::solve(&chain, budget, alg, &opts) {
+                Ok(sol) => {
+                    let (peak, residue) = hand_replay(&chain, 1, chain.len(), &sol.schedule.operations);
+                    prop_assert_eq!(peak, u128::from(sol.schedule.peak_memory), "{}\n{}", alg, text);
+                    prop_assert!(peak + others * residue <= u128::from(budget), "{alg} over {budget}\n{text}");
+                    prop_assert_eq!(sol.schedule.in_flight, k.get());
+                    if k.get() > 1 {
+                        prop_assert_eq!(sol.schedule.residue.map(u128::from), Some(residue));
+                    }
+                    count("in flight: solved, rank peak recomputed within budget (exit 0)");
+                }
+                Err(SolveError::Infeasible { min_budget: Some(m), .. }) => {
+                    prop_assert!(m > budget, "{alg}: {m} not above {budget}\n{text}");
+                    match remat::solve(&chain, m, alg, &opts) {
+                        Ok(sol) => {
+                            let (peak, residue) = hand_replay(&chain, 1, chain.len(), &sol.schedule.operations);
+                            prop_assert!(peak + others * residue <= u128::from(m));
+                            count("in flight: infeasible, named budget works (exit 1)");
+                        }
+                        Err(e) => prop_assert!(false, "{alg} with {k} in flight: named {m} fails: {e}\n{text}"),
+                    }
+                }
+                Err(SolveError::Infeasible { min_budget: None, .. }) => {
+                    count("in flight: infeasible, no budget works (exit 1)");
+                }
+                Err(e @ (SolveError::Rejected { .. } | SolveError::Mispredicted { .. })) => {
+                    prop_assert!(false, "{alg} at {budget} with {k} in flight: {e}\n{text}");
+                }
+                Err(e) => {
+                    prop_assert!(!e.to_string().is_empty());
+                    count("in flight: refused (too many micro-batches or too large, exit 2)");
+                }
+            }
+            if sample % 25 == 0 {
+                check_in_flight_binary(dir.path(), &text, &chain, alg, k.get(), budget)?;
+            }
+            prop_assert!(start.elapsed() < HANG, "{:?}\n{text}", start.elapsed());
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
+/// `remat solve --in-flight K --json -o s.json`, then `remat simulate` and
+/// `remat show` of s.json: the rank peak they print is the hand replay's,
+/// within the budget, and one byte less is exit 1.
+fn check_in_flight_binary(
+    dir: &std::path::Path,
+    text: &str,
+    chain: &Chain,
+    alg: Algorithm,
+    k: usize,
+    budget: u64,
+) -> Result<(), TestCaseError> {
+    let path = dir.join("chain.json");
+    let schedule = dir.join("s.json");
+    let _ = std::fs::remove_file(&schedule);
+    std::fs::write(&path, text).unwrap();
+    let run = |args: &[String]| {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("remat")).args(args).output().unwrap()
+    };
+    let chain_arg = path.to_str().unwrap().to_string();
+    let out = run(&[
+        "solve".into(),
+        chain_arg.clone(),
+        "--json".into(),
+        "-a".into(),
+        alg.name().into(),
+        format!("--memory={budget}"),
+        format!("--in-flight={k}"),
+        "-o".into(),
+        schedule.to_str().unwrap().into(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    prop_assert!(matches!(out.status.code(), Some(0..=2)) && !stderr.contains("panicked"), "{stderr}\n{text}");
+    if out.status.code() != Some(0) {
+        count(format!("in flight binary: solve exit {}", out.status.code().unwrap()));
+        return Ok(());
+    }
+    let ops = remat::schedule::parse_operations(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    let (peak, residue) = hand_replay(chain, 1, chain.len(), &ops);
+    let rank_peak = peak + (k as u128 - 1) * residue;
+    let sched_arg = schedule.to_str().unwrap().to_string();
+    let simulate =
+        run(&["simulate".into(), chain_arg.clone(), sched_arg.clone(), format!("--memory={budget}"), "--json".into()]);
+    prop_assert_eq!(simulate.status.code(), Some(0), "{}", String::from_utf8_lossy(&simulate.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&simulate.stdout).unwrap();
+    prop_assert_eq!(v["rank_peak"].as_u64().map(u128::from), Some(rank_peak));
+    prop_assert_eq!(v["in_flight"].as_u64(), Some(k as u64));
+    prop_assert_eq!(&v["within_budget"], &serde_json::Value::Bool(true));
+    let show = run(&["show".into(), chain_arg.clone(), sched_arg.clone(), "--json".into()]);
+    prop_assert_eq!(show.status.code(), Some(0), "{}", String::from_utf8_lossy(&show.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    prop_assert_eq!(v["rank_peak"].as_u64().map(u128::from), Some(rank_peak));
+    if rank_peak > 0 {
+        let below = run(&["simulate".into(), chain_arg, sched_arg, format!("--memory={}", rank_peak - 1)]);
+        prop_assert_eq!(below.status.code(), Some(1), "{}", String::from_utf8_lossy(&below.stderr));
+    }
+    count("in flight binary: solve, simulate and show agree on the rank peak");
+    Ok(())
+}
+
+/// Issue 36: `simulate` and `show` of schedules with recording options
+/// (`F_all^3[1]`), runs, hostile tokens and micro-batch counts, given as
+/// the argument itself (notation) or as a file, on generated chains with
+/// options: exit 0, 1 or 2, never a panic; a valid schedule's peak is the
+/// hand replay's, its rank peak the hand replay's, and `within_budget` says
+/// whether that fits.
+#[test]
+fn schedules_with_options_and_micro_batches_through_simulate_and_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = (cases() / 20).max(1);
+    let token = prop_oneof![
+        30 => (1usize..8, 0usize..4).prop_map(|(l, o)| if o == 0 { format!("F_all^{l}") } else { format!("F_all^{l}[{o}]") }),
+        20 => (1usize..8).prop_map(|l| format!("F_ck^{l}")),
+        20 => (1usize..8).prop_map(|l| format!("F_none^{l}")),
+        30 => (1usize..8).prop_map(|l| format!("B^{l}")),
+        10 => (1usize..8, 1usize..8).prop_map(|(a, b)| format!("F_all^{a}..{b}")),
+        10 => (1usize..8, 1usize..8).prop_map(|(a, b)| format!("B^{a}..{b}")),
+        1 => Just("F_all^2[18446744073709551615]".to_string()),
+        1 => Just("junk".to_string()),
+    ];
+    let strategy = (
+        option_chain_text(),
+        proptest::collection::vec(token, 0..20),
+        any::<u8>(),
+        0.0f64..2.0,
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let mut runner = runner(n, 38);
+    runner
+        .run(&strategy, |(text, tokens, pick, frac, store_all, as_file)| {
+            let Ok(chain) = Chain::from_json(&text) else {
+                count("simulate/show: chain rejected at read (exit 2)");
+                return Ok(());
+            };
+            // Half the cases: store-all with each stage's last option, always valid.
+            let notation = if store_all {
+                let n = chain.len() + 1;
+                let mut t: Vec<String> = (1..=n).map(|l| format!("F_all^{l}[{}]", chain.option_count(l) - 1)).collect();
+                t.extend((1..=n).rev().map(|l| format!("B^{l}")));
+                t.join(" ").replace("[0]", "")
+            } else {
+                tokens.join(" ")
+            };
+            let k = micro_batches(pick);
+            let library = remat::schedule::parse_operations(&notation)
+                .ok()
+                .and_then(|ops| remat::simulate(&chain, &ops).ok().map(|r| (ops, r)));
+            let hand = library.as_ref().map(|(ops, r)| {
+                let (peak, residue) = hand_replay(&chain, 1, chain.len(), ops);
+                assert_eq!(peak, u128::from(r.peak_memory), "{notation}\n{text}");
+                assert_eq!(residue, u128::from(r.residue()), "{notation}\n{text}");
+                (peak, residue)
+            });
+            // Around the rank peak when the schedule is valid (either side of
+            // it), else around store-all's peak.
+            let around = hand.map_or(u128::from(reference_peak(&chain)), |(peak, residue)| {
+                peak + u128::from(k.clamp(1, 1 << 20) - 1) * residue
+            });
+            let budget = u64::try_from((around as f64 * (0.5 + frac / 2.0)) as u128).unwrap_or(u64::MAX);
+            let path = dir.path().join("chain.json");
+            std::fs::write(&path, &text).unwrap();
+            let schedule_arg = if as_file {
+                let s = dir.path().join("s.txt");
+                std::fs::write(&s, &notation).unwrap();
+                s.to_str().unwrap().to_string()
+            } else {
+                notation.clone()
+            };
+            for command in ["simulate", "show"] {
+                let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("remat"))
+                    .args([command, path.to_str().unwrap(), &schedule_arg, "--json"])
+                    .arg(format!("--memory={budget}"))
+                    .arg(format!("--in-flight={k}"))
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let code = out.status.code();
+                prop_assert!(matches!(code, Some(0..=2)), "{command} exit {code:?}: {stderr}\n{notation}\n{text}");
+                prop_assert!(!stderr.contains("panicked"), "{stderr}");
+                let valid_k = (1..=remat::solve::MAX_IN_FLIGHT as u64).contains(&k);
+                match (hand, code) {
+                    (Some((peak, residue)), Some(0 | 1)) if !schedule_arg.is_empty() => {
+                        prop_assert!(valid_k, "{command} took --in-flight {k}");
+                        let rank_peak = peak + (k as u128 - 1) * residue;
+                        let fits = rank_peak <= u128::from(budget);
+                        prop_assert_eq!(
+                            code == Some(0),
+                            fits,
+                            "{} at {}: {}\n{}\n{}",
+                            command,
+                            budget,
+                            stderr,
+                            notation,
+                            text
+                        );
+                        if !out.stdout.is_empty() {
+                            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                            prop_assert_eq!(
+                                v["rank_peak"].as_u64().map(u128::from),
+                                u64::try_from(rank_peak).ok().map(u128::from)
+                            );
+                        }
+                        count(format!("{command}: valid, rank peak recomputed, exit {}", code.unwrap()));
+                    }
+                    (_, Some(2)) => {
+                        prop_assert!(stderr.contains("error: "), "{stderr}");
+                        prop_assert!(
+                            hand.is_none() || !valid_k || schedule_arg.is_empty(),
+                            "{command} refused a valid schedule: {stderr}\n{notation}"
+                        );
+                        count(format!("{command}: refused (invalid schedule or count, exit 2)"));
+                    }
+                    _ => prop_assert!(false, "{command} exit {code:?} for {hand:?}: {stderr}\n{notation}\n{text}"),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    print_counts();
+}
+
 fn print_counts() {
     let counts = COUNTS.lock().unwrap();
     let total: u64 = counts.values().sum();

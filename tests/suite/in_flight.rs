@@ -67,7 +67,7 @@ fn check_chain(chain: &Chain) -> (usize, usize, usize) {
                             "{chain:?} at {budget}, k {k}: {} vs {b}",
                             s.schedule.makespan
                         );
-                        assert!(s.replay.rank_peak(k) <= budget);
+                        assert!(s.replay.rank_peak(k).unwrap() <= budget);
                         assert_eq!(s.schedule.in_flight, k);
                         assert_eq!(s.schedule.residue, (k > 1).then(|| s.replay.residue()));
                     }
@@ -132,7 +132,7 @@ fn exhaustive_is_never_slower_than_persistent() {
                 let e = solve(&chain, budget, Algorithm::Exhaustive, &opts).unwrap();
                 let a = solve(&chain, budget, Algorithm::Auto, &opts).unwrap();
                 assert!(e.schedule.makespan <= p.schedule.makespan + 1e-9, "{chain:?} at {budget}, k {k}");
-                assert!(e.replay.rank_peak(k) <= budget && a.replay.rank_peak(k) <= budget);
+                assert!(e.replay.rank_peak(k).unwrap() <= budget && a.replay.rank_peak(k).unwrap() <= budget);
                 assert_eq!(a.schedule.makespan, e.schedule.makespan);
                 cases += 1;
                 faster += usize::from(e.schedule.makespan < p.schedule.makespan - 1e-9);
@@ -151,7 +151,7 @@ fn auto_is_never_slower_than_the_baselines() {
         let chain = network_like(seed, 14 + 3 * seed as usize);
         let store_all = solve(&chain, u64::MAX / 8, Algorithm::StoreAll, &SolveOptions::default()).unwrap();
         for k in [2usize, 4] {
-            let full = store_all.replay.rank_peak(k);
+            let full = store_all.replay.rank_peak(k).unwrap();
             for frac in [0.3, 0.5, 0.8] {
                 let budget = (full as f64 * frac) as u64;
                 let opts = SolveOptions { in_flight: in_flight(k), ..SolveOptions::default() };
@@ -165,10 +165,10 @@ fn auto_is_never_slower_than_the_baselines() {
                     }
                     Err(e) => panic!("{e}"),
                 };
-                assert!(auto.replay.rank_peak(k) <= budget);
+                assert!(auto.replay.rank_peak(k).unwrap() <= budget);
                 for &b in AUTO_BASELINES {
                     if let Ok(base) = solve(&chain, budget, b, &opts) {
-                        assert!(base.replay.rank_peak(k) <= budget, "{b}");
+                        assert!(base.replay.rank_peak(k).unwrap() <= budget, "{b}");
                         assert!(auto.schedule.makespan <= base.schedule.makespan + 1e-9, "{b} at {frac}, k {k}");
                     }
                 }
@@ -204,12 +204,12 @@ fn floating_in_flight_is_never_slower_than_persistent() {
         let chain = network_like(seed, 16);
         let store_all = solve(&chain, u64::MAX / 8, Algorithm::StoreAll, &SolveOptions::default()).unwrap();
         for k in [2usize, 3] {
-            let budget = store_all.replay.rank_peak(k) / 3;
+            let budget = store_all.replay.rank_peak(k).unwrap() / 3;
             let opts = SolveOptions { in_flight: in_flight(k), ..SolveOptions::default() };
             let p = solve(&chain, budget, Algorithm::Persistent, &opts).unwrap();
             let f = solve(&chain, budget, Algorithm::Floating, &opts).unwrap();
             let a = solve(&chain, budget, Algorithm::Auto, &opts).unwrap();
-            assert!(f.replay.rank_peak(k) <= budget && a.replay.rank_peak(k) <= budget);
+            assert!(f.replay.rank_peak(k).unwrap() <= budget && a.replay.rank_peak(k).unwrap() <= budget);
             assert!(f.schedule.makespan <= p.schedule.makespan, "seed {seed}, k {k}");
             assert!(a.schedule.makespan <= f.schedule.makespan, "seed {seed}, k {k}");
             assert!(a.reason.as_deref().unwrap().contains("floating DP"), "{:?}", a.reason);

@@ -29,6 +29,7 @@ mod graph_real;
 mod graph_time_limit;
 mod hardening;
 mod hardening3;
+mod hardening4;
 mod in_flight;
 mod joint_cli;
 mod joint_fixtures;
