@@ -71,7 +71,9 @@ def main() -> None:
                     )
                     print(f"    {plan.schedule}")
                     schedules.append(str(plan.schedule))
-                print(f"{name} at {share:.0%}: {'the same schedule' if len(set(schedules)) == 1 else 'schedules differ'}")
+                print(
+                    f"{name} at {share:.0%}: {'the same schedule' if len(set(schedules)) == 1 else 'schedules differ'}"
+                )
     finally:
         for p in busy:
             p.kill()

@@ -282,7 +282,7 @@ def test_gradients_equal_compiled_plain_training(make: Callable[[], nn.Module], 
             close(q.grad, p.grad, n)
     assert plan.compiled
     assert recomputes(plan), plan.explain()
-    assert "compiled" in plan.explain()
+    assert "compiled" in plan.explain() or "inside torch.compile's graph" in plan.explain()
 
 
 def test_eager_and_compiled_forwards_get_plans_of_their_own() -> None:
@@ -436,3 +436,74 @@ def test_semantics_with_compiled_blocks(
     if "apply(" in inspect.getsource(test) or "applied(" in inspect.getsource(test):
         ran = [p for p in applied if p.schedule is not None]
         assert all(p.compiled for p in ran)
+
+
+# -- plans that run inside torch.compile's graph -------------------------------------
+
+
+def in_graph_plan(make: Callable[[], nn.Module], memory: int | str) -> tuple[nn.Module, Any, rt.AppliedPlan]:
+    model = make()
+    plan = rt.apply(model, memory=memory)
+    run = torch.compile(model)
+    # Profile (and compile), measure the parts outside the stack, then the
+    # first in-graph step measures its own peak; from the fifth on it stays.
+    for _ in range(5):
+        step(run, model)
+    return model, run, plan
+
+
+def test_a_plan_that_records_every_block_runs_inside_the_graph_without_a_break(eager_random: None) -> None:
+    # Storing everything records every block (option 0): whatever the profile
+    # measured, it is the fastest plan, and it runs as torch.compile's own graph.
+    from torch._dynamo.utils import counters
+
+    model, run, plan = in_graph_plan(llama, 1 << 40)
+    assert plan._in_graph and plan._verified is not None and plan._verified[0] <= plan._verified[1]
+    assert "inside torch.compile's graph" in plan.explain()
+    plain = llama()
+    compiled_plain = torch.compile(plain)
+    counters.clear()
+    for seed in (1, 2):
+        want = step(compiled_plain, plain, seed)
+        got = step(run, model, seed)
+        close(got, want, "loss")
+        for (n, p), q in zip(plain.named_parameters(), model.parameters()):
+            assert p.grad is not None and q.grad is not None, n
+            close(q.grad, p.grad, n)
+    assert sum(counters["graph_break"].values()) == 0
+
+
+def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
+    from torch_models import steady_profiles
+
+    store_all = llama()
+    rt.apply(store_all, memory=1 << 40)
+    run = torch.compile(store_all)
+    for _ in range(3):
+        step(run, store_all)
+    whole = measured_step(run, store_all)
+    with steady_profiles():  # fixed times: the same plan on any machine
+        model, run, plan = in_graph_plan(llama, int(0.8 * whole))
+    assert plan._in_graph, plan.explain()
+    numel = next(iter(plan._in_graph))
+    options, _ = plan._in_graph[numel]
+    assert any(options), plan.explain()  # some block is recorded under a policy, inside the graph
+    predicted, budget = plan.peak_memory, plan._verified[1] if plan._verified else None
+    assert predicted is not None and budget is not None
+    for _ in range(2):
+        peak = measured_step(run, model)
+        assert peak <= budget, (peak, budget)
+        assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+
+
+def test_an_in_graph_plan_over_its_budget_goes_back_to_the_executor() -> None:
+    model, run, plan = in_graph_plan(llama, 1 << 40)
+    assert plan._in_graph
+    # As if the graph had held more than the step's budget on its first step.
+    plan._verifying = True
+    step(run, model)  # measured
+    plan._verified_in_graph(1 << 50)
+    assert not plan._in_graph and plan._in_graph_refused
+    step(run, model)  # planned again, by remat's executor
+    step(run, model)
+    assert "remat's executor runs the blocks" in plan.explain()

@@ -38,17 +38,18 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.checkpoint import checkpoint
 
 import remat
 
 from .budget import auto_budget
 from .budget import format_bytes as _fmt
-from .compiled import CompiledBlocks, compile_options, own_code
+from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .memory import AllocatorTrace, LiveBytes
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import _signature, profile_calls
-from .stages import Call
+from .stages import Call, carried_output
 
 __all__ = ["AppliedPlan", "apply", "find_blocks"]
 
@@ -131,6 +132,17 @@ def _resolve_blocks(
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
+#: A forward transient no budget holds: the stages' plain forwards made
+#: impossible, for plans that record every block (AppliedPlan._in_graph_plan).
+_NO_PLAIN_FORWARD = 1 << 50
+
+#: How much slower (predicted) a plan that runs inside torch.compile's graph may
+#: be than the fastest plan of all and still be chosen: what it saves by not
+#: running remat's executor between compiled blocks (measured on the Llama shape
+#: of benchmarks/compiled_curve.py: the same options per block ran 4.7-5.9%
+#: faster inside the graph, 2026-11-27).
+_IN_GRAPH_GAIN = 0.05
+
 
 @dataclass
 class _Outside:
@@ -159,8 +171,25 @@ class _Entry:
     uses_rng: list[bool]
     options: list[list[NamedPolicy | None]]
     compiled: bool = False  # the blocks run compiled (the chain measured their compiled variants)
+    in_graph: bool = False  # the model runs under torch.compile: a plan may run inside its graph
     outside: _Outside | None = None
-    by_numel: dict[int, tuple[remat.Chain, remat.Schedule, Executor, int, str]] = field(default_factory=dict)
+    by_numel: dict[int, _Planned] = field(default_factory=dict)
+
+
+@dataclass
+class _Planned:
+    """A solved plan for one number of elements between blocks."""
+
+    chain: remat.Chain
+    schedule: remat.Schedule
+    executor: Executor
+    budget: int  # the stack's
+    note: str  # the budget's arithmetic
+    total: int  # the whole step's budget
+    #: The option each block is recorded with, where the plan runs inside
+    #: torch.compile's graph (every block recorded in the forward: see
+    #: AppliedPlan._in_graph_plan); None where remat's executor runs it.
+    in_graph: tuple[int, ...] | None = None
 
 
 class AppliedPlan:
@@ -223,8 +252,15 @@ class AppliedPlan:
         self._last: tuple[_Entry, int, torch.device] | None = None
         self._step: Step | None = None
         self._executor: Executor | None = None
-        self._measure: _Measure | _TracedMeasure | None = None
+        self._measure: _Measure | _TracedMeasure | _Verify | None = None
         self._compiled_steps = 0  # training forwards under torch.compile so far
+        #: Plans that run inside torch.compile's graph: numel -> (the option of
+        #: each block, their checkpoint context functions). Read by the forwards
+        #: remat installs while Dynamo traces them.
+        self._in_graph: dict[int, tuple[tuple[int, ...], tuple[Any, ...]]] = {}
+        self._verifying = False  # the next compiled step measures the in-graph plan's peak
+        self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
+        self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         self._infeasible: remat.InfeasibleError | None = None  # what the last re-plan found, for explain()
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
@@ -251,12 +287,23 @@ class AppliedPlan:
 
         def model_starts(module: nn.Module, args: Any) -> None:
             # Traced by Dynamo under torch.compile (which then sees True), then
-            # one graph break into the eager measurement.
+            # one graph break into the eager measurement; none where the plan
+            # runs inside the graph (once its peak is measured).
+            if self._in_graph and not self._verifying and torch.compiler.is_compiling():
+                return
             starts(torch.compiler.is_compiling())
 
-        self._hooks.append(self.model.register_forward_pre_hook(own_code(model_starts, f"remat_starts_{id(self):x}")))
         ends = torch.compiler.disable(self._model_ends, recursive=True)
-        self._hooks.append(self.model.register_forward_hook(ends, always_call=True))
+
+        def model_ends(module: nn.Module, args: Any, output: Any) -> None:
+            if self._in_graph and not self._verifying and torch.compiler.is_compiling():
+                return
+            ends(module, args, output)
+
+        self._hooks.append(self.model.register_forward_pre_hook(own_code(model_starts, f"remat_starts_{id(self):x}")))
+        self._hooks.append(
+            self.model.register_forward_hook(own_code(model_ends, f"remat_ends_{id(self):x}"), always_call=True)
+        )
         # A training forward builds no key/value cache (Hugging Face's own
         # checkpointing turns it off too); put back by remove().
         config = getattr(self.model, "config", None)
@@ -276,6 +323,18 @@ class AppliedPlan:
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._rerunning or not torch.is_grad_enabled():
                 return original(*args, **kwargs)
+            if self._in_graph and torch.compiler.is_compiling():
+                # A plan that records every block runs inside the model's graph.
+                numel = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "").numel()
+                planned = self._in_graph.get(numel) if isinstance(numel, int) else None
+                if planned is not None:
+                    options, contexts = planned
+                    if not options[l - 1]:
+                        return original(*args, **kwargs)
+                    context = contexts[l - 1]
+                    if context is None:
+                        return checkpoint(original, *args, use_reentrant=False, **kwargs)
+                    return checkpoint(original, *args, use_reentrant=False, context_fn=context, **kwargs)
             return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
 
         own = own_code(forward, f"remat_block_{l}_of_{type(self.model).__name__}_{id(self):x}")
@@ -332,11 +391,36 @@ class AppliedPlan:
             # By the allocator wherever compiled code runs: the model's own
             # (torch.compile(model)) or the blocks' (compile=).
             self._measure = _measure(self, compiled=compiling or self._compiled(compiling))
+        elif compiling and torch.is_grad_enabled() and self._verifying and self._in_graph and self._measure is None:
+            self._measure = _Verify(self)
 
-    def _model_ends(self, _module: nn.Module, _args: Any, _output: Any) -> None:
+    def _verified_in_graph(self, peak: int | None) -> None:
+        """The peak of the first step whose blocks ran inside the graph: kept if
+        within the step's budget, else plans run by the executor from now on."""
+        self._verifying = False
+        if peak is None or self._last is None:
+            return  # not measured (a profiler of the user's): measured again at the next step
+        entry, numel, _ = self._last
+        planned = entry.by_numel.get(numel)
+        if planned is None:
+            return
+        self._verified = (peak, planned.total)
+        if peak > planned.total:
+            # The compiler's graph held more than the chain predicts for it:
+            # the executor's plan, whose peak the model predicts, from now on.
+            self._in_graph_refused = (
+                f"the plan ran inside torch.compile's graph at {_fmt(peak)}, above the step's budget "
+                f"{_fmt(planned.total)}: remat's executor runs the blocks from then on"
+            )
+            self._in_graph = {}
+            entry.by_numel.clear()
+
+    def _model_ends(self, _module: nn.Module, _args: Any, output: Any) -> None:
         """A training forward of the model must have run the whole stack, or none
         of it: a pass that stopped before the last block is an error now, not a
         failed recomputation in the backward."""
+        if isinstance(self._measure, _Verify):
+            self._measure.forward_ends(output)
         expected, self._expected = self._expected, None
         L = len(self.modules)
         if expected is None or expected in (1, L + 1) or self._step is None or sys.exc_info()[0] is not None:
@@ -406,7 +490,7 @@ class AppliedPlan:
                 self._measure.stack_starts(x)
             try:
                 with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
-                    ex = self._prepare(call, self._compiled(compiling))
+                    ex = self._prepare(call, self._compiled(compiling), compiling and self._compiled(compiling))
             except BaseException:
                 self._end_measure()  # no step follows: leave no LiveBytes behind
                 raise
@@ -431,9 +515,9 @@ class AppliedPlan:
 
     # -- planning -----------------------------------------------------------
 
-    def _prepare(self, call: Call, compiled: bool) -> Executor:
+    def _prepare(self, call: Call, compiled: bool, in_graph: bool = False) -> Executor:
         x = call.carried
-        key = self._key(x, compiled)
+        key = (*self._key(x, compiled), in_graph)
         entry = self._entries.get(key)
         if entry is None:
             chain, found = profile_calls(
@@ -447,7 +531,7 @@ class AppliedPlan:
                 compiled=self._variant if compiled else None,
             )
             self.profiles += 1
-            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options, compiled)
+            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options, compiled, in_graph)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -457,11 +541,9 @@ class AppliedPlan:
             planned = self._solve(entry, numel, x.device)
             entry.by_numel[numel] = planned
         self._last = (entry, numel, x.device)
-        return planned[2]
+        return planned.executor
 
-    def _solve(
-        self, entry: _Entry, numel: int, device: torch.device
-    ) -> tuple[remat.Chain, remat.Schedule, Executor, int, str]:
+    def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
         chain = _scaled(entry.base, numel / entry.numel) if numel != entry.numel else entry.base
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         if outside is not None:
@@ -485,6 +567,11 @@ class AppliedPlan:
             )
             err.min_budget, err.algorithm, err.budget = least, e.algorithm, budget + fixed
             raise err from e
+        in_graph = None
+        if entry.in_graph and outside is not None and self.in_flight == 1:
+            found = self._in_graph_plan(chain, budget, schedule)
+            if found is not None:
+                schedule, in_graph = found
         ex = Executor(
             self.modules,
             Program(len(self.modules), schedule.operations_with_options),
@@ -499,7 +586,44 @@ class AppliedPlan:
             ],
         )
         self._infeasible = None
-        return chain, schedule, ex, budget, note
+        fixed = 0 if outside is None else outside.pre + outside.post_after
+        return _Planned(chain, schedule, ex, budget, note, budget + fixed, in_graph)
+
+    def _in_graph_plan(
+        self, chain: remat.Chain, budget: int, best: remat.Schedule
+    ) -> tuple[remat.Schedule, tuple[int, ...]] | None:
+        """The fastest plan that records every block in the forward, each with
+        one of its options (no block's forward runs twice: what an option does
+        not keep its own backward recomputes), where it is within
+        ``_IN_GRAPH_GAIN`` of the fastest plan of all; with the options of
+        each block. Such a plan needs no executor: under torch.compile every
+        block runs inside the model's graph, under non-reentrant checkpoint with
+        its option's policy, so the compiler fuses across blocks and no graph
+        breaks. Found by the same solvers, on the chain with forwards that
+        record nothing made impossible (a transient no budget holds)."""
+        d = chain.to_dict()
+        for s in d["stages"]:
+            s["forward_overhead"] = _NO_PLAIN_FORWARD
+            s.setdefault("recording_overhead", 0)
+        try:
+            schedule = remat.solve(
+                remat.Chain.from_dict(d),
+                budget,
+                algorithm=self.algorithm,
+                slots=self.slots,
+                exact_memory=self.exact_memory,
+            )
+        except (remat.InfeasibleError, ValueError):
+            return None
+        L = len(self.modules)
+        ops = schedule.operations_with_options
+        forward = [(k, l, o) for k, l, o in ops if k != Op.B.value]
+        if [l for _, l, _ in forward] != list(range(1, L + 2)) or any(k != Op.F_ALL.value for k, _, _ in forward):
+            return None
+        replay = remat.simulate(chain, schedule)  # on the chain as it is: the same schedule, the true figures
+        if replay.peak_memory > budget or schedule.makespan > (1 + _IN_GRAPH_GAIN) * best.makespan:
+            return None
+        return schedule, tuple(o for _, _, o in forward[:L])
 
     def _budget(self, chain: remat.Chain, outside: _Outside | None, device: torch.device) -> tuple[int, str]:
         """The chain's budget: ``memory`` less what the step holds outside the stack."""
@@ -550,13 +674,28 @@ class AppliedPlan:
         self._outside = outside
         entry.outside = outside.scaled(entry.numel)
         entry.by_numel.clear()
-        entry.by_numel[numel] = self._solve(entry, numel, device)
+        planned = entry.by_numel[numel] = self._solve(entry, numel, device)
+        self._run_in_graph(entry, numel, planned)
+
+    def _run_in_graph(self, entry: _Entry, numel: int, planned: _Planned) -> None:
+        """From the next forward, blocks of ``numel`` elements run inside
+        torch.compile's graph where the plan allows (the next step's peak is
+        measured first: see _Verify)."""
+        if planned.in_graph is None or self._in_graph_refused:
+            return
+        contexts: list[Any] = []
+        for l, o in enumerate(planned.in_graph, 1):
+            policy = entry.options[l - 1][o] if o else None
+            contexts.append(None if policy is None else in_graph_context(policy))
+        self._in_graph = {**self._in_graph, numel: (planned.in_graph, tuple(contexts))}
+        self._verifying = True
+        self._verified = None
 
     # -- what it decided ----------------------------------------------------
 
-    def _current(self) -> tuple[remat.Chain, remat.Schedule, Executor, int, str] | None:
+    def _current(self) -> _Planned | None:
         m = self._measure
-        if isinstance(m, _TracedMeasure) and m.done and self._step is None:
+        if isinstance(m, (_TracedMeasure, _Verify)) and m.done and self._step is None:
             # A measured step has ended: its figures are in the plan from now
             # on. No schedule may fit them: the next forward raises that again.
             try:
@@ -573,13 +712,13 @@ class AppliedPlan:
         """The chain of the stack for the last input (with the outside parts as
         its loss once measured); None before the first training step."""
         c = self._current()
-        return c[0] if c else None
+        return c.chain if c else None
 
     @property
     def schedule(self) -> remat.Schedule | None:
         """The schedule of the last input; None before the first training step."""
         c = self._current()
-        return c[1] if c else None
+        return c.schedule if c else None
 
     @property
     def compiled(self) -> bool:
@@ -590,7 +729,7 @@ class AppliedPlan:
     def budget(self) -> int | None:
         """The stack's budget in bytes (``memory`` less the outside parts)."""
         c = self._current()
-        return c[3] if c else None
+        return c.budget if c else None
 
     @property
     def peak_memory(self) -> int | None:
@@ -602,7 +741,10 @@ class AppliedPlan:
         entry, numel, _ = self._last
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         # With micro-batches in flight, the rank's peak: (in_flight - 1) x residue + peak.
-        peak = int(getattr(c[1], "rank_peak", c[1].peak_memory)) if self.in_flight != 1 else c[1].peak_memory
+        schedule = c.schedule
+        peak = (
+            int(getattr(schedule, "rank_peak", schedule.peak_memory)) if self.in_flight != 1 else schedule.peak_memory
+        )
         if outside is None:
             return peak
         # After the stack's backward (B^1) only the part before it runs its own.
@@ -617,7 +759,7 @@ class AppliedPlan:
             if self._infeasible is not None:
                 return f"{head}; no plan fits the figures the first step measured: {self._infeasible}"
             return f"{head}; no plan yet: run a training step first"
-        chain, schedule, _, _, note = c
+        chain, schedule, note = c.chain, c.schedule, c.note
         d = chain.to_dict()
         ops = schedule.operations_with_options
         L = len(self.modules)
@@ -628,9 +770,7 @@ class AppliedPlan:
             head,
             f"budget: {note}",
             f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
-            "blocks run compiled (torch.compile, one graph per kind of block and recording option)"
-            if self.compiled
-            else "blocks run eagerly",
+            _explain_compiled(self, c),
             f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options)}",
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
@@ -652,7 +792,7 @@ class AppliedPlan:
     def _end_measure(self) -> None:
         m = self._measure
         if m is not None:
-            if isinstance(m, _TracedMeasure) and m.done:
+            if isinstance(m, (_TracedMeasure, _Verify)) and m.done:
                 m.settle()
             m.close()
             if not m.open:
@@ -953,6 +1093,13 @@ class _TracedMeasure:
         """The end of the measured step's backward (an engine callback)."""
         if self.open and self.end is None:
             self.end = self.trace.mark()
+            self.trace.settle = self._settle_quietly
+
+    def _settle_quietly(self) -> None:
+        try:
+            self.settle()
+        except remat.InfeasibleError as e:
+            self.plan._infeasible = e  # the next forward raises it
 
     @property
     def done(self) -> bool:
@@ -994,6 +1141,78 @@ class _TracedMeasure:
             self.plan._measure = None
 
 
+class _Verify:
+    """The whole step's peak, the first time its blocks run inside
+    torch.compile's graph: from the model's forward to the end of the backward
+    (the allocator's events on the CPU, its statistics on a GPU), read at the
+    plan's next use (see :class:`_TracedMeasure`)."""
+
+    def __init__(self, plan: AppliedPlan) -> None:
+        self.plan = plan
+        self.open = True
+        self.end: int | None = None
+        self.cuda: torch.device | None = None
+        self.trace: AllocatorTrace | None = None
+        params = list(plan.model.parameters())
+        if torch.cuda.is_available() and any(p.is_cuda for p in params):
+            self.cuda = next(p.device for p in params if p.is_cuda)
+            torch.cuda.synchronize(self.cuda)
+            self.base = torch.cuda.memory_allocated(self.cuda)
+            torch.cuda.reset_peak_memory_stats(self.cuda)
+            return
+        self.trace = AllocatorTrace()
+        try:
+            self.trace.__enter__()
+        except RuntimeError:
+            self.open = False  # the user's profiler runs: measured at a later step
+            self.trace = None
+            return
+        self.trace.exclude_parameter_gradients(params)
+
+    def forward_ends(self, output: Any) -> None:
+        """Marks the end of the backward that starts from ``output``."""
+        from torch.utils._pytree import tree_flatten
+
+        def backward_starts(g: torch.Tensor) -> None:
+            def ends() -> None:
+                if self.open and self.end is None:
+                    if self.trace is not None:
+                        self.end = self.trace.mark()
+                        self.trace.settle = self.settle
+                    else:
+                        assert self.cuda is not None
+                        self.end = int(torch.cuda.max_memory_allocated(self.cuda)) - self.base
+
+            torch.autograd.Variable._execution_engine.queue_callback(ends)
+
+        flat = output.to_tuple() if hasattr(output, "to_tuple") else output
+        for t in tree_flatten(flat)[0]:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(backward_starts)
+
+    @property
+    def done(self) -> bool:
+        return self.open and self.end is not None
+
+    def settle(self) -> None:
+        if not self.done:
+            return
+        end = self.end
+        assert end is not None
+        self.close()
+        peak = end if self.trace is None else self.trace.peak(0, end)
+        self.plan._verified_in_graph(peak)
+
+    def close(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        if self.trace is not None:
+            self.trace.close()
+        if self.plan._measure is self:
+            self.plan._measure = None
+
+
 def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
     """The measurement of a first step: on a GPU the allocator's statistics
     (:class:`_Measure`); on the CPU the allocator's events
@@ -1010,6 +1229,27 @@ def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
     if torch.autograd.profiler._is_profiler_enabled and not compiled:
         return _Measure(plan)
     return _TracedMeasure(plan)
+
+
+def _explain_compiled(plan: AppliedPlan, planned: _Planned) -> str:
+    """explain()'s line on how the blocks run."""
+    if not plan.compiled:
+        return "blocks run eagerly"
+    if planned.in_graph is not None and plan._in_graph:
+        verified = plan._verified
+        measured = (
+            f"; its first step measured {_fmt(verified[0])} against the step's budget {_fmt(verified[1])}"
+            if verified is not None
+            else "; its first step's peak is measured before it stays"
+        )
+        return (
+            "blocks run inside torch.compile's graph (every block recorded in the forward: no graph break, each "
+            f"under non-reentrant checkpoint with its option's policy){measured}"
+        )
+    line = "blocks run compiled (torch.compile, one graph per kind of block and recording option)"
+    if plan._in_graph_refused:
+        line += f"; {plan._in_graph_refused}"
+    return line
 
 
 def _ranges(blocks: list[int]) -> str:

@@ -61,7 +61,7 @@ from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_conte
 
 from .policies import NamedPolicy
 
-__all__ = ["CompiledBlocks", "compile_options", "own_code"]
+__all__ = ["CompiledBlocks", "compile_options", "in_graph_context", "own_code"]
 
 
 _IDENT = re.compile(r"\W")
@@ -102,6 +102,16 @@ def _selective(policy: NamedPolicy) -> Callable[..., Any]:
         return checkpoint(_call, module, *args, use_reentrant=False, context_fn=context, **kwargs)
 
     return run_selective
+
+
+def in_graph_context(policy: NamedPolicy) -> Callable[[], Any] | None:
+    """The ``context_fn`` that runs a block under ``policy`` inside a compiled
+    model's graph (non-reentrant checkpoint traced by Dynamo, the policy applied
+    by the partitioner); None for a policy that keeps nothing (plain
+    checkpointing)."""
+    if policy.keeps_nothing:
+        return None
+    return functools.partial(create_selective_checkpoint_contexts, policy.spec)
 
 
 def compile_options(compile: bool | Mapping[str, Any] | None) -> dict[str, Any] | None:

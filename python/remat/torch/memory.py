@@ -18,7 +18,7 @@ them (they live as long as the parameters, like optimizer state).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -138,6 +138,9 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
 
+#: Traces open now (at most one runs a profiler at a time).
+_OPEN: weakref.WeakSet[AllocatorTrace] = weakref.WeakSet()
+
 #: Marks in an allocator trace are allocations of ``_MARK + i`` bytes (note i).
 _MARK = 4099
 
@@ -196,6 +199,9 @@ class AllocatorTrace:
         self._open = False
         self._running = False
         self._read = False
+        #: Set by an owner whose trace may be read early (its step ended): what
+        #: reads it, called when another trace needs the profiler.
+        self.settle: Callable[[], None] | None = None
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
@@ -226,6 +232,15 @@ class AllocatorTrace:
             self._note("heed", 0)
 
     def __enter__(self) -> AllocatorTrace:
+        # A trace whose owner's step has ended (its backward done, waiting for
+        # the plan's next use to be read) gives way: read it now.
+        for other in list(_OPEN):
+            settle = other.settle
+            if other.open and settle is not None:
+                try:
+                    settle()
+                except Exception:
+                    other.close()
         if torch.autograd.profiler._is_profiler_enabled:
             raise RuntimeError(
                 "remat: measuring memory by the allocator needs torch.profiler, which is already running on this "
@@ -233,6 +248,7 @@ class AllocatorTrace:
             )
         self._start()
         self._open = True
+        _OPEN.add(self)
         self._note("mark", 0)  # mark 0: the start
         # What torch.compile allocates while it compiles (a graph's first run,
         # a lazily compiled backward) is left out: it is no step's memory.
