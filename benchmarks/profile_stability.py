@@ -26,7 +26,7 @@ import torch
 import remat.torch as rt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from compiled_curve import Case, peak, step  # noqa: E402
+from compiled_curve import Case, peak, step
 
 
 def spin() -> None:
