@@ -19,7 +19,8 @@ the peers, each ``torch.compile``d:
 - ``hf ckpt``: Hugging Face's ``gradient_checkpointing_enable()`` (the HF
   models), or ``torch.utils.checkpoint`` around every block (ResNet-50);
 - ``sac``: every block under non-reentrant checkpoint with torchtitan's
-  selective policy (keep the matrix products' and attention's outputs).
+  selective policy (keep the matrix products' and attention's outputs;
+  ``addmm`` too, GPT-2's).
 
 and compiled remat at each budget from 40% to 100% of compiled plain's peak in
 10% steps: ``remat.torch.apply(model, memory=budget)`` then
@@ -154,6 +155,7 @@ def inductor_backend() -> Callable[..., Any]:
 
 _SAVE = {
     torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,  # GPT-2's Conv1D: its matrix products are addmm
     torch.ops.aten.max.default,
     torch.ops.aten.convolution.default,
     *(

@@ -132,6 +132,15 @@ def _resolve_blocks(
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
+
+def _reset_code(code: Any) -> None:
+    """Drops Dynamo's cache and decisions for one code object (where this
+    torch has the call: a later trace then starts afresh)."""
+    reset = getattr(torch._dynamo, "reset_code", None)
+    if reset is not None:
+        reset(code)
+
+
 #: A forward transient no budget holds: the stages' plain forwards made
 #: impossible, for plans that record every block (AppliedPlan._in_graph_plan).
 _NO_PLAIN_FORWARD = 1 << 50
@@ -254,10 +263,10 @@ class AppliedPlan:
         self._executor: Executor | None = None
         self._measure: _Measure | _TracedMeasure | _Verify | None = None
         self._compiled_steps = 0  # training forwards under torch.compile so far
-        #: Plans that run inside torch.compile's graph: numel -> (the option of
-        #: each block, their checkpoint context functions). Read by the forwards
-        #: remat installs while Dynamo traces them.
-        self._in_graph: dict[int, tuple[tuple[int, ...], tuple[Any, ...]]] = {}
+        #: Plans that run inside torch.compile's graph: (block, elements of its
+        #: input) -> (its option, that option's checkpoint context function).
+        #: Read by the forwards remat installs while Dynamo traces them.
+        self._in_graph: dict[tuple[int, int], tuple[int, Any]] = {}
         self._verifying = False  # the next compiled step measures the in-graph plan's peak
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
@@ -326,12 +335,11 @@ class AppliedPlan:
             if self._in_graph and torch.compiler.is_compiling():
                 # A plan that records every block runs inside the model's graph.
                 numel = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "").numel()
-                planned = self._in_graph.get(numel) if isinstance(numel, int) else None
+                planned = self._in_graph.get((l, numel)) if isinstance(numel, int) else None
                 if planned is not None:
-                    options, contexts = planned
-                    if not options[l - 1]:
+                    option, context = planned
+                    if not option:
                         return original(*args, **kwargs)
-                    context = contexts[l - 1]
                     if context is None:
                         return checkpoint(original, *args, use_reentrant=False, **kwargs)
                     return checkpoint(original, *args, use_reentrant=False, context_fn=context, **kwargs)
@@ -683,13 +691,44 @@ class AppliedPlan:
         measured first: see _Verify)."""
         if planned.in_graph is None or self._in_graph_refused:
             return
-        contexts: list[Any] = []
+        d = planned.chain.to_dict()
+        dtype = getattr(torch, str((d.get("metadata") or {}).get("dtype", "float32")), torch.float32)
+        size = torch.empty((), dtype=dtype).element_size()
+        inputs = [d["input_size"], *(s["output_size"] for s in d["stages"][:-1])]
+        found = dict(self._in_graph)
         for l, o in enumerate(planned.in_graph, 1):
             policy = entry.options[l - 1][o] if o else None
-            contexts.append(None if policy is None else in_graph_context(policy))
-        self._in_graph = {**self._in_graph, numel: (planned.in_graph, tuple(contexts))}
+            found[(l, inputs[l - 1] // size)] = (o, None if policy is None else in_graph_context(policy))
+        self._in_graph = found
         self._verifying = True
         self._verified = None
+        self._retrace()
+
+    def _retrace(self) -> None:
+        """Lets Dynamo trace again the frames between the model and its blocks.
+        The executor's graph breaks made it run the loop over the blocks
+        eagerly (a graph break in a loop skips its frame for good), so a plan
+        that runs inside the graph would otherwise still be a graph per block."""
+        names = {m: n for n, m in self.model.named_modules()}
+        paths: set[str] = set()
+        for name in self.names:
+            parts = name.split(".")
+            paths.update(".".join(parts[:i]) for i in range(len(parts)))
+        for path in sorted(paths):
+            try:
+                module = self.model.get_submodule(path) if path else self.model
+            except AttributeError:
+                continue
+            if module not in names:
+                continue
+            fn: Any = type(module).forward
+            seen = 0
+            while fn is not None and seen < 8:  # decorators' wrappers too (transformers' have several)
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    _reset_code(code)
+                fn = getattr(fn, "__wrapped__", None)
+                seen += 1
 
     # -- what it decided ----------------------------------------------------
 
