@@ -514,10 +514,16 @@ def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
     assert any(options), plan.explain()  # some block is recorded under a policy, inside the graph
     predicted, budget = plan.peak_memory, plan._verified[1] if plan._verified else None
     assert predicted is not None and budget is not None
+    measured_first = plan._verified[0]
     for _ in range(2):
         peak = measured_step(run, model)
         assert peak <= budget, (peak, budget)
-        assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+        assert peak == measured_first  # what remat measured and acted on is what runs
+        # One graph for the whole model: its partitioner keeps a few tensors
+        # the blocks share (the attention mask, expanded, for the blocks'
+        # recomputations), which the chain's per-block figures do not count:
+        # measured +64 KiB (3%) on these 4 toy blocks (docs/pytorch.md).
+        assert predicted <= peak <= 1.05 * predicted, (peak, predicted)
 
 
 def test_an_in_graph_plan_over_its_budget_goes_back_to_the_executor() -> None:
