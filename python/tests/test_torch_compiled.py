@@ -526,6 +526,39 @@ def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
         assert predicted <= peak <= 1.05 * predicted, (peak, predicted)
 
 
+def test_an_in_graph_plan_over_its_budget_is_solved_again_below_it() -> None:
+    from torch_models import steady_profiles
+
+    store_all = llama()
+    rt.apply(store_all, memory=1 << 40)
+    run = torch.compile(store_all)
+    for _ in range(3):
+        step(run, store_all)
+    whole = measured_step(run, store_all)
+    with steady_profiles():  # fixed times: the same plans on any machine
+        model, run, plan = in_graph_plan(llama, int(0.9 * whole))
+        assert plan._in_graph and plan._last is not None, plan.explain()
+        entry, numel, _ = plan._last
+        before = entry.by_numel[numel]
+        predicted = before.schedule.peak_memory + before.total - before.budget
+        # As if the graph had held one byte more than the step's budget.
+        plan._verified_in_graph(before.total + 1)
+        assert plan._in_graph and plan._verifying and not plan._in_graph_refused
+        assert plan._in_graph_excess == before.total + 1 - predicted
+        again = entry.by_numel[numel]
+        assert again.in_graph is not None and again.total == before.total
+        # The new plan leaves room for what the graph held above the old one's prediction.
+        assert again.schedule.peak_memory + plan._in_graph_excess <= before.budget
+        assert again.schedule.makespan >= before.schedule.makespan
+        for _ in range(2):  # measured inside the graph (read at the next step): below the budget, it stays
+            step(run, model)
+    assert plan._in_graph and not plan._verifying and plan._verified is not None
+    assert plan._verified[0] <= plan._verified[1] == before.total
+    assert "below the budget" in plan.explain()
+    for _ in range(2):
+        assert measured_step(run, model) <= before.total
+
+
 def test_an_in_graph_plan_over_its_budget_goes_back_to_the_executor() -> None:
     model, run, plan = in_graph_plan(llama, 1 << 40)
     assert plan._in_graph
@@ -534,6 +567,8 @@ def test_an_in_graph_plan_over_its_budget_goes_back_to_the_executor() -> None:
     step(run, model)  # measured
     plan._verified_in_graph(1 << 50)
     assert not plan._in_graph and plan._in_graph_refused
+    # Planned again at once, for the executor: the fastest plan, not the in-graph one.
+    assert plan.schedule is not None and plan._current() is not None and plan._current().in_graph is None
     step(run, model)  # planned again, by remat's executor
     step(run, model)
     assert "remat's executor runs the blocks" in plan.explain()

@@ -152,6 +152,11 @@ _NO_PLAIN_FORWARD = 1 << 50
 #: faster inside the graph, 2026-11-27).
 _IN_GRAPH_GAIN = 0.05
 
+#: In-graph plans measured (each one step) before the executor's plan is kept:
+#: each one above the budget is solved again below it by what the graph held
+#: above its prediction.
+_IN_GRAPH_TRIES = 3
+
 
 @dataclass
 class _Outside:
@@ -270,6 +275,10 @@ class AppliedPlan:
         self._verifying = False  # the next compiled step measures the in-graph plan's peak
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
+        #: What the compiler's one graph held above the chain's prediction, by
+        #: measurement: in-graph plans are solved this much below the budget.
+        self._in_graph_excess = 0
+        self._in_graph_tries = 0  # in-graph plans measured so far (at most _IN_GRAPH_TRIES)
         self._infeasible: remat.InfeasibleError | None = None  # what the last re-plan found, for explain()
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
@@ -404,7 +413,10 @@ class AppliedPlan:
 
     def _verified_in_graph(self, peak: int | None) -> None:
         """The peak of the first step whose blocks ran inside the graph: kept if
-        within the step's budget, else plans run by the executor from now on."""
+        within the step's budget; else an in-graph plan is solved again below
+        the budget by what the graph held above the prediction, and measured
+        again (``_IN_GRAPH_TRIES`` plans in all), and failing that the
+        executor runs the fastest plan from now on."""
         self._verifying = False
         if peak is None or self._last is None:
             return  # not measured (a profiler of the user's): measured again at the next step
@@ -413,15 +425,31 @@ class AppliedPlan:
         if planned is None:
             return
         self._verified = (peak, planned.total)
-        if peak > planned.total:
-            # The compiler's graph held more than the chain predicts for it:
-            # the executor's plan, whose peak the model predicts, from now on.
-            self._in_graph_refused = (
-                f"the plan ran inside torch.compile's graph at {_fmt(peak)}, above the step's budget "
-                f"{_fmt(planned.total)}: remat's executor runs the blocks from then on"
-            )
-            self._in_graph = {}
-            entry.by_numel.clear()
+        self._in_graph_tries += 1
+        if peak <= planned.total:
+            return
+        # The compiler's one graph held more than the chain predicts for the
+        # plan (tensors the blocks share, kept across them: the attention
+        # mask, expanded): plan again that much lower, and measure again.
+        predicted = planned.schedule.peak_memory + planned.total - planned.budget
+        self._in_graph_excess = max(self._in_graph_excess, peak - predicted)
+        self._in_graph = {}
+        refused = (
+            f"the plan ran inside torch.compile's graph at {_fmt(peak)}, above the step's budget "
+            f"{_fmt(planned.total)}: remat's executor runs the blocks from then on"
+        )
+        if self._in_graph_tries >= _IN_GRAPH_TRIES:
+            self._in_graph_refused = refused
+        _, numel, device = self._last
+        again = entry.by_numel[numel] = self._solve(entry, numel, device)
+        if again.in_graph is not None and not self._in_graph_refused:
+            self._run_in_graph(entry, numel, again)
+            return
+        if not self._in_graph_refused:
+            # No plan inside the graph below the budget by the excess: the
+            # fastest plan, whose peak the model predicts, by the executor.
+            self._in_graph_refused = refused
+            entry.by_numel[numel] = self._solve(entry, numel, device)
 
     def _model_ends(self, _module: nn.Module, _args: Any, output: Any) -> None:
         """A training forward of the model must have run the whole stack, or none
@@ -576,8 +604,12 @@ class AppliedPlan:
             err.min_budget, err.algorithm, err.budget = least, e.algorithm, budget + fixed
             raise err from e
         in_graph = None
-        if entry.in_graph and outside is not None and self.in_flight == 1:
-            found = self._in_graph_plan(chain, budget, schedule)
+        if entry.in_graph and outside is not None and self.in_flight == 1 and not self._in_graph_refused:
+            found = (
+                self._in_graph_plan(chain, budget - self._in_graph_excess, schedule)
+                if budget > self._in_graph_excess
+                else None
+            )
             if found is not None:
                 schedule, in_graph = found
         ex = Executor(
@@ -1281,6 +1313,11 @@ def _explain_compiled(plan: AppliedPlan, planned: _Planned) -> str:
             if verified is not None
             else "; its first step's peak is measured before it stays"
         )
+        if plan._in_graph_excess > 0:
+            measured += (
+                f" (solved {_fmt(plan._in_graph_excess)} below the budget: an earlier plan's graph held that much "
+                "above its prediction)"
+            )
         return (
             "blocks run inside torch.compile's graph (every block recorded in the forward: no graph break, each "
             f"under non-reentrant checkpoint with its option's policy){measured}"
