@@ -322,6 +322,8 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
     # Before compiled blocks, a budget planned eagerly ran 25% over it under
     # torch.compile, silently: the step's parts outside the stack were measured
     # by a dispatch mode that compiled code does not go through.
+    from torch_models import steady_profiles
+
     store_all = make()
     rt.apply(store_all, memory=1 << 40)
     run = torch.compile(store_all)
@@ -331,20 +333,28 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
     for share in (0.6, 0.4):
         model = make()
         budget = int(share * whole)
-        plan = rt.apply(model, memory=budget)
-        run = torch.compile(model)
-        try:
-            for _ in range(3):  # profile (and compile), measure the parts outside the stack, then the final plan
-                step(run, model)
-        except remat.InfeasibleError as e:
-            assert e.min_budget is not None and e.min_budget > budget
-            continue
+        with steady_profiles():  # fixed times: the same plan on any machine, loaded or not
+            plan = rt.apply(model, memory=budget)
+            run = torch.compile(model)
+            try:
+                # Profile (and compile), measure the parts outside the stack,
+                # plan; a plan inside the graph has its first step measured.
+                for _ in range(6):
+                    step(run, model)
+            except remat.InfeasibleError as e:
+                assert e.min_budget is not None and e.min_budget > budget
+                continue
         peaks = [measured_step(run, model) for _ in range(2)]
         predicted = plan.peak_memory
         assert predicted is not None and plan.compiled
         for peak in peaks:
             assert peak <= budget, (peak, budget, plan.explain())
-            assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted, plan.explain())
+            if plan._in_graph:
+                # Inside the graph the budget is held by what its first step
+                # measured (the one graph keeps tensors the blocks share).
+                assert plan._verified is not None and peak == plan._verified[0], (peak, plan.explain())
+            else:
+                assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted, plan.explain())
 
 
 # -- autograd's semantics with compiled blocks ---------------------------------------
