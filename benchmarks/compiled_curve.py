@@ -66,6 +66,22 @@ BUDGETS = (0.9, 0.7, 0.5, 0.3, 0.1)
 # -- models -----------------------------------------------------------------------
 
 
+def llama(layers: int = 8) -> nn.Module:
+    """The Llama shape of issue 34 (random weights, no key/value cache)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        num_hidden_layers=layers,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=688,
+        vocab_size=8000,
+        use_cache=False,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
 class Case:
     """A model, its input, and one training step's loss."""
 
@@ -76,16 +92,7 @@ class Case:
             import transformers
 
             if name == "llama":
-                config: Any = transformers.LlamaConfig(
-                    num_hidden_layers=8,
-                    hidden_size=256,
-                    num_attention_heads=8,
-                    num_key_value_heads=4,
-                    intermediate_size=688,
-                    vocab_size=8000,
-                    use_cache=False,
-                )
-                self.model: nn.Module = transformers.LlamaForCausalLM(config)
+                self.model: nn.Module = llama()
             else:
                 config = transformers.GPT2Config(
                     n_layer=8,

@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,21 +44,15 @@ import transformers
 import remat
 import remat.torch as rt
 
+sys.path.insert(0, os.path.dirname(__file__))
+from compiled_curve import llama
+
 apply_module = __import__("remat.torch.apply", fromlist=["apply"])
 
 
 def make(layers: int) -> Any:
-    config = transformers.LlamaConfig(
-        num_hidden_layers=layers,
-        hidden_size=256,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        intermediate_size=688,
-        vocab_size=8000,
-        use_cache=False,
-    )
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
+    return llama(layers).train()
 
 
 def every_block_recomputed(layers: int) -> None:

@@ -317,6 +317,17 @@ def measured_step(run: Callable[..., Any], model: nn.Module) -> int:
     return trace.peak(0, end)
 
 
+def compiled_store_all_peak(make: Callable[[], nn.Module]) -> int:
+    """The peak of a step storing everything under torch.compile, by the
+    allocator: what the budgets of the tests below are shares of."""
+    model = make()
+    rt.apply(model, memory=1 << 40)
+    run = torch.compile(model)
+    for _ in range(3):
+        step(run, model)
+    return measured_step(run, model)
+
+
 @pytest.mark.parametrize("make", [llama, gpt2], ids=["llama", "gpt2"])
 def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Callable[[], nn.Module]) -> None:
     # Before compiled blocks, a budget planned eagerly ran 25% over it under
@@ -324,12 +335,7 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
     # by a dispatch mode that compiled code does not go through.
     from torch_models import steady_profiles
 
-    store_all = make()
-    rt.apply(store_all, memory=1 << 40)
-    run = torch.compile(store_all)
-    for _ in range(3):
-        step(run, store_all)
-    whole = measured_step(run, store_all)
+    whole = compiled_store_all_peak(make)
     for share in (0.6, 0.4):
         model = make()
         budget = int(share * whole)
@@ -511,12 +517,7 @@ def test_a_plan_that_records_every_block_runs_inside_the_graph_without_a_break(e
 def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
     from torch_models import steady_profiles
 
-    store_all = llama()
-    rt.apply(store_all, memory=1 << 40)
-    run = torch.compile(store_all)
-    for _ in range(3):
-        step(run, store_all)
-    whole = measured_step(run, store_all)
+    whole = compiled_store_all_peak(llama)
     with steady_profiles():  # fixed times: the same plan on any machine
         model, run, plan = in_graph_plan(llama, int(0.8 * whole))
     assert plan._in_graph, plan.explain()
@@ -539,12 +540,7 @@ def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
 def test_an_in_graph_plan_over_its_budget_is_solved_again_below_it() -> None:
     from torch_models import steady_profiles
 
-    store_all = llama()
-    rt.apply(store_all, memory=1 << 40)
-    run = torch.compile(store_all)
-    for _ in range(3):
-        step(run, store_all)
-    whole = measured_step(run, store_all)
+    whole = compiled_store_all_peak(llama)
     with steady_profiles():  # fixed times: the same plans on any machine
         model, run, plan = in_graph_plan(llama, int(0.9 * whole))
         assert plan._in_graph and plan._last is not None, plan.explain()
