@@ -420,7 +420,7 @@ class AppliedPlan:
         self._verifying = False
         if peak is None or self._last is None:
             return  # not measured (a profiler of the user's): measured again at the next step
-        entry, numel, _ = self._last
+        entry, numel, device = self._last
         planned = entry.by_numel.get(numel)
         if planned is None:
             return
@@ -440,7 +440,6 @@ class AppliedPlan:
         )
         if self._in_graph_tries >= _IN_GRAPH_TRIES:
             self._in_graph_refused = refused
-        _, numel, device = self._last
         again = entry.by_numel[numel] = self._solve(entry, numel, device)
         if again.in_graph is not None and not self._in_graph_refused:
             self._run_in_graph(entry, numel, again)
