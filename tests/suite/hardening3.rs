@@ -7,32 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common;
+use crate::common::{self, json, remat, repo, write};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
-
-fn remat() -> Command {
-    let mut cmd = Command::cargo_bin("remat").unwrap();
-    // A hang fails the test instead of stalling the suite.
-    cmd.timeout(Duration::from_secs(120));
-    cmd
-}
-
-fn repo(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn json(out: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
-}
 
 /// A chain whose sizes are near 2^58: f64 sums of them round.
 const CHAIN_2_58: &str = r#"{"name": "big", "input_size": 24906382760534120, "stages": [

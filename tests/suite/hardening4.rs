@@ -6,36 +6,12 @@
 //! panic, a saturated figure presented as a fit, or a figure the schedule's
 //! operations do not have.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use assert_cmd::Command;
+use crate::common::{json, remat, repo, write};
 use predicates::prelude::*;
 use predicates::str::contains;
 
 use remat::report::pipeline::{PipelineSchedule, SplitError, plan, rank_chain};
 use remat::{Algorithm, Chain, SolveOptions};
-
-fn remat() -> Command {
-    let mut cmd = Command::cargo_bin("remat").unwrap();
-    // A hang fails the test instead of stalling the suite.
-    cmd.timeout(Duration::from_secs(120));
-    cmd
-}
-
-fn repo(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn json(out: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
-}
 
 /// chains/rotor-fc6.json with stage `stage`'s `field` set to `value`.
 fn fc6_with(stage: usize, field: &str, value: u64) -> String {

@@ -105,3 +105,28 @@ pub fn persistent_sequences(
     memo.insert((s, t), out.clone());
     out
 }
+
+/// The `remat` binary, killed after 120 s: a hang fails the test instead of
+/// stalling the suite.
+pub fn remat() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("remat").unwrap();
+    cmd.timeout(std::time::Duration::from_secs(120));
+    cmd
+}
+
+/// A path in the repository.
+pub fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Writes `text` to `dir/name`, returning the path.
+pub fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A command's output read as JSON, or a panic showing what it was.
+pub fn json(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
