@@ -5,9 +5,11 @@ interpreter or a hang."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -204,13 +206,33 @@ def test_train_mode_batchnorm_under_a_small_budget_trains_as_eager() -> None:
         torch.testing.assert_close(a, b)
 
 
+def hostile_calls(rng: random.Random, calls: list[tuple[str, Any]], hostile: list[Any], n: int) -> Counter[str]:
+    """Makes ``n`` calls, each a random one of ``calls`` with a random value of
+    ``hostile``; counts the outcomes. Any exception other than ValueError (with
+    a message), TypeError or InfeasibleError fails the test."""
+    counts: Counter[str] = Counter()
+    for _ in range(n):
+        name, call = rng.choice(calls)
+        value = rng.choice(hostile)
+        try:
+            call(value)
+            counts["returned"] += 1
+        except remat.InfeasibleError:
+            counts["InfeasibleError"] += 1
+        except ValueError as e:
+            assert str(e), (name, value)
+            counts["ValueError"] += 1
+        except TypeError:
+            counts["TypeError"] += 1
+        except Exception as e:  # anything else is the failure being looked for
+            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    return counts
+
+
 def test_hostile_arguments_to_the_python_api_are_value_or_type_errors() -> None:
     """A fuzz of the core API's arguments: every call returns, or raises
     ValueError, TypeError or InfeasibleError (never OverflowError, another
     exception or an abort). Prints the count of each outcome."""
-    import random
-    from collections import Counter
-
     rng = random.Random(27)
     fc6 = remat.Chain.load(FC6)
     hostile: list[object] = [
@@ -233,22 +255,7 @@ def test_hostile_arguments_to_the_python_api_are_value_or_type_errors() -> None:
         ("format_size", remat.format_size),
         ("parse_size", remat.parse_size),
     ]
-    counts: Counter[str] = Counter()
-    for _ in range(1500):
-        name, call = rng.choice(calls)
-        value = rng.choice(hostile)
-        try:
-            call(value)
-            counts["returned"] += 1
-        except remat.InfeasibleError:
-            counts["InfeasibleError"] += 1
-        except ValueError as e:
-            assert str(e), (name, value)
-            counts["ValueError"] += 1
-        except TypeError:
-            counts["TypeError"] += 1
-        except Exception as e:  # anything else is the failure being looked for
-            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    counts = hostile_calls(rng, calls, hostile, 1500)
     print("python fuzz outcomes:", dict(sorted(counts.items())))
     assert sum(counts.values()) == 1500
     assert counts["ValueError"] > 0 and counts["returned"] > 0
@@ -375,9 +382,6 @@ def test_every_size_format_size_prints_reads_back(value: int) -> None:
 def test_hostile_in_flight_arguments_are_value_or_type_errors() -> None:
     """Round 4's fuzz of the micro-batch arguments: every call returns or
     raises ValueError, TypeError or InfeasibleError. Prints the counts."""
-    import random
-    from collections import Counter
-
     rng = random.Random(36)
     fc6 = remat.Chain.load(FC6)
     replay = remat.simulate(fc6, "F_all^1..7 B^7..1")
@@ -396,22 +400,7 @@ def test_hostile_in_flight_arguments_are_value_or_type_errors() -> None:
             lambda v: remat.Schedule.from_json(planned.replace('"in_flight": 3', f'"in_flight": {v}')),
         ),
     ]
-    counts: Counter[str] = Counter()
-    for _ in range(600):
-        name, call = rng.choice(calls)
-        value = rng.choice(hostile)
-        try:
-            call(value)
-            counts["returned"] += 1
-        except remat.InfeasibleError:
-            counts["InfeasibleError"] += 1
-        except ValueError as e:
-            assert str(e), (name, value)
-            counts["ValueError"] += 1
-        except TypeError:
-            counts["TypeError"] += 1
-        except Exception as e:  # anything else is the failure being looked for
-            pytest.fail(f"{name}({value!r}) raised {type(e).__name__}: {e}")
+    counts = hostile_calls(rng, calls, hostile, 600)
     print("python in-flight fuzz outcomes:", dict(sorted(counts.items())))
     assert sum(counts.values()) == 600
     assert counts["ValueError"] > 0 and counts["returned"] > 0 and counts["TypeError"] > 0
