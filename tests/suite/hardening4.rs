@@ -80,20 +80,27 @@ fn a_split_whose_counts_overflow_is_refused_with_their_true_sum() {
     assert!(matches!(rank_chain(&chain, &(5..=9), 1), Err(SplitError::Ranges { .. })));
 }
 
+/// `remat solve chains/rotor-fc6.json --memory 200MiB --in-flight 3 --json`
+/// written to `dir/s.json`: the chain's path, the file's and what it holds.
+fn solved_for_three_in_flight(dir: &std::path::Path) -> (String, std::path::PathBuf, serde_json::Value) {
+    let chain = repo("chains/rotor-fc6.json");
+    let schedule = dir.join("s.json");
+    remat()
+        .args(["solve", &chain, "--memory", "200MiB", "--in-flight", "3", "--json", "-o"])
+        .arg(&schedule)
+        .assert()
+        .success();
+    let written = serde_json::from_str(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    (chain, schedule, written)
+}
+
 #[test]
 fn simulate_and_show_judge_a_schedule_planned_for_micro_batches_by_its_rank_peak() {
     // Issue 36: a schedule planned for 3 in flight "fits the budget of 150.00
     // MiB" with a rank peak of 204,895,370 bytes; in_flight and residue were
     // never printed.
     let dir = tempfile::tempdir().unwrap();
-    let chain = repo("chains/rotor-fc6.json");
-    let schedule = dir.path().join("s.json");
-    remat()
-        .args(["solve", &chain, "--memory", "200MiB", "--in-flight", "3", "--json", "-o"])
-        .arg(&schedule)
-        .assert()
-        .success();
-    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    let (chain, schedule, written) = solved_for_three_in_flight(dir.path());
     let (peak, residue) = (written["peak_memory"].as_u64().unwrap(), written["residue"].as_u64().unwrap());
     let rank = peak + 2 * residue;
     assert!(rank > 150 << 20 && peak <= 150 << 20, "a reproducer needs a rank peak over 150 MiB: {written}");
@@ -140,14 +147,7 @@ fn simulate_and_show_judge_a_schedule_planned_for_micro_batches_by_its_rank_peak
 #[test]
 fn a_recorded_residue_the_operations_do_not_have_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let chain = repo("chains/rotor-fc6.json");
-    let schedule = dir.path().join("s.json");
-    remat()
-        .args(["solve", &chain, "--memory", "200MiB", "--in-flight", "3", "--json", "-o"])
-        .arg(&schedule)
-        .assert()
-        .success();
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&schedule).unwrap()).unwrap();
+    let (chain, _, mut v) = solved_for_three_in_flight(dir.path());
     let residue = v["residue"].as_u64().unwrap();
     v["residue"] = 1000.into();
     let edited = write(dir.path(), "edited.json", &v.to_string());
