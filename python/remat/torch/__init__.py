@@ -38,6 +38,7 @@ Example::
 """
 
 from .apply import AppliedPlan, apply, find_blocks
+from .capacity import Capacity, largest_fitting, max_batch
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
 from .joint import export_joint, pytorch_min_cut
@@ -55,6 +56,7 @@ __all__ = [
     "SAVE_INPUT",
     "SAVE_MATMULS",
     "AppliedPlan",
+    "Capacity",
     "Checkpointed",
     "LiveBytes",
     "NamedPolicy",
@@ -67,6 +69,8 @@ __all__ = [
     "apply_stage",
     "export_joint",
     "find_blocks",
+    "largest_fitting",
+    "max_batch",
     "partitioner",
     "pipeline_in_flight",
     "policy",
