@@ -21,6 +21,11 @@
   plans one rank's stage for ``torch.distributed.pipelining``'s GPipe or 1F1B
   schedule, with the micro-batches the rank holds at once
   (:func:`pipeline_in_flight`) counted in its budget.
+- The loss as a loss option (:mod:`remat.torch.head`): for a Hugging Face
+  causal LM, :func:`apply` measures the head and the loss whole and in chunks
+  of tokens (:func:`chunked_cross_entropy`, which never holds the whole
+  logits) and plans with the one that fits fastest; :func:`max_batch` finds
+  the largest batch whose plan fits a budget.
 - :class:`LiveBytes` counts the bytes of live tensors (on any device, the CPU
   included), to check what a schedule really holds.
 - :func:`export_joint` writes the joint forward+backward graph of any function
@@ -41,6 +46,7 @@ from .apply import AppliedPlan, apply, find_blocks
 from .capacity import Capacity, largest_fitting, max_batch
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
+from .head import chunked_cross_entropy
 from .joint import export_joint, pytorch_min_cut
 from .memory import LiveBytes
 from .partition import RematSolverError, partitioner
@@ -67,6 +73,7 @@ __all__ = [
     "StagePlan",
     "apply",
     "apply_stage",
+    "chunked_cross_entropy",
     "export_joint",
     "find_blocks",
     "largest_fitting",

@@ -17,6 +17,13 @@ LM) takes from the end of the stack's forward to the start of its backward
 plan made for the stack alone; the plan is solved again with them from the
 second step on (``explain()`` shows the figures).
 
+For a Hugging Face causal LM the head and the loss are a loss option
+(docs/model.md, "Ways to compute the loss"): measured whole and in chunks of
+tokens on the first training step (checked against the model's own loss), and
+solved for with the stack, one solve per option; a plan that chunks computes
+the loss with :func:`remat.torch.head.chunked_cross_entropy` and returns no
+logits (``chunked_loss=False``: the model's forward as it is).
+
 Plans are made per dtype, device, mode and autocast state, and profiled once:
 an input of another shape (another batch size or sequence length) scales the
 measured chain by the number of elements of the activation between blocks,
@@ -26,13 +33,14 @@ and is solved again without profiling.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -46,9 +54,10 @@ from .budget import auto_budget
 from .budget import format_bytes as _fmt
 from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
+from .head import CausalLMHead, HeadOption, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
-from .profile import _signature, profile_calls
+from .profile import _Meter, _signature, profile_calls
 from .stages import Call, carried_output
 
 __all__ = ["AppliedPlan", "apply", "find_blocks"]
@@ -152,6 +161,11 @@ _NO_PLAIN_FORWARD = 1 << 50
 #: faster inside the graph, 2026-11-27).
 _IN_GRAPH_GAIN = 0.05
 
+#: A plan that computes the loss in chunks is kept over one with the head
+#: whole only when faster by this share of the step, or when the head whole
+#: does not fit (docs/model.md, "Ways to compute the loss").
+_CHUNKS_GAIN = 0.05
+
 #: In-graph plans measured (each one step) before the executor's plan is kept:
 #: each one above the budget is solved again below it by what the graph held
 #: above its prediction.
@@ -204,6 +218,12 @@ class _Planned:
     #: torch.compile's graph (every block recorded in the forward: see
     #: AppliedPlan._in_graph_plan); None where remat's executor runs it.
     in_graph: tuple[int, ...] | None = None
+    #: The loss option: the head and the loss whole (1) or in this many
+    #: chunks of tokens (docs/model.md, "Ways to compute the loss").
+    chunks: int = 1
+    #: The parts outside the stack as this plan's loss option has them (None
+    #: before they are measured).
+    outside: _Outside | None = None
 
 
 class AppliedPlan:
@@ -233,6 +253,7 @@ class AppliedPlan:
         policies: Sequence[NamedPolicy] = (),
         in_flight: int = 1,
         compile: bool | dict[str, Any] | None = None,
+        chunked_loss: bool = True,
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -291,6 +312,19 @@ class AppliedPlan:
         #: of what the step holds after the stack, shown by explain().
         self.pending_gradients = _tied_bytes(model)
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
+        #: The head and the loss as remat may compute them (a Hugging Face
+        #: causal LM's), their loss options once measured (the second training
+        #: step), the elements between blocks then, and why not, where not.
+        self._lm_head = CausalLMHead.of(model) if chunked_loss else None
+        self._head_options: list[HeadOption] | None = None
+        self._head_numel = 1
+        self._head_held = 0  # bytes of logits the loop held through the backward (see _profile_head)
+        self._head_refused: str | None = None if self._lm_head is not None or not chunked_loss else ""
+        self._had_model_forward: Any = None
+        self._head_forward = False  # the model's forward replaced (a plan computes the loss in chunks)
+        self._head_seen: list[torch.Tensor] = []  # the head's input in a step that measures the options
+        self._head_measuring = False  # the options' own runs of the head, not the step's
+        self._head_hook: Any = None  # remat's own forward hook on the head
         self._install()
 
     # -- installing ---------------------------------------------------------
@@ -322,6 +356,30 @@ class AppliedPlan:
         self._hooks.append(
             self.model.register_forward_hook(own_code(model_ends, f"remat_ends_{id(self):x}"), always_call=True)
         )
+        if self._lm_head is not None:
+            # The loss options are measured from hooks on a step the model's
+            # own forward runs; its forward is replaced only once a plan
+            # computes the loss in chunks (see _chunked_forward).
+            head = self._lm_head
+
+            def head_input(_m: nn.Module, args: Any, _out: Any) -> None:
+                if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+                    return
+                if self._head_options is None and self._head_refused is None and args and not self._head_measuring:
+                    self._head_seen.append(args[0])
+
+            def head_step(_m: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+                if torch.compiler.is_compiling():
+                    return
+                seen, self._head_seen = self._head_seen, []
+                if seen and self._head_options is None and self._head_refused is None:
+                    self._profile_head(seen, args, kwargs, output)
+
+            # Each with a code object of its own (own_code): Dynamo traces them.
+            self._head_hook = own_code(head_input, f"remat_head_input_{id(self):x}")
+            self._hooks.append(head.head.register_forward_hook(self._head_hook))
+            step_hook = own_code(head_step, f"remat_head_step_{id(self):x}")
+            self._hooks.append(self.model.register_forward_hook(step_hook, with_kwargs=True))
         # A training forward builds no key/value cache (Hugging Face's own
         # checkpointing turns it off too); put back by remove().
         config = getattr(self.model, "config", None)
@@ -379,6 +437,14 @@ class AppliedPlan:
                 m.__dict__.pop("forward", None)
             else:
                 m.forward = before  # type: ignore[method-assign]
+        if self._head_forward:
+            if self._had_model_forward is None:
+                self.model.__dict__.pop("forward", None)
+            else:
+                self.model.forward = self._had_model_forward  # type: ignore[method-assign]
+            self._head_forward = False
+        self._lm_head = None
+        self._head_seen = []
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -387,6 +453,130 @@ class AppliedPlan:
             self._use_cache = None
         self._end_measure()
         self._originals = []
+
+    # -- the head and the loss ---------------------------------------------
+
+    def _chunked_forward(self) -> None:
+        """Replaces the model's forward by one that computes the head and the
+        loss as the plan of the step says (whole or in chunks), once a plan
+        chunks. Not before: under torch.compile a forward of remat's between
+        the model and its blocks changes how Dynamo splits the step."""
+        if self._head_forward or self._lm_head is None:
+            return
+        self._had_model_forward = self.model.__dict__.get("forward")
+        own = self.model.forward
+
+        @functools.wraps(own)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return self._model_forward(own, args, kwargs)
+
+        self.model.forward = forward  # type: ignore[method-assign]
+        self._head_forward = True
+
+    def _model_forward(self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The model's forward with the head and the loss as the plan says
+        (whole, or in chunks): as the model writes it under torch.compile,
+        without gradients or labels, and where the loss options were refused."""
+        head = self._lm_head
+        if head is None or torch.compiler.is_compiling() or not torch.is_grad_enabled() or self._head_refused:
+            return original(*args, **kwargs)
+        split = head.split(original, args, kwargs)
+        if split is None or not self._head_options:
+            return original(*args, **kwargs)
+        base_args, labels, loss_kwargs = split
+        return head.forward(base_args, labels, loss_kwargs, self._chunks_now)
+
+    def _chunks_now(self) -> int:
+        """The loss option of the plan the stack ran under in this step."""
+        c = self._current()
+        return c.chunks if c is not None else 1
+
+    def _profile_head(self, seen: list[torch.Tensor], args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        """Measures each loss option on the last hidden states of a step the
+        model's own forward ran (docs/model.md, "Ways to compute the loss"),
+        checks that the head and the loss as remat computes them give the
+        model's own loss, and plans again with the options."""
+        head = self._lm_head
+        assert head is not None
+        measure = self._measure
+        if self._last is None or self._step is not None or isinstance(measure, _Verify):
+            return  # no stack ran whole, or a compiled step: measured at a later one
+        split = head.split(type(self.model).forward.__get__(self.model), tuple(args), dict(kwargs))
+        if split is None:
+            return  # no labels (or a call the options cannot make): a later step
+        _, labels, loss_kwargs = split
+        own = getattr(out, "loss", None)
+        if len(seen) != 1 or not isinstance(own, torch.Tensor) or own.numel() != 1:
+            self._head_refused = "the head did not run once on the whole sequence with a loss"
+            return
+        m = head.head
+        foreign = [h for h in m._forward_hooks.values() if h is not self._head_hook] + list(
+            m._forward_pre_hooks.values()
+        )
+        if foreign or type(m).forward is not nn.Linear.forward or "forward" in m.__dict__:
+            # Chunks read the head's weight and never call the module: hooks
+            # (FSDP's gathering, an adapter's, a user's) would not run.
+            self._head_refused = f"the head {type(m).__name__} has hooks or a forward of its own, which chunks bypass"
+            return
+        hidden = seen[0]
+        aside = measure.paused() if isinstance(measure, _TracedMeasure) else None
+        aside = measure.aside() if isinstance(measure, _Measure) else aside
+        with aside if aside is not None else contextlib.nullcontext():
+            # By the allocator where no profiler runs (the step's own trace is
+            # paused): what kernels allocate unseen by a dispatch mode counts.
+            allocator = not torch.autograd.profiler._is_profiler_enabled
+            meter = _Meter(hidden.device, list(self.model.parameters()), allocator=allocator)
+            self._head_measuring = True
+            try:
+                options = measure_options(head, hidden, labels, loss_kwargs, meter)
+            finally:
+                self._head_measuring = False
+        tol = 1e-4 if hidden.element_size() >= 4 else 2e-2
+        expected = float(own.detach())
+        for o in options:
+            if not math.isclose(o.loss, expected, rel_tol=tol, abs_tol=tol):
+                self._head_refused = (
+                    f"the loss {o.describe()} ({o.loss:.6g}) is not the model's own ({expected:.6g}): its forward "
+                    "does more than its head and loss_function (logit soft-capping, an auxiliary loss)"
+                )
+                return
+        self._head_options = options
+        self._head_numel = self._last[1]
+        # The logits the training loop holds through the backward (the output
+        # kept, as ``out = model(...); out.loss.backward()`` keeps it) are in
+        # the measured figures of the head whole, and in no chunked option's:
+        # alive when the head's backward reaches its input, they are the loop's.
+        logits = getattr(out, "logits", None)
+        self._head_held = 0
+        if isinstance(logits, torch.Tensor) and hidden.requires_grad:
+            alive, size = weakref.ref(logits), logits.untyped_storage().nbytes()
+
+            def head_backward_ends(g: torch.Tensor) -> None:
+                if alive() is not None:
+                    self._head_held = size
+                    outside = self._outside
+                    if outside is not None and self._last is not None:
+                        self._measured_in_backward(lambda: self._measured(outside))
+
+            hidden.register_hook(head_backward_ends)
+        if self._outside is not None:
+            self._measured(self._outside)  # else the parts outside the stack, measured in this step, plan with them
+
+    def _head_choices(self, numel: int) -> list[tuple[int, int, int, float]]:
+        """(chunks, bytes above the whole head's peak, bytes of logits the loop
+        held, ms above the whole head's time) of each loss option, for
+        ``numel`` elements between blocks."""
+        if not self._head_options:
+            return [(1, 0, 0, 0.0)]
+        f = numel / self._head_numel
+        whole = self._head_options[0]
+        held = math.ceil(self._head_held * f)
+        return [
+            (o.chunks, 0, 0, 0.0)
+            if o.chunks == 1
+            else (o.chunks, math.ceil((o.peak - whole.peak) * f) - held, held, (o.ms - whole.ms) * f)
+            for o in self._head_options
+        ]
 
     # -- running ------------------------------------------------------------
 
@@ -579,31 +769,72 @@ class AppliedPlan:
         return planned.executor
 
     def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
-        chain = _scaled(entry.base, numel / entry.numel) if numel != entry.numel else entry.base
+        stack = _scaled(entry.base, numel / entry.numel) if numel != entry.numel else entry.base
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
-        if outside is not None:
-            chain = _with_loss(chain, outside)
+        chain = _with_loss(stack, outside) if outside is not None else stack
+        # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device)
-        try:
-            # in_flight is passed only when above 1, so that a plan of one
-            # micro-batch calls the solver exactly as before pipelining.
-            extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
-            schedule = remat.solve(
-                chain, budget, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory, **extra
-            )
-        except remat.InfeasibleError as e:
+        # in_flight is passed only when above 1, so that a plan of one
+        # micro-batch calls the solver exactly as before pipelining.
+        extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
+        # One solve per loss option, the fastest plan that fits kept: exact,
+        # since the loss runs once, its forward and backward back to back
+        # (docs/model.md, "Ways to compute the loss").
+        total = budget + (0 if outside is None else outside.pre + outside.post_after)
+        best: tuple[float, int, remat.Chain, remat.Schedule, _Outside | None, int] | None = None
+        failed: list[tuple[remat.InfeasibleError, int]] = []
+        # Under torch.compile the head runs whole (as the model writes it).
+        choices = self._head_choices(numel) if outside is not None and not entry.in_graph else [(1, 0, 0, 0.0)]
+        for chunks, more, held, ms in choices:
+            option, there, room = chain, outside, budget
+            if chunks != 1 and outside is not None:
+                # No logits: none for the loop to hold either (``held``).
+                after = max(0, outside.post_after - held)
+                there = replace(
+                    outside,
+                    post_peak=max(after, outside.post_peak + more),
+                    post_after=after,
+                    pre_backward=max(0, outside.pre_backward - held),
+                )
+                option = _with_loss(stack, there)
+                room = total - there.pre - there.post_after
+            fixed = 0 if there is None else there.pre + there.post_after
+            try:
+                schedule = remat.solve(
+                    option, room, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory, **extra
+                )
+            except remat.InfeasibleError as e:
+                failed.append((e, fixed))
+                continue
+            cost = schedule.makespan + ms
+            # Chunks change the gradients' rounding (bit-identical to plain
+            # training no more): taken where the head whole does not fit, or
+            # where they are faster by more than the noise of a measurement.
+            gain = 0.0 if best is None or best[1] != 1 else _CHUNKS_GAIN * best[0]
+            if best is None or cost < best[0] - gain:
+                best = (cost, chunks, option, schedule, there, room)
+        if best is None:
             # The solver speaks of the stack's budget; the user gave the step's.
-            fixed = 0 if outside is None else outside.pre + outside.post_after
-            least = None if e.min_budget is None else int(e.min_budget) + fixed
+            named = [int(e.min_budget) + fixed for e, fixed in failed if e.min_budget is not None]
+            least = min(named) if named else None
             err = remat.InfeasibleError(
                 f"remat.torch.apply: no schedule of {self.where} fits: {note}; the smallest budget for the whole "
                 f"step is {_fmt(least) if least is not None else 'unknown'}"
                 f"{f' ({least} bytes)' if least is not None else ''}: raise memory= to at least that"
             )
-            err.min_budget, err.algorithm, err.budget = least, e.algorithm, budget + fixed
-            raise err from e
+            err.min_budget, err.algorithm, err.budget = least, failed[0][0].algorithm, total
+            raise err from failed[0][0]
+        _, chunks, chain, schedule, outside, budget = best
+        if chunks != 1:
+            self._chunked_forward()
         in_graph = None
-        if entry.in_graph and outside is not None and self.in_flight == 1 and not self._in_graph_refused:
+        if (
+            entry.in_graph
+            and outside is not None
+            and self.in_flight == 1
+            and not self._in_graph_refused
+            and chunks == 1
+        ):
             found = (
                 self._in_graph_plan(chain, budget - self._in_graph_excess, schedule)
                 if budget > self._in_graph_excess
@@ -625,8 +856,7 @@ class AppliedPlan:
             ],
         )
         self._infeasible = None
-        fixed = 0 if outside is None else outside.pre + outside.post_after
-        return _Planned(chain, schedule, ex, budget, note, budget + fixed, in_graph)
+        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside)
 
     def _in_graph_plan(
         self, chain: remat.Chain, budget: int, best: remat.Schedule
@@ -694,7 +924,23 @@ class AppliedPlan:
             err.min_budget, err.budget = outside.pre_backward, total
             raise err
         if budget <= 0:
-            raise ValueError(f"{how}: the part of the step outside the stack takes {_fmt(fixed)}, nothing is left")
+            # No room for the stack at all: what the step needs is the outside
+            # parts plus the stack's own smallest budget (an InfeasibleError, as
+            # any budget too small, so callers that search for one see it).
+            try:
+                remat.solve(chain, 1, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory)
+                stack_least: int | None = 1
+            except remat.InfeasibleError as e:
+                stack_least = None if e.min_budget is None else int(e.min_budget)
+            least = None if stack_least is None else fixed + stack_least
+            err = remat.InfeasibleError(
+                f"remat.torch.apply: {how}, but the part of the step outside {self.where} takes {_fmt(fixed)} by "
+                f"itself, nothing is left for it: raise memory= to at least "
+                f"{_fmt(least) if least is not None else 'more than that'}"
+                f"{f' ({least} bytes)' if least is not None else ''}"
+            )
+            err.min_budget, err.budget = least, total
+            raise err
         return budget, f"{how}; {fixed_note}; for the stack {_fmt(budget)}"
 
     def _measured_pre_backward(self, peak: int, numel: int) -> None:
@@ -704,6 +950,16 @@ class AppliedPlan:
             return
         self._outside.pre_backward = int(peak * self._outside.activation / numel)
         self._measured(self._outside)
+
+    def _measured_in_backward(self, replan: Callable[[], None]) -> None:
+        """A re-plan from inside a backward (a hook, an engine callback): where no
+        schedule fits, the error waits for the next forward, which solves again
+        and raises it. Raised here, it would abort the backward with remat's
+        measurement half done (its dispatch mode left on the stack)."""
+        try:
+            replan()
+        except remat.InfeasibleError as e:
+            self._infeasible = e
 
     def _measured(self, outside: _Outside) -> None:
         """Re-plans with the memory outside the stack, measured on a step."""
@@ -791,6 +1047,14 @@ class AppliedPlan:
         return c.schedule if c else None
 
     @property
+    def loss_chunks(self) -> int | None:
+        """The loss option of the last input's plan: 1 where the head and the
+        loss run whole, else the number of chunks of tokens they run in
+        (``chunked_loss=``); None before the first training step."""
+        c = self._current()
+        return c.chunks if c else None
+
+    @property
     def compiled(self) -> bool:
         """Whether the blocks of the last input ran compiled (see ``compile=``)."""
         return self._last is not None and self._last[0].compiled
@@ -808,8 +1072,7 @@ class AppliedPlan:
         c = self._current()
         if c is None or self._last is None:
             return None
-        entry, numel, _ = self._last
-        outside = entry.outside.scaled(numel) if entry.outside is not None else None
+        outside = c.outside
         # With micro-batches in flight, the rank's peak: (in_flight - 1) x residue + peak.
         schedule = c.schedule
         peak = (
@@ -847,12 +1110,33 @@ class AppliedPlan:
         ]
         if has_options:
             lines += _explain_options(d["stages"], ops)
+        lines += self._explain_head(c)
         if self.pending_gradients:
             lines.append(
                 f"of which tied parameters' gradient {_fmt(self.pending_gradients)}: held by autograd from the head's "
                 "backward to the embeddings' (counted in the budget: it is not a .grad yet)"
             )
         return "\n".join(lines)
+
+    def _explain_head(self, c: _Planned) -> list[str]:
+        if self._head_refused:
+            return [f"head and loss: whole, as the model writes them ({self._head_refused})"]
+        if self._lm_head is None:
+            return []
+        if not self._head_options or self._last is None:
+            return ["head and loss: whole (their options are measured on the first training step)"]
+        numel = self._last[1]
+        f = numel / self._head_numel
+        whole = self._head_options[0]
+        measured = ", ".join(f"{o.describe()} {_fmt(int(o.peak * f))} {o.ms * f:.1f} ms" for o in self._head_options)
+        if c.chunks == 1:
+            return [f"head and loss: whole (measured, forward and backward: {measured})"]
+        o = next(o for o in self._head_options if o.chunks == c.chunks)
+        return [
+            f"head and loss: {o.describe()}, never the whole logits (each chunk's gradient made in the forward): "
+            f"{_fmt(int((whole.peak - o.peak) * f))} less than whole for {(o.ms - whole.ms) * f:+.1f} ms "
+            f"(measured: {measured}); the output's logits are None",
+        ]
 
     def __repr__(self) -> str:
         return f"<remat AppliedPlan: {len(self.modules)} blocks of {self.where}, memory={self.memory!r}>"
@@ -862,11 +1146,16 @@ class AppliedPlan:
     def _end_measure(self) -> None:
         m = self._measure
         if m is not None:
-            if isinstance(m, (_TracedMeasure, _Verify)) and m.done:
-                m.settle()
-            m.close()
-            if not m.open:
-                self._measure = None
+            try:
+                if isinstance(m, (_TracedMeasure, _Verify)) and m.done:
+                    m.settle()  # may find no plan fits: raised, after the trace is closed
+            finally:
+                # Left open, the trace's profiler would run on into the next
+                # step, whose measurement would then fall back to a dispatch
+                # mode (and break Dynamo under torch.compile).
+                m.close()
+                if not m.open:
+                    self._measure = None
 
 
 #: The LiveBytes that measure the parts outside a stack (each plan's own).
@@ -891,6 +1180,7 @@ class _Measure:
         self.recording = True
         self.input_gradient = False
         self.peak_before = 0
+        self.gpu_peak_aside = 0  # the allocator's peak before work set aside (see aside())
         self.borrowed = False
         self.skipped = False
         if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
@@ -951,6 +1241,29 @@ class _Measure:
             self.live.__enter__()
             self.live.exclude_parameter_gradients(self.plan.model.parameters())
 
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Work inside (measuring the loss options) that the step's figures leave
+        out: untracked on the CPU; on a GPU the peak before it is kept and the
+        allocator's peak reset after it."""
+        if self.device is None:
+            if self.live is not None and self.borrowed:
+                was, self.live.tracking = self.live.tracking, False
+                try:
+                    yield
+                finally:
+                    self.live.tracking = was
+                return
+            with self.paused():
+                yield
+            return
+        before = torch.cuda.max_memory_allocated(self.device)
+        try:
+            yield
+        finally:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.gpu_peak_aside = max(self.gpu_peak_aside, before)
+
     def stack_starts(self, x: torch.Tensor) -> None:
         own = x.untyped_storage().nbytes() if (self.live is None or self.live.tracks(x)) else 0
         self.pre = max(0, self._now() - own)
@@ -966,6 +1279,7 @@ class _Measure:
         else:
             assert self.device is not None
             torch.cuda.reset_peak_memory_stats(self.device)
+            self.gpu_peak_aside = 0
 
     def _peak(self) -> int:
         if self.live is not None:
@@ -974,7 +1288,7 @@ class _Measure:
             self.live.peak = max(self.live.peak, self.peak_before)
             return peak
         assert self.device is not None
-        return torch.cuda.max_memory_allocated(self.device) - self.base
+        return max(torch.cuda.max_memory_allocated(self.device), self.gpu_peak_aside) - self.base
 
     def _input_gradient_arrives(self, g: torch.Tensor) -> None:
         """delta^0: the part before the stack runs its backward now, to the end of
@@ -987,7 +1301,7 @@ class _Measure:
             peak = self._peak()
             if self.live is not None and not self.borrowed:
                 self.live.tracking = False  # left at the next forward: see gradient_arrives
-            self.plan._measured_pre_backward(max(0, peak), self.numel)
+            self.plan._measured_in_backward(lambda: self.plan._measured_pre_backward(max(0, peak), self.numel))
 
         torch.autograd.Variable._execution_engine.queue_callback(backward_ends)
 
@@ -1042,7 +1356,8 @@ class _Measure:
             self.recording = False
             if self.live is not None and not self.borrowed and not self.input_gradient:
                 self.live.tracking = False
-            self.plan._measured(_Outside(self.pre, post_peak, post_after, self.numel))
+            outside = _Outside(self.pre, post_peak, post_after, self.numel)
+            self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
         out.register_hook(gradient_arrives)
 
@@ -1455,6 +1770,7 @@ def apply(
     policies: Sequence[Policy | NamedPolicy | Any] | None = DEFAULT_POLICIES,
     in_flight: int = 1,
     compile: bool | dict[str, Any] | None = None,
+    chunked_loss: bool = True,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -1517,6 +1833,17 @@ def apply(
             always eager. Compiled blocks are profiled compiled, their memory
             measured by the allocator, and each recording option runs as its
             own compiled variant (see :mod:`remat.torch.compiled`).
+        chunked_loss: for a Hugging Face causal LM (an ``lm_head`` and a
+            ``loss_function``), let the plan compute the head and the loss in
+            chunks of tokens, never holding the whole logits (each chunk's
+            gradient made in the forward: :func:`remat.torch.chunked_cross_entropy`),
+            where that is the fastest plan that fits (or faster than the head
+            whole by 5%: chunks change the gradients' rounding). Each way is
+            measured on the first training step (checked against the model's
+            own loss there); a plan that chunks returns the loss without ``logits``
+            (None), as fused linear cross-entropy kernels do, and
+            ``explain()`` says so. Eager only: under ``torch.compile`` the
+            head runs whole. False: the model's forward as it is.
 
     Returns:
         the :class:`AppliedPlan` (``remove()`` undoes it).
@@ -1559,6 +1886,7 @@ def apply(
         policies=named,
         in_flight=in_flight,
         compile=compile,
+        chunked_loss=bool(chunked_loss),
     )
 
 

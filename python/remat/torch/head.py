@@ -1,0 +1,338 @@
+"""The head and the loss in chunks of tokens: the loss options of
+docs/model.md ("Ways to compute the loss").
+
+At the floor of any checkpointing scheme a language model holds its logits
+(tokens x vocabulary), the fp32 copy the cross-entropy takes, the softmax it
+keeps and the logits' gradient, all at once: with a vocabulary of 128,256 that
+is most of the step. :func:`chunked_cross_entropy` computes
+``cross_entropy(hidden @ weight.T + bias, targets)`` one chunk of tokens at a
+time and keeps none of the logits: each chunk's logits become their gradient
+in the forward, folded into the hidden states' and the weight's at once (as
+fused linear cross-entropy kernels do: Liger's, torchtune's), so at most one
+chunk's logits is alive and none is made twice.
+
+:class:`CausalLMHead` runs a Hugging Face causal LM's forward that way (the
+base model, then the head and the loss chunked or whole), for
+:func:`remat.torch.apply`, which measures each loss option and lets the solver
+choose one per plan.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+__all__ = ["CausalLMHead", "HeadOption", "chunked_cross_entropy"]
+
+#: Loss options remat.torch measures: the head whole, or in this many chunks
+#: of tokens, each of at least MIN_TOKENS tokens (each chunk reads the whole
+#: head weight three times: smaller chunks save little and cost much).
+CHUNKS = (1, 4, 16)
+MIN_TOKENS = 64
+
+
+def _bounds(n: int, chunks: int) -> list[tuple[int, int]]:
+    size = math.ceil(n / max(1, min(chunks, n)))
+    return [(a, min(n, a + size)) for a in range(0, n, size)]
+
+
+def _softmax_(x: torch.Tensor) -> torch.Tensor:
+    """softmax over the last dimension, in place: no temporary of x's size
+    (``torch.softmax`` and ``logsumexp`` make one, unseen by dispatch modes).
+    Returns the logsumexp of each row."""
+    top = x.amax(dim=-1, keepdim=True)
+    x.sub_(top).exp_()
+    total = x.sum(dim=-1, keepdim=True)
+    x.div_(total)
+    return total.log_().add_(top).squeeze(-1)
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """The loss and its gradients, one chunk of tokens at a time, in the
+    forward: each chunk's logits become its softmax in place, then its
+    gradient, folded into the hidden states' and the weight's and dropped. The
+    backward scales what the forward made by the loss's own gradient. So no
+    logits are made twice (three matrix products of the head's size, as the
+    whole head takes), at most one chunk's logits is alive, and the gradients
+    are held only from the loss's forward to its backward, which follows it."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        chunks: int,
+        ignore_index: int,
+        denominator: torch.Tensor,
+    ) -> torch.Tensor:
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
+        scale = 1.0 / denominator.to(torch.float32)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for a, b in _bounds(hidden.shape[0], chunks):
+            h = hidden[a:b]
+            g = nn.functional.linear(h, weight, bias).float()
+            t = targets[a:b]
+            valid = t != ignore_index
+            picked = g.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
+            lse = _softmax_(g)  # g is the softmax now: one chunk of logits, no more
+            total += (lse - picked)[valid].sum()
+            if grad_h is None and grad_w is None and grad_b is None:
+                continue
+            # d loss / d logits = (softmax - onehot(target)) / denominator
+            rows = torch.arange(t.shape[0], device=t.device)
+            g[rows[valid], t[valid]] -= 1.0
+            g[~valid] = 0.0
+            g.mul_(scale)
+            gd = g.to(hidden.dtype)
+            del g
+            if grad_h is not None:
+                torch.mm(gd, weight, out=grad_h[a:b])
+            if grad_w is not None:
+                grad_w.addmm_(gd.t(), h)
+            if grad_b is not None:
+                grad_b += gd.sum(0)
+            del gd
+        ctx.grads = (grad_h, grad_w, grad_b)
+        return total * scale
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        found = []
+        for g in ctx.grads:
+            found.append(None if g is None else g.mul_(grad.to(g.dtype)))
+        ctx.grads = (None, None, None)  # a second backward finds nothing (as a freed graph)
+        return found[0], found[1], found[2], None, None, None, None
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    chunks: int = 16,
+    ignore_index: int = -100,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``cross_entropy(linear(hidden, weight, bias).float(), targets)`` in
+    ``chunks`` chunks of tokens, never holding more than one chunk's logits.
+
+    The mean over the targets that are not ``ignore_index`` (as
+    ``torch.nn.functional.cross_entropy``), or the sum over ``num_items_in_batch``
+    where given (as Hugging Face's loss with gradient accumulation). The logits
+    are made in ``hidden``'s dtype and reduced in fp32, as Hugging Face's
+    ``ForCausalLMLoss`` does. The gradients are made in the forward, chunk by
+    chunk, and scaled by the loss's gradient in the backward: the gradients
+    of the hidden states and the weight (their size) are held from the forward
+    to the backward, which in training follows at once. Equal to the whole
+    computation up to floating-point order (the chunks' sums, and the
+    weight's gradient summed over chunks). Cost: three matrix products of the
+    head's size, as the whole head; memory one chunk's logits (tokens / chunks
+    x vocabulary, fp32) and the gradients. No double backward.
+
+    Args:
+        hidden: ``(tokens, hidden)`` (any leading shape is flattened).
+        weight: the head's ``(vocabulary, hidden)`` weight.
+        targets: ``tokens`` class indices.
+
+    # Example
+
+    >>> h = torch.randn(10, 8, requires_grad=True)
+    >>> w = torch.randn(50, 8, requires_grad=True)
+    >>> t = torch.randint(0, 50, (10,))
+    >>> whole = torch.nn.functional.cross_entropy(h @ w.T, t)
+    >>> torch.allclose(chunked_cross_entropy(h, w, t, chunks=3), whole, rtol=1e-6)
+    True
+    """
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+    h = hidden.reshape(-1, hidden.shape[-1])
+    t = targets.reshape(-1).to(h.device)
+    if t.shape[0] != h.shape[0]:
+        raise ValueError(f"targets has {t.shape[0]} elements for {h.shape[0]} tokens of hidden {tuple(hidden.shape)}")
+    if num_items_in_batch is None:
+        denominator = (t != ignore_index).sum().to(torch.float32)
+    else:
+        denominator = torch.as_tensor(num_items_in_batch, device=h.device).to(torch.float32)
+    out = _ChunkedLinearCrossEntropy.apply(h, weight, bias, t, chunks, ignore_index, denominator)
+    return out  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class HeadOption:
+    """One way to compute the head and the loss, as measured (see
+    docs/model.md): ``chunks`` 1 is the model's own, whole."""
+
+    chunks: int
+    peak: int  # the most it holds above its input, forward and backward (bytes)
+    ms: float  # its forward and backward
+    loss: float  # the loss it computed on the profiled step
+
+    def describe(self) -> str:
+        return "whole" if self.chunks == 1 else f"in {self.chunks} chunks of tokens"
+
+
+_DROP = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels", "return_dict")
+
+
+class CausalLMHead:
+    """A Hugging Face causal LM's forward with the head and the loss computed
+    whole or in chunks: ``base_model(...)`` to the last hidden states, then
+    ``lm_head`` and ``loss_function`` as the model writes them (whole) or
+    :func:`chunked_cross_entropy` (chunked: the output's ``logits`` is None).
+
+    :meth:`of` returns None for a model that is not one (no ``lm_head`` Linear
+    reading the base model's last hidden state, no ``loss_function``); a model
+    whose own loss is not what the head and ``loss_function`` give on the
+    profiled step (logit soft-capping, an auxiliary loss) is found out by
+    :func:`remat.torch.apply`, which then leaves its forward alone."""
+
+    def __init__(self, model: nn.Module, head: nn.Linear, base: nn.Module) -> None:
+        self.model = model
+        self.head = head
+        self.base = base
+        self._base_params = inspect.signature(base.forward).parameters
+        self._takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._base_params.values())
+
+    @staticmethod
+    def of(model: nn.Module) -> CausalLMHead | None:
+        head = getattr(model, "lm_head", None)
+        base = getattr(model, "base_model", None)
+        loss = getattr(model, "loss_function", None)
+        config = getattr(model, "config", None)
+        if not isinstance(head, nn.Linear) or not isinstance(base, nn.Module) or base is model or loss is None:
+            return None
+        if getattr(config, "is_encoder_decoder", False) or head.out_features != getattr(config, "vocab_size", None):
+            return None
+        try:
+            inspect.signature(type(model).forward).bind(None, input_ids=None, labels=None)
+        except TypeError:
+            return None
+        return CausalLMHead(model, head, base)
+
+    def split(
+        self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], torch.Tensor | None, dict[str, Any]] | None:
+        """(the base model's arguments, labels, the loss's arguments), or None
+        where the call must run as the model writes it (no labels, tuples asked
+        for, an argument the base model does not take)."""
+        try:
+            bound = inspect.signature(original).bind(*args, **kwargs)
+        except TypeError:
+            return None
+        named = dict(bound.arguments)
+        extra = named.pop("kwargs", None) or {}
+        named.update(extra)
+        labels = named.get("labels")
+        if labels is None or named.get("return_dict") is False:
+            return None
+        if named.get("logits_to_keep") not in (None, 0):
+            return None
+        loss_kwargs = {k: named[k] for k in ("num_items_in_batch", "shift_labels") if named.get(k) is not None}
+        base = {k: v for k, v in named.items() if k not in _DROP}
+        if not self._takes_any and any(k not in self._base_params for k in base):
+            return None
+        return base, labels, loss_kwargs
+
+    def loss(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        chunks: int,
+        loss_kwargs: dict[str, Any],
+        hooks: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the loss, the logits or None) from the last hidden states; the head
+        called as a module (its hooks fire) where ``hooks``, else as a function
+        (remat's own measuring runs)."""
+        if chunks == 1:
+            logits = self.head(hidden) if hooks else nn.functional.linear(hidden, self.head.weight, self.head.bias)
+            vocab = self.head.out_features
+            return self.model.loss_function(logits=logits, labels=labels, vocab_size=vocab, **loss_kwargs), logits
+        shifted = loss_kwargs.get("shift_labels")
+        if shifted is None:
+            shifted = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+        loss = chunked_cross_entropy(
+            hidden,
+            self.head.weight,
+            shifted,
+            bias=self.head.bias,
+            chunks=chunks,
+            num_items_in_batch=loss_kwargs.get("num_items_in_batch"),
+        )
+        return loss, None
+
+    def forward(
+        self, base_args: dict[str, Any], labels: torch.Tensor, loss_kwargs: dict[str, Any], chunks: Callable[[], int]
+    ) -> Any:
+        """The model's output; ``chunks()`` is asked once the base model has
+        run (the plan for this input is known by then)."""
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        out = self.base(**base_args)
+        loss, logits = self.loss(out[0], labels, chunks(), loss_kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=getattr(out, "past_key_values", None),
+            hidden_states=getattr(out, "hidden_states", None),
+            attentions=getattr(out, "attentions", None),
+        )
+
+
+def measure_options(
+    head: CausalLMHead,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    loss_kwargs: dict[str, Any],
+    meter: Any,
+    chunks: Sequence[int] = CHUNKS,
+) -> list[HeadOption]:
+    """Each loss option on the profiled step's last hidden states, forward and
+    backward (to the hidden states and the head's weight, as the step's
+    backward does), its peak above its input and its time: ``meter`` is
+    :class:`remat.torch.profile._Meter` on the step's device."""
+    tokens = hidden.numel() // hidden.shape[-1]
+    found: list[HeadOption] = []
+    # The backward accumulates into the head's .grad, as the step's does (the
+    # meter leaves parameter gradients out, as the budget does): the user's
+    # gradients are put aside meanwhile and put back after.
+    params = [p for p in head.head.parameters() if p.requires_grad]
+    kept = [p.grad for p in params]
+    try:
+        ks = sorted({c for c in chunks if c == 1 or tokens // c >= MIN_TOKENS})
+        for i, k in enumerate(ks):
+            best = math.inf
+            peak = 0
+            value = math.nan
+            for _ in range(2 if i == 0 else 1):  # the first run warms up (the allocator's cache, lazy kernels)
+                for p in params:
+                    p.grad = None
+                h = hidden.detach().requires_grad_()
+                with meter.window():
+                    with meter.timed():
+                        loss = head.loss(h, labels, k, loss_kwargs, hooks=False)[0]  # logits dropped, as a loop does
+                        loss.backward()
+                    mark = meter.mark()
+                del h
+                value = float(loss.detach())
+                peak = meter.value(mark)
+                best = min(best, meter.ms)
+            found.append(HeadOption(k, peak, best, value))
+    finally:
+        for p, g in zip(params, kept):
+            p.grad = g
+    return found

@@ -1,0 +1,282 @@
+"""The head and the loss in chunks of tokens (issue 37; docs/model.md, "Ways to
+compute the loss"): chunked_cross_entropy against the whole computation, and
+apply() choosing a loss option below the floor of the head computed whole."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch_models import steady_profiles
+
+import remat
+import remat.torch as rt
+from remat.torch.head import CausalLMHead, chunked_cross_entropy
+from remat.torch.memory import AllocatorTrace
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 4000
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+
+
+# -- the function ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 7, 64, 1000])
+@pytest.mark.parametrize("items", [None, 123])
+def test_chunked_cross_entropy_is_the_whole_loss_and_its_gradients(chunks: int, items: int | None) -> None:
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 21, 16, generator=g, requires_grad=True)
+    weight = torch.randn(97, 16, generator=g, requires_grad=True)
+    bias = torch.randn(97, generator=g, requires_grad=True)
+    targets = torch.randint(0, 97, (3, 21), generator=g)
+    targets[0, :5] = -100  # padding, as Hugging Face's labels mark it
+    logits = nn.functional.linear(hidden, weight, bias).view(-1, 97)
+    if items is None:
+        whole = nn.functional.cross_entropy(logits, targets.view(-1))
+    else:
+        whole = nn.functional.cross_entropy(logits, targets.view(-1), reduction="sum") / items
+    expected = torch.autograd.grad(whole, [hidden, weight, bias])
+    loss = chunked_cross_entropy(hidden, weight, targets, bias=bias, chunks=chunks, num_items_in_batch=items)
+    got = torch.autograd.grad(loss, [hidden, weight, bias])
+    assert abs(float(loss.detach()) - float(whole)) <= 1e-6 * abs(float(whole))
+    for a, b in zip(got, expected):
+        assert rel(a, b) <= 1e-6
+
+
+def test_chunked_cross_entropy_leaves_out_frozen_weights() -> None:
+    hidden = torch.randn(8, 4, requires_grad=True)
+    weight = torch.randn(10, 4)  # frozen (a LoRA-style fine-tune)
+    targets = torch.randint(0, 10, (8,))
+    chunked_cross_entropy(hidden, weight, targets, chunks=3).backward()
+    assert hidden.grad is not None and weight.grad is None
+
+
+@pytest.mark.parametrize("chunks", [0, -1, 1.5, True])
+def test_a_bad_number_of_chunks_is_named(chunks: Any) -> None:
+    with pytest.raises(ValueError, match="chunks must be a positive int"):
+        chunked_cross_entropy(torch.randn(4, 2), torch.randn(3, 2), torch.zeros(4, dtype=torch.long), chunks=chunks)
+
+
+def test_targets_that_do_not_match_the_tokens_are_named() -> None:
+    with pytest.raises(ValueError, match="targets has 5 elements for 4 tokens"):
+        chunked_cross_entropy(torch.randn(4, 2), torch.randn(3, 2), torch.zeros(5, dtype=torch.long))
+
+
+def test_the_backward_holds_one_chunk_of_logits_not_all() -> None:
+    """By the allocator: the chunked loss's forward and backward hold far less
+    than the whole logits (tokens x vocabulary x 4 bytes)."""
+    hidden = torch.randn(512, 32, requires_grad=True)
+    weight = torch.randn(VOCAB, 32, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (512,))
+    whole_logits = 512 * VOCAB * 4
+    with AllocatorTrace() as trace:
+        chunked_cross_entropy(hidden, weight, targets, chunks=16).backward()
+        end = trace.mark()
+    # One chunk of logits (1/16), the weight's gradient and the hidden's.
+    bound = whole_logits / 16 + weight.numel() * 4 + hidden.numel() * 4 + 65536
+    assert trace.peak(0, end) <= bound < whole_logits
+
+
+# -- apply() -----------------------------------------------------------------------
+
+
+def llama(tied: bool = False) -> nn.Module:
+    config = transformers.LlamaConfig(
+        num_hidden_layers=3,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).train()
+
+
+def gpt2() -> nn.Module:
+    config = transformers.GPT2Config(n_layer=3, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=128)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+IDS = torch.randint(0, VOCAB, (2, 128), generator=torch.Generator().manual_seed(1))
+
+
+def step(model: nn.Module, **kwargs: Any) -> tuple[float, Any]:
+    """A step measured by the allocator: (its peak above the start, the output)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)  # the same dropout masks in every model's step
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        out = model(IDS, labels=IDS, **kwargs)
+        loss = out.loss
+        out.loss = None
+        loss.backward()
+        out.loss = loss.detach()
+        end = trace.mark()
+    return trace.peak(0, end), out
+
+
+def hf_peak(make: Any) -> int:
+    m = make()
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    step(m)
+    return int(step(m)[0])
+
+
+@pytest.mark.parametrize("make", [llama, gpt2, lambda: llama(tied=True)], ids=["llama", "gpt2", "llama-tied"])
+def test_below_the_whole_heads_floor_the_plan_chunks_and_trains_like_plain(make: Any) -> None:
+    """At 60% of HF checkpointing's peak (every block recomputed; the head
+    whole is most of it) no plan with the head whole fits, so remat computes
+    it in chunks: the budget holds by the allocator, the prediction is the
+    measurement within 2%, the loss and every gradient are plain training's
+    within 1e-6 relative, the output has no logits and explain() says why."""
+    budget = int(0.6 * hf_peak(make))
+    plain = make()
+    _, expected = step(plain)
+    m = make()
+    with steady_profiles():
+        plan = rt.apply(m, memory=budget)
+        for _ in range(3):
+            peak, out = step(m)
+    assert plan.loss_chunks is not None and plan.loss_chunks > 1
+    assert out.logits is None
+    assert "chunks of tokens" in plan.explain() and "logits are None" in plan.explain()
+    assert plan.peak_memory is not None
+    assert peak <= budget
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory
+    assert abs(float(out.loss) - float(expected.loss)) <= 1e-6 * abs(float(expected.loss))
+    for (name, p), q in zip(m.named_parameters(), plain.parameters()):
+        assert p.grad is not None and q.grad is not None, name
+        assert rel(p.grad, q.grad) <= 1e-5, name
+
+
+def test_without_loss_options_that_budget_is_infeasible() -> None:
+    """The same budget with chunked_loss=False: the head whole does not fit,
+    and the error names a smallest budget above it."""
+    budget = int(0.6 * hf_peak(llama))
+    m = llama()
+    plan = rt.apply(m, memory=budget, chunked_loss=False)
+    with pytest.raises(remat.InfeasibleError) as e:
+        for _ in range(3):
+            step(m)
+    assert e.value.min_budget is not None and e.value.min_budget > budget
+    assert plan.loss_chunks in (None, 1)
+    # Found in the first step's backward (under the test's own profiler, so
+    # measured by a dispatch mode): raised at the next forward, with nothing
+    # of remat's measurement left behind to slow or break later steps.
+    assert _get_current_dispatch_mode_stack() == []
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_with_room_for_the_head_whole_it_stays_whole_and_gradients_are_bit_identical() -> None:
+    """Where the head whole fits and chunks are not faster (steady profiles:
+    chunks cost more), the model's own forward computes the loss: logits
+    returned, gradients equal to plain training bit for bit."""
+    plain = llama()
+    _, expected = step(plain)
+    m = llama()
+    with steady_profiles():
+        plan = rt.apply(m, memory="100%")
+        for _ in range(3):
+            _, out = step(m)
+    assert plan.loss_chunks == 1
+    assert out.logits is not None and torch.equal(out.logits, expected.logits)
+    for p, q in zip(m.parameters(), plain.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+
+
+def test_padding_and_the_trainers_item_count_are_the_models_own_loss() -> None:
+    """Labels with -100 (padding) and num_items_in_batch (what HF's Trainer
+    passes with gradient accumulation) give plain training's loss and
+    gradients when the plan chunks."""
+    labels = IDS.clone()
+    labels[:, :20] = -100
+    budget = int(0.6 * hf_peak(llama))
+
+    def run(model: nn.Module) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = model(IDS, labels=labels, num_items_in_batch=torch.tensor(150)).loss
+        loss.backward()
+        return loss.detach()
+
+    plain = llama()
+    expected = run(plain)
+    m = llama()
+    with steady_profiles():
+        plan = rt.apply(m, memory=budget)
+        for _ in range(3):
+            got = run(m)
+    assert plan.loss_chunks is not None and plan.loss_chunks > 1
+    assert abs(float(got) - float(expected)) <= 1e-6 * abs(float(expected))
+    for p, q in zip(m.parameters(), plain.parameters()):
+        assert p.grad is not None and q.grad is not None and rel(p.grad, q.grad) <= 1e-5
+
+
+class Capped(transformers.LlamaForCausalLM):  # type: ignore[misc]
+    """A causal LM whose forward does more than its head and loss_function (as
+    Gemma 2's logit soft-capping does)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().forward(*args, **kwargs)
+        if out.loss is not None:
+            out.loss = out.loss + 0.5
+        return out
+
+
+def test_a_forward_that_does_more_than_its_head_keeps_its_own_loss() -> None:
+    torch.manual_seed(0)
+    m = Capped(llama().config).train()
+    plain = copy.deepcopy(m)
+    plan = rt.apply(m, memory="100%")
+    for _ in range(3):
+        _, out = step(m)
+    _, expected = step(plain)
+    assert plan.loss_chunks == 1
+    assert "is not the model's own" in plan.explain()
+    assert float(out.loss) == float(expected.loss)
+
+
+def test_remove_puts_the_models_forward_back_and_eval_returns_logits() -> None:
+    m = llama()
+    own = m.forward
+    plan = rt.apply(m, memory="60%")
+    assert CausalLMHead.of(m) is not None
+    with torch.no_grad():
+        assert m(IDS).logits.shape == (2, 128, VOCAB)
+    plan.remove()
+    assert "forward" not in m.__dict__ and m.forward == own
+    rt.apply(m, memory="60%").remove()  # not "already applied"
+
+
+def test_not_a_causal_lm_has_no_loss_options() -> None:
+    assert CausalLMHead.of(nn.Sequential(nn.Linear(2, 2))) is None
+    config = transformers.BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=100
+    )
+    assert CausalLMHead.of(transformers.BertModel(config)) is None
+
+
+def test_a_head_with_hooks_of_its_own_stays_whole_and_they_fire_once_a_step() -> None:
+    """Chunks read the head's weight and never call it: a head with hooks
+    (FSDP's gathering, an adapter's, a user's) keeps its own forward, even
+    below the floor of the head whole (where the error says so)."""
+    m = llama()
+    calls: list[int] = []
+    m.lm_head.register_forward_hook(lambda *_: calls.append(1))
+    plan = rt.apply(m, memory="100%")
+    for _ in range(3):
+        step(m)
+    assert plan.loss_chunks == 1 and len(calls) == 3
+    assert "has hooks or a forward of its own" in plan.explain()
