@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""How large a batch fits a memory budget: remat (its plans with the loss as a
+loss option, :func:`remat.torch.max_batch`) against Hugging Face's gradient
+checkpointing (every block recomputed, the head and the loss whole), searched
+the same way (:func:`remat.torch.largest_fitting`: doubling, then bisecting),
+each size really trained and its peak measured by the allocator
+(``torch.profiler`` memory events, parameter gradients left out). A script,
+not a test: it prints a markdown table.
+
+Models (random init from configs, nothing downloaded), fp32 on the CPU:
+
+- ``llama``: a Llama shape with Llama 3's vocabulary, 128,256 (hidden 256, 4
+  layers, 8 heads / 4 KV heads, intermediate 688), sequence 512;
+- ``gpt2``: GPT-2 small (12 layers, hidden 768, vocabulary 50,257), sequence 256.
+
+The budget is HF checkpointing's measured peak at ``--at`` sequences (4 by
+default): the batch HF fits there is about that; remat's is what its plans fit
+in the same bytes.
+
+    python benchmarks/max_batch.py [--models llama gpt2] [--at 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+import transformers
+
+import remat
+import remat.torch as rt
+from remat.torch.memory import AllocatorTrace
+
+
+def make(name: str) -> tuple[Any, int, int]:
+    """(the model, its vocabulary, the sequence length)."""
+    torch.manual_seed(0)
+    if name == "llama":
+        config = transformers.LlamaConfig(
+            num_hidden_layers=4,
+            hidden_size=256,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            intermediate_size=688,
+            vocab_size=128256,
+            use_cache=False,
+            tie_word_embeddings=False,
+        )
+        return transformers.LlamaForCausalLM(config).train(), 128256, 512
+    config = transformers.GPT2Config(use_cache=False)  # GPT-2 small
+    return transformers.GPT2LMHeadModel(config).train(), config.vocab_size, 256
+
+
+def hf_peak(model: Any, ids: torch.Tensor) -> int:
+    model.zero_grad(set_to_none=True)
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        model(ids, labels=ids).loss.backward()
+        end = trace.mark()
+    model.zero_grad(set_to_none=True)
+    return trace.peak(0, end)
+
+
+def run(name: str, at: int) -> None:
+    t0 = time.perf_counter()
+    model, vocab, seq = make(name)
+
+    def ids(n: int) -> torch.Tensor:
+        return torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(n))
+
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    hf_peak(model, ids(at))
+    budget = hf_peak(model, ids(at))
+
+    def hf_fits(n: int) -> bool:
+        return hf_peak(model, ids(n)) <= budget
+
+    hf = rt.largest_fitting(hf_fits, start=at)
+    model.gradient_checkpointing_disable()
+    found = rt.max_batch(model, lambda n: {"input_ids": ids(n), "labels": ids(n)}, budget, start=at)
+    print(
+        f"| {name} | {remat.format_size(budget)} ({at}) | {hf} | {found.size} | "
+        f"{remat.format_size(found.measured_peak) if found.measured_peak else '-'} |",
+        flush=True,
+    )
+    print(f"\n{name}: {time.perf_counter() - t0:.0f} s; remat's plan at {found.size}:\n{found.explain}\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["llama", "gpt2"])
+    ap.add_argument("--at", type=int, default=4, help="the batch whose HF-checkpointing peak is the budget")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(
+        f"{datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, {args.threads} threads, load {os.getloadavg()[0]:.1f}\n"
+    )
+    print("| model | budget (HF ckpt's peak at batch) | HF ckpt's largest batch | remat's | its measured peak |")
+    print("|---|---|---|---|---|")
+    for name in args.models:
+        run(name, args.at)
+
+
+if __name__ == "__main__":
+    main()
