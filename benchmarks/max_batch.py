@@ -27,6 +27,7 @@ import argparse
 import datetime
 import os
 import platform
+import sys
 import time
 from typing import Any
 
@@ -37,22 +38,15 @@ import remat
 import remat.torch as rt
 from remat.torch.memory import AllocatorTrace
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chunked_loss import model_of  # benchmarks/, beside this script
+
 
 def make(name: str) -> tuple[Any, int, int]:
     """(the model, its vocabulary, the sequence length)."""
     torch.manual_seed(0)
     if name == "llama":
-        config = transformers.LlamaConfig(
-            num_hidden_layers=4,
-            hidden_size=256,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            intermediate_size=688,
-            vocab_size=128256,
-            use_cache=False,
-            tie_word_embeddings=False,
-        )
-        return transformers.LlamaForCausalLM(config).train(), 128256, 512
+        return model_of(128256, 4), 128256, 512  # chunked_loss.py's model
     config = transformers.GPT2Config(use_cache=False)  # GPT-2 small
     return transformers.GPT2LMHeadModel(config).train(), config.vocab_size, 256
 

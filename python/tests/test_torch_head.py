@@ -60,6 +60,14 @@ def test_chunked_cross_entropy_leaves_out_frozen_weights() -> None:
     assert hidden.grad is not None and weight.grad is None
 
 
+def test_a_second_backward_through_the_chunked_loss_is_an_error_not_zero_gradients() -> None:
+    hidden = torch.randn(8, 4, requires_grad=True)
+    loss = chunked_cross_entropy(hidden, torch.randn(10, 4), torch.randint(0, 10, (8,)), chunks=3)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="used by an earlier backward"):
+        loss.backward()
+
+
 @pytest.mark.parametrize("chunks", [0, -1, 1.5, True])
 def test_a_bad_number_of_chunks_is_named(chunks: Any) -> None:
     with pytest.raises(ValueError, match="chunks must be a positive int"):

@@ -319,7 +319,7 @@ class AppliedPlan:
         self._head_options: list[HeadOption] | None = None
         self._head_numel = 1
         self._head_held = 0  # bytes of logits the loop held through the backward (see _profile_head)
-        self._head_refused: str | None = None if self._lm_head is not None or not chunked_loss else ""
+        self._head_refused: str | None = None
         self._had_model_forward: Any = None
         self._head_forward = False  # the model's forward replaced (a plan computes the loss in chunks)
         self._head_seen: list[torch.Tensor] = []  # the head's input in a step that measures the options
@@ -519,9 +519,7 @@ class AppliedPlan:
             self._head_refused = f"the head {type(m).__name__} has hooks or a forward of its own, which chunks bypass"
             return
         hidden = seen[0]
-        aside = measure.paused() if isinstance(measure, _TracedMeasure) else None
-        aside = measure.aside() if isinstance(measure, _Measure) else aside
-        with aside if aside is not None else contextlib.nullcontext():
+        with measure.aside() if measure is not None else contextlib.nullcontext():
             # By the allocator where no profiler runs (the step's own trace is
             # paused): what kernels allocate unseen by a dispatch mode counts.
             allocator = not torch.autograd.profiler._is_profiler_enabled
@@ -1427,6 +1425,10 @@ class _TracedMeasure:
             yield
         finally:
             self.trace.resume()
+
+    def aside(self) -> contextlib.AbstractContextManager[None]:
+        """Work the step's figures leave out: the trace paused (see paused())."""
+        return self.paused()
 
     def stack_starts(self, x: torch.Tensor) -> None:
         if not self.open:

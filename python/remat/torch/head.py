@@ -110,10 +110,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        found = []
-        for g in ctx.grads:
-            found.append(None if g is None else g.mul_(grad.to(g.dtype)))
-        ctx.grads = (None, None, None)  # a second backward finds nothing (as a freed graph)
+        if ctx.grads is None:
+            # The gradients were made once, in the forward, and handed to the
+            # first backward: a second (retain_graph=True) has none to give.
+            raise RuntimeError(
+                "chunked_cross_entropy: its gradients were used by an earlier backward; a second backward through "
+                "the same loss (retain_graph=True) is not supported: compute the loss again"
+            )
+        found = [None if g is None else g.mul_(grad.to(g.dtype)) for g in ctx.grads]
+        ctx.grads = None
         return found[0], found[1], found[2], None, None, None, None
 
 
