@@ -288,3 +288,34 @@ def test_a_head_with_hooks_of_its_own_stays_whole_and_they_fire_once_a_step() ->
         step(m)
     assert plan.loss_chunks == 1 and len(calls) == 3
     assert "has hooks or a forward of its own" in plan.explain()
+
+
+def test_a_model_that_soft_caps_its_logits_keeps_its_own_forward() -> None:
+    """Gemma 2 soft-caps its logits before the loss. On random weights the
+    logits are too small for the loss to differ, so the check of the loss
+    alone would take chunks (found: gradients 5e-5 off plain's); its config
+    says so, and remat keeps the model's forward, even below the floor of the
+    head whole."""
+    config = transformers.Gemma2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
+    assert config.final_logit_softcapping
+    torch.manual_seed(0)
+    plain = transformers.Gemma2ForCausalLM(config).train()
+    m = copy.deepcopy(plain)
+    plan = rt.apply(m, memory="100%")
+    for _ in range(3):
+        _, out = step(m)
+    _, expected = step(plain)
+    assert plan.loss_chunks == 1 and out.logits is not None
+    assert "final_logit_softcapping" in plan.explain()
+    assert float(out.loss) == float(expected.loss)
+    for p, q in zip(m.parameters(), plain.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)

@@ -509,6 +509,9 @@ class AppliedPlan:
         if len(seen) != 1 or not isinstance(own, torch.Tensor) or own.numel() != 1:
             self._head_refused = "the head did not run once on the whole sequence with a loss"
             return
+        if head.transforms_logits:
+            self._head_refused = f"{head.transforms_logits}, which chunks would skip"
+            return
         m = head.head
         foreign = [h for h in m._forward_hooks.values() if h is not self._head_hook] + list(
             m._forward_pre_hooks.values()

@@ -190,6 +190,13 @@ class HeadOption:
         return "whole" if self.chunks == 1 else f"in {self.chunks} chunks of tokens"
 
 
+#: Config fields with which Hugging Face models change the logits between the
+#: head and the loss (Gemma 2's soft-capping, Cohere's scale, Granite's
+#: divisor): chunks compute the plain head's loss, so such a model keeps its
+#: own forward. On random weights the logits are too small for the loss to
+#: show the difference, so the check of the loss alone would let them pass.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
 _DROP = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels", "return_dict")
 
 
@@ -211,6 +218,14 @@ class CausalLMHead:
         self.base = base
         self._base_params = inspect.signature(base.forward).parameters
         self._takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._base_params.values())
+        config = getattr(model, "config", None)
+        found = [(k, getattr(config, k, None)) for k in _LOGIT_TRANSFORMS]
+        #: Why chunks would not compute this model's loss (a config field that
+        #: changes its logits), or None.
+        self.transforms_logits = next(
+            (f"its config's {k}={v!r} changes the logits before the loss" for k, v in found if v not in (None, 1, 1.0)),
+            None,
+        )
 
     @staticmethod
     def of(model: nn.Module) -> CausalLMHead | None:
