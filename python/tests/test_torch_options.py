@@ -8,6 +8,7 @@ tests check what the solvers choose on real models."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 from collections.abc import Callable, Iterator
@@ -408,3 +409,148 @@ def test_semantics_with_options(test: Callable[[], None], forced_options: list[r
     solves = "rt.apply(" in inspect.getsource(test) or "applied(" in inspect.getsource(test)
     if solves and test.__name__ not in NOT_SOLVING:
         assert forced_options, "the test applied remat, yet no schedule with options ran"
+
+
+# -- the offload option --------------------------------------------------------
+
+
+class _Halves(nn.Module):
+    """Saves two views of one storage (the halves of a product's output) and a
+    transposed view: the host copy must be one per storage, each view read back
+    at its offset and strides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 32)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        a, b = h[:, :16], h[:, 16:]
+        return self.out(torch.tanh(a * b) + (x.t() @ a).sum(0))
+
+
+def offload_toy(seed: int = 0) -> list[nn.Module]:
+    stages = toy(seed, 3)
+    torch.manual_seed(seed + 1)
+    return [*stages[:2], _Halves(), stages[2]]
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["once", "retain_graph"])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [(k, l, 3 if k == "F_all" and l <= 4 else o) for k, l, o in FORWARD_PHASE],
+        [(k, l, 3 if k == "F_all" and l in (3, 4) else o) for k, l, o in BACKWARD_PHASE],
+    ],
+    ids=["forward_phase", "backward_phase"],
+)
+def test_offloaded_recordings_give_plain_gradients(
+    ops: list[tuple[str, int, int]], retain: bool, deterministic: None
+) -> None:
+    """Each stage recorded under the offload option (option 3), in the forward
+    phase and in the backward phase (after a recomputation), a second backward
+    through a retained graph included: plain training's gradients to the bit
+    (on the CPU the host copies are copies within host memory)."""
+    remat.simulate(TOY_CHAIN_OFFLOAD, ops)  # a valid schedule of the model
+    plain, plain_x = toy_step(offload_toy(), None)
+    options = [[Policy.SAVE_MATMULS, Policy.SAVE_INPUT, Policy.OFFLOAD]] * 4
+    grads, x_grad = toy_step(offload_toy(), ops, retain, options=options)
+    assert len(grads) == len(plain) == 16
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads))
+    assert torch.equal(plain_x, x_grad)
+
+
+def test_an_offloaded_recording_copies_each_storage_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host copies an offloaded recording makes: one per storage autograd
+    saved (never a parameter), and as many bytes as those storages hold."""
+    from remat.torch import executor
+
+    copies: list[executor._HostCopies] = []
+    init = executor._HostCopies.__init__
+
+    def spy(self: executor._HostCopies, own: frozenset[int]) -> None:
+        init(self, own)
+        copies.append(self)
+
+    monkeypatch.setattr(executor._HostCopies, "__init__", spy)
+    stages = offload_toy()
+    ops = [("F_all", l, 3 if l == 3 else 0) for l in range(1, 6)] + [("B", l, 0) for l in range(5, 0, -1)]
+    x = X.clone().requires_grad_(True)
+    y = rt.run_schedule(stages, ops, x, options=[[Policy.SAVE_MATMULS, Policy.SAVE_INPUT, Policy.OFFLOAD]] * 4)
+    [c] = copies
+    params = {p.untyped_storage().data_ptr() for p in stages[2].parameters()}
+    assert c.host and not params & set(c.host)
+    # Among them h, saved as its two halves (views at offsets 0 and 16).
+    sizes = sorted(t.numel() for t in c.host.values())
+    assert 8 * 32 * 4 in sizes  # h, once for its two halves
+    assert sizes.count(8 * 32 * 4) == 1
+    y.square().sum().backward()
+    assert all(p.grad is not None for s in stages for p in s.parameters())
+
+
+TOY_CHAIN_OFFLOAD = remat.Chain.from_dict(
+    {
+        "name": "toy",
+        "input_size": 1,
+        "stages": [
+            {
+                "forward_time": 1,
+                "backward_time": 1,
+                "output_size": 1,
+                "saved_size": 4,
+                "options": [
+                    {"saved_size": 2, "recompute_time": 0.5},
+                    {"saved_size": 1, "recompute_time": 1},
+                    {"saved_size": 1, "recompute_time": 0.2, "forward_overhead": 3, "backward_overhead": 3},
+                ],
+            }
+        ]
+        * 4,
+    }
+)
+
+
+def test_apply_offers_offload_and_trains_as_plain(monkeypatch: pytest.MonkeyPatch, deterministic: None) -> None:
+    """apply(offload=True): every block gets the offload option, with the
+    figures of docs/model.md's table from option 0's; a plan that takes it
+    trains with plain gradients. On the CPU it moves nothing, so it is offered
+    only where the test says the CPU is a device to offload from."""
+    apply_module = importlib.import_module("remat.torch.apply")  # the module, not the function it exports
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(*toy(0, 6))
+
+    plain, ours = make(), make()
+    monkeypatch.setattr(apply_module, "_OFFLOAD_DEVICES", ("cuda", "cpu"))
+    with steady_profiles():
+        plan = rt.apply(ours, memory="40%", blocks=list(ours), policies=(), offload=True)
+        for m in (plain, ours):
+            torch.manual_seed(3)
+            m(X.clone().requires_grad_(True)).square().sum().backward()
+        for m in (plain, ours):
+            m.zero_grad(set_to_none=True)
+            torch.manual_seed(4)
+            m(X.clone().requires_grad_(True)).square().sum().backward()
+    assert plan.chain is not None and plan.schedule is not None
+    stages = plan.chain.to_dict()["stages"]
+    for s in stages[:6]:
+        [o] = s["options"]
+        moved = s["saved_size"] - s["output_size"]
+        assert o["name"] == "offload" and o["saved_size"] == s["output_size"] and moved > 0
+        assert o["forward_overhead"] == s.get("recording_overhead", s.get("forward_overhead", 0)) + moved
+        assert o["backward_overhead"] == s.get("backward_overhead", 0) + moved
+    assert any(o for k, l, o in plan.schedule.operations_with_options if k == "F_all"), plan.schedule
+    assert "offloaded (" in plan.explain()
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(plain.parameters(), ours.parameters()))  # type: ignore[arg-type]
+
+
+def test_offload_is_not_offered_on_the_cpu() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*toy(0, 6))
+    plan = rt.apply(model, memory="60%", blocks=list(model), policies=[Policy.OFFLOAD])  # the same switch
+    assert plan.offload
+    model(X.clone().requires_grad_(True)).square().sum().backward()
+    assert plan.chain is not None
+    assert not any(s.get("options") for s in plan.chain.to_dict()["stages"])

@@ -137,6 +137,31 @@ def test_parameter_hooks_fire_once_with_the_full_gradient() -> None:
     assert_same(grads(plain), grads(ours))
 
 
+def test_a_blocks_hooks_fire_once_per_run_of_it() -> None:
+    """A block's forward hooks and pre-hooks run once for every run of the
+    block, as a module inside it sees them: the model's call of the block
+    (its first run) and each recomputation, never twice for one run (issue 35:
+    they ran once through the model's call and again inside remat's)."""
+    ours = make()
+    plan = applied(ours)
+    counts: dict[str, list[int]] = {k: [0] * len(ours.blocks) for k in ("pre", "post", "inner")}
+
+    def counter(kind: str, i: int) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            counts[kind][i] += 1
+
+        return hook
+
+    for i, b in enumerate(ours.blocks):
+        b.register_forward_pre_hook(counter("pre", i))
+        b.register_forward_hook(counter("post", i))
+        b.fc1.register_forward_hook(counter("inner", i))
+    run(ours, lambda m, x: m(x).square().sum().backward())
+    assert recomputes(plan)
+    assert counts["pre"] == counts["post"] == counts["inner"], counts
+    assert sum(counts["inner"]) > len(ours.blocks), counts  # the step ran some block again
+
+
 def test_a_weight_shared_by_blocks_gets_one_hook_call_with_the_sum() -> None:
     plain, ours = make(), make()
     for m in (plain, ours):

@@ -52,12 +52,23 @@ from .memory import LiveBytes
 from .partition import RematSolverError, partitioner
 from .pipeline import PipelineSchedule, StagePlan, apply_stage
 from .pipeline import in_flight as pipeline_in_flight
-from .policies import DEFAULT_POLICIES, MATMUL_OPS, SAVE_ALL, SAVE_INPUT, SAVE_MATMULS, NamedPolicy, Policy, policy
+from .policies import (
+    DEFAULT_POLICIES,
+    MATMUL_OPS,
+    OFFLOAD,
+    SAVE_ALL,
+    SAVE_INPUT,
+    SAVE_MATMULS,
+    NamedPolicy,
+    Policy,
+    policy,
+)
 from .profile import profile, stages_of
 
 __all__ = [
     "DEFAULT_POLICIES",
     "MATMUL_OPS",
+    "OFFLOAD",
     "SAVE_ALL",
     "SAVE_INPUT",
     "SAVE_MATMULS",

@@ -56,6 +56,7 @@ from .compiled import CompiledBlocks, compile_options, in_graph_context, own_cod
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .head import CausalLMHead, HeadOption, measure_options
 from .memory import AllocatorTrace, LiveBytes
+from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import _Meter, _signature, profile_calls
 from .stages import Call, carried_output
@@ -171,6 +172,11 @@ _CHUNKS_GAIN = 0.05
 #: above its prediction.
 _IN_GRAPH_TRIES = 3
 
+#: The devices whose blocks get the offload option (``apply(offload=True)``):
+#: on the CPU the host is the device, so it would move nothing (tests add "cpu"
+#: to run it there).
+_OFFLOAD_DEVICES: tuple[str, ...] = ("cuda",)
+
 
 @dataclass
 class _Outside:
@@ -254,6 +260,7 @@ class AppliedPlan:
         in_flight: int = 1,
         compile: bool | dict[str, Any] | None = None,
         chunked_loss: bool = True,
+        offload: bool = False,
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -279,6 +286,10 @@ class AppliedPlan:
         self._variants: dict[tuple[int, str | None], Callable[..., Any]] = {}
         #: The policies each block is measured under (its recording options).
         self.policies = list(policies)
+        #: Whether eager blocks on a GPU get the offload option (docs/model.md,
+        #: "Offload"); the copy bandwidths measured once per device.
+        self.offload = offload
+        self._bandwidth: dict[torch.device, Bandwidth] = {}
         self.modules = [m for _, m in blocks]
         self.names = [n for n, _ in blocks]
         self._originals: list[Callable[..., Any]] = []
@@ -325,7 +336,13 @@ class AppliedPlan:
         self._head_seen: list[torch.Tensor] = []  # the head's input in a step that measures the options
         self._head_measuring = False  # the options' own runs of the head, not the step's
         self._head_hook: Any = None  # remat's own forward hook on the head
+        #: The modules of Hugging Face's own checkpointing (those with a
+        #: ``gradient_checkpointing`` flag) and the flags as the user last set
+        #: them: remat's plan replaces that checkpointing (see _take_over_hf).
+        self._hf_flags = [m for m in model.modules() if isinstance(getattr(m, "gradient_checkpointing", None), bool)]
+        self._hf_user: list[bool] | None = None
         self._install()
+        self._take_over_hf()
 
     # -- installing ---------------------------------------------------------
 
@@ -453,6 +470,10 @@ class AppliedPlan:
             self._use_cache = None
         self._end_measure()
         self._originals = []
+        if self._hf_user is not None:
+            for m, on in zip(self._hf_flags, self._hf_user):
+                m.gradient_checkpointing = on
+            self._hf_user = None
 
     # -- the head and the loss ---------------------------------------------
 
@@ -585,8 +606,34 @@ class AppliedPlan:
         """Whether blocks run compiled in a forward Dynamo is (or is not) compiling."""
         return bool(self.compile) or (self.compile is None and compiling)
 
+    def _take_over_hf(self) -> None:
+        """Turns Hugging Face's own checkpointing off where it is on (set
+        before :func:`apply`, or after it by ``gradient_checkpointing_enable()``
+        or ``TrainingArguments(gradient_checkpointing=True)``, which the
+        Trainer calls when training starts): it would checkpoint each block
+        inside remat's schedule, recomputing what the plan keeps, a step slower
+        and its memory not the plan's. Warns once; :meth:`remove` puts the
+        flags back as the user set them. Cost: one attribute read per module
+        with the flag, per training step."""
+        on = [bool(m.gradient_checkpointing) for m in self._hf_flags]
+        if not any(on):
+            return
+        if self._hf_user is None:
+            warnings.warn(
+                f"remat: Hugging Face's gradient checkpointing is on in {type(self.model).__name__} "
+                "(gradient_checkpointing_enable(), or TrainingArguments(gradient_checkpointing=True)); remat's "
+                "plan replaces it, so remat turned it off while the plan is applied (plan.remove() turns it back "
+                "on). Leave it off with remat to silence this warning.",
+                stacklevel=3,
+            )
+        self._hf_user = on
+        for m in self._hf_flags:
+            m.gradient_checkpointing = False
+
     def _model_starts(self, compiling: bool) -> None:
         self._expected = 1
+        if self._hf_flags and torch.is_grad_enabled():
+            self._take_over_hf()
         self._end_measure()  # a measurement the last step never finished
         if compiling and torch.is_grad_enabled():
             self._compiled_steps += 1
@@ -757,7 +804,14 @@ class AppliedPlan:
                 compiled=self._variant if compiled else None,
             )
             self.profiles += 1
-            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, found.options, compiled, in_graph)
+            options = found.options
+            if self.offload and not compiled and x.device.type in _OFFLOAD_DEVICES:
+                speed = self._bandwidth.get(x.device)
+                if speed is None:
+                    with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
+                        speed = self._bandwidth[x.device] = bandwidth(x.device)
+                chain, options = with_offload(chain, options, speed)
+            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, options, compiled, in_graph)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -847,6 +901,8 @@ class AppliedPlan:
             self.modules,
             Program(len(self.modules), schedule.operations_with_options),
             forwards=[self._rerun(m) for m in self.modules],
+            # The model's call of a block ran its hooks already (see _make_forward).
+            first_forwards=self._originals,
             preserve_rng=self.preserve_rng,
             names=self.names,
             inplace=entry.inplace,
@@ -1084,6 +1140,101 @@ class AppliedPlan:
         # After the stack's backward (B^1) only the part before it runs its own.
         return max(peak + outside.pre + outside.post_after, outside.pre_backward)
 
+    @property
+    def step_time(self) -> float | None:
+        """The predicted time of the step's stack and loss in ms (the
+        schedule's makespan on the profiled times: the blocks' forwards,
+        recomputations and backwards, and the parts outside the stack as its
+        loss once measured); None before a plan."""
+        c = self._current()
+        return c.schedule.makespan if c else None
+
+    def plan_on(self, example_inputs: Any, example_loss: Callable[[Any], torch.Tensor] | None = None) -> AppliedPlan:
+        """Plans on an example batch before training (the pre-flight): runs the
+        forward and backward of a first step on it (one, or up to three while
+        the measurement of the parts outside the stack settles), as the first
+        training step would, then puts back what that touched, so no training
+        step was taken: every parameter's ``.grad`` as it was (the optimizer
+        sees nothing), the buffers (BatchNorm's running statistics) and the
+        RNG states. The output is held through the backward, as
+        ``out = model(**batch); out.loss.backward()`` holds it (the logits
+        counted): a loop that lets go of it first (the Hugging Face Trainer)
+        peaks below the prediction. Afterwards :attr:`peak_memory`, :attr:`step_time`,
+        :meth:`explain` hold the plan, and the first training step on a batch
+        of that shape runs it without profiling.
+
+        Args:
+            example_inputs: how the model is called: a tensor (``model(x)``),
+                a tuple (``model(*args)``) or a dict (``model(**kwargs)``), as
+                in training (a Hugging Face model's with ``labels``).
+            example_loss: the loss of the model's output; default: the
+                output's ``loss`` (Hugging Face), or the output itself when it
+                is a single number.
+
+        Returns:
+            this plan.
+
+        Raises:
+            remat.InfeasibleError: no schedule fits the budget (its
+                ``min_budget`` is the smallest that does).
+            TypeError: ``example_inputs`` of another kind, or an output with
+                no loss and no ``example_loss``.
+        """
+        if isinstance(example_inputs, torch.Tensor):
+            args, kwargs = (example_inputs,), {}
+        elif isinstance(example_inputs, tuple):
+            args, kwargs = example_inputs, {}
+        elif isinstance(example_inputs, dict):
+            args, kwargs = (), dict(example_inputs)
+        else:
+            raise TypeError(
+                "example_inputs must be a tensor (model(x)), a tuple (model(*args)) or a dict (model(**kwargs)), "
+                f"got {type(example_inputs).__name__}"
+            )
+        if example_loss is not None and not callable(example_loss):
+            raise TypeError(f"example_loss must be a function of the model's output, got {example_loss!r}")
+        if not torch.is_grad_enabled():
+            raise RuntimeError("remat: plan_on() trains a step's forward and backward; call it with gradients enabled")
+        params = list(self.model.parameters())
+        grads = [p.grad for p in params]
+        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        cpu_rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self._infeasible = None
+        try:
+            for _ in range(3):
+                for p in params:
+                    p.grad = None
+                out = self.model(*args, **kwargs)
+                loss = _loss_of(out, example_loss)
+                loss.backward()
+                del out, loss
+                if self._settled():
+                    break
+        finally:
+            for p, g in zip(params, grads):
+                p.grad = g
+            with torch.no_grad():
+                for b, v in buffers:
+                    b.copy_(v)
+            torch.set_rng_state(cpu_rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state_all(cuda_rng)
+        if self._infeasible is not None:
+            raise self._infeasible
+        return self
+
+    def _settled(self) -> bool:
+        """Whether the next training step on the last input would run the plan
+        as it is: the parts outside the stack measured, the step's measurement
+        over, the loss options (if any) measured or refused."""
+        return (
+            self._current() is not None
+            and self._outside is not None
+            and self._measure is None
+            and (self._lm_head is None or self._head_options is not None or self._head_refused is not None)
+        )
+
     def explain(self) -> str:
         """The plan in words: the stack, the budget's arithmetic, the schedule and
         its predicted peak and time against storing everything."""
@@ -1092,7 +1243,9 @@ class AppliedPlan:
         if c is None:
             if self._infeasible is not None:
                 return f"{head}; no plan fits the figures the first step measured: {self._infeasible}"
-            return f"{head}; no plan yet: run a training step first"
+            return (
+                f"{head}; no plan yet: run a training step first, or plan before training with plan_on(example_inputs)"
+            )
         chain, schedule, note = c.chain, c.schedule, c.note
         d = chain.to_dict()
         ops = schedule.operations_with_options
@@ -1105,7 +1258,7 @@ class AppliedPlan:
             f"budget: {note}",
             f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
             _explain_compiled(self, c),
-            f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options)}",
+            f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options, d['stages'])}",
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
@@ -1658,12 +1811,21 @@ def _ranges(blocks: list[int]) -> str:
     return ", ".join(parts)
 
 
-def _explain_forward(forward: list[tuple[str, int, int]], L: int, options: bool) -> str:
+def _explain_forward(
+    forward: list[tuple[str, int, int]], L: int, options: bool, stages: list[dict[str, Any]] | None = None
+) -> str:
     """explain()'s words for the forward phase: each block is recorded whole,
-    under an option (rerun at the start of its backward), or not at all (run
-    again before its backward), and counted once."""
+    under an option (rerun at the start of its backward), offloaded (its saved
+    tensors in host memory), or not at all (run again before its backward),
+    and counted once."""
+
+    def offloaded(l: int, o: int) -> bool:
+        found = (stages[l - 1].get("options") or []) if stages is not None else []
+        return 0 < o <= len(found) and found[o - 1].get("name") == "offload"
+
     whole = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and not o]
-    under = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o]
+    under = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o and not offloaded(l, o)]
+    moved = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o and offloaded(l, o)]
     rerun = [l for k, l, _ in forward if Op(k) is not Op.F_ALL and l <= L]
 
     def part(blocks: list[int], what: str, then: str = "") -> str:
@@ -1672,6 +1834,8 @@ def _explain_forward(forward: list[tuple[str, int, int]], L: int, options: bool)
     parts = [part(whole, "recorded whole")]
     if options:
         parts.append(part(under, "recorded under an option", "; each runs again at its backward"))
+    if moved:
+        parts.append(part(moved, "offloaded", "; what each saves kept in host memory until its backward"))
     parts.append(part(rerun, "not recorded", "; each runs again before its backward"))
     return f"of {L} blocks, " + ", ".join(parts)
 
@@ -1760,6 +1924,26 @@ def _with_loss(chain: remat.Chain, outside: _Outside) -> remat.Chain:
     return remat.Chain.from_dict(d)
 
 
+def _loss_of(out: Any, example_loss: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:
+    """The loss :meth:`AppliedPlan.plan_on` runs the backward from."""
+    if example_loss is not None:
+        loss = example_loss(out)
+    else:
+        loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+        if loss is None and isinstance(out, torch.Tensor):
+            loss = out
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(out).__name__
+        raise TypeError(
+            f"remat: the example's output is {what}, not a loss: pass example_loss= (a function of the output "
+            "that returns the training loss, e.g. lambda out: criterion(out, target)), or labels= for a "
+            "Hugging Face model"
+        )
+    if not loss.requires_grad:
+        raise RuntimeError("remat: the example's loss does not require a gradient: is the model frozen?")
+    return loss
+
+
 def apply(
     model: nn.Module,
     memory: int | str,
@@ -1776,6 +1960,9 @@ def apply(
     in_flight: int = 1,
     compile: bool | dict[str, Any] | None = None,
     chunked_loss: bool = True,
+    example_inputs: Any = None,
+    example_loss: Callable[[Any], torch.Tensor] | None = None,
+    offload: bool = False,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -1849,6 +2036,21 @@ def apply(
             (None), as fused linear cross-entropy kernels do, and
             ``explain()`` says so. Eager only: under ``torch.compile`` the
             head runs whole. False: the model's forward as it is.
+        example_inputs: a batch to plan on now, before training (see
+            :meth:`AppliedPlan.plan_on`: the first step's profile, solve and
+            measurement, with no training step taken): a tensor, a tuple of
+            positional arguments or a dict of keyword arguments (a Hugging
+            Face model's with ``labels``). None: the first training step plans.
+        example_loss: the loss of the example's output (default: its ``loss``,
+            or the output when it is one number).
+        offload: give every block on a GPU one more recording option, offload
+            (:attr:`Policy.OFFLOAD`; ``policies=`` may name it instead):
+            recorded whole, what it saves kept in host memory (pinned) and
+            brought back in its backward, at the copy bandwidths measured when
+            profiling (docs/model.md, "Offload"). The solver takes it where
+            the copies cost less than recomputing. Eager blocks only; the
+            copies are synchronous (their time is counted, none hidden). On
+            the CPU it moves nothing and is not offered.
 
     Returns:
         the :class:`AppliedPlan` (``remove()`` undoes it).
@@ -1856,6 +2058,9 @@ def apply(
     Raises:
         ValueError: a bad ``memory``, or no stack found.
         TypeError: ``blocks`` of the wrong type.
+        remat.InfeasibleError: with ``example_inputs``, no schedule fits
+            (``min_budget`` is the smallest budget that does); the model is
+            left as it was.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -1871,12 +2076,17 @@ def apply(
     for m in model.modules():
         if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
             raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
+    if example_loss is not None and example_inputs is None:
+        raise ValueError("example_loss= is the loss of example_inputs=, which is missing")
     named = resolve_policies(policies)
+    # Offload is derived from option 0's figures, not profiled as a policy.
+    offload = bool(offload) or any(p.offload for p in named)
+    named = [p for p in named if not p.offload]
     compile_options(compile)  # checks it
     where, found = _resolve_blocks(model, blocks)
     if len(found) < 1:
         raise ValueError(f"blocks={where!r} holds no modules")
-    return AppliedPlan(
+    plan = AppliedPlan(
         model,
         found,
         where,
@@ -1892,7 +2102,15 @@ def apply(
         in_flight=in_flight,
         compile=compile,
         chunked_loss=bool(chunked_loss),
+        offload=offload,
     )
+    if example_inputs is not None:
+        try:
+            plan.plan_on(example_inputs, example_loss)
+        except BaseException:
+            plan.remove()
+            raise
+    return plan
 
 
 def _check_memory(memory: object) -> int | str:

@@ -52,6 +52,14 @@ Recording options (``F_all^l[o]``, o >= 1; :mod:`remat.torch.policies`):
   dropped (only the cache and a^l stay), and the rerun at ``B^l`` fills the
   holders. Under ``create_graph=True`` a backward-phase ``F_all^l[o]`` records
   the stage whole instead (its graph must stay differentiable).
+- An offload option (:attr:`~remat.torch.Policy.OFFLOAD`, docs/model.md
+  "Offload") records the stage whole, copying each storage autograd saves to
+  host memory (pinned, for a GPU) and letting the device's go; the backward
+  brings it back when autograd first reads it, one copy per storage, which
+  lives until the stage's saved tensors are released. No rerun at ``B^l``. In
+  the backward phase it is a recording run whose values go to the first run's
+  holders as host copies. The copies are synchronous (the model counts them
+  so); on the CPU they are copies within host memory, for tests.
 - SAC hands each kept output back once; a second backward through a retained
   graph (``retain_graph=True``) recomputes every operator of the stage again.
   PyTorch's own ``checkpoint(..., context_fn=...)`` is not used: its
@@ -248,7 +256,7 @@ class _Holder:
         self.stage = stage
         self.index = index
         self.anchor = anchor
-        self.values: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor | _OnHost] = {}
 
 
 class _Cache:
@@ -294,9 +302,64 @@ def _never(_: object) -> torch.Tensor:
     raise RuntimeError("remat: a graph recorded only to cache a policy's outputs was run backward (a bug in remat)")
 
 
+class _HostCopies:
+    """The host copies of what one offloaded recording saved, one per
+    storage, and the device copies brought back from them: each brought back
+    once and alive while a tensor read from it is (its views keep it)."""
+
+    __slots__ = ("back", "host", "own")
+
+    def __init__(self, own: frozenset[int]) -> None:
+        self.own = own
+        self.host: dict[int, torch.Tensor] = {}
+        self.back: dict[int, weakref.ref[torch.Tensor]] = {}
+
+    def pack(self, t: torch.Tensor) -> object:
+        """``t`` itself where it stays (a parameter, the stage's own or side
+        tensors, a tensor already on the host when the device is not), else a
+        :class:`_OnHost` naming its storage's host copy (made now, waited for)."""
+        key = _storage(t)
+        if isinstance(t, nn.Parameter) or t.device.type == "meta" or key in (-1, 0) or key in self.own:
+            return t
+        if t.layout is not torch.strided or t.is_sparse or t.is_quantized:
+            return t
+        if key not in self.host:
+            source = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+            host = torch.empty(source.shape, dtype=torch.uint8, pin_memory=t.device.type == "cuda")
+            host.copy_(source)  # synchronous: the device's bytes may go once it returns
+            self.host[key] = host
+        return _OnHost(self, key, t)
+
+    def bring_back(self, o: _OnHost) -> torch.Tensor:
+        ref = self.back.get(o.key)
+        base = ref() if ref is not None else None
+        if base is None:
+            base = self.host[o.key].to(o.device, copy=True)
+            self.back[o.key] = weakref.ref(base)
+        # A view of ``base`` (its _base): the device copy lives while it does.
+        return base.view(o.dtype).as_strided(o.size, o.stride, o.offset)
+
+
+class _OnHost:
+    """A saved tensor of an offloaded recording: where its bytes are on the host."""
+
+    __slots__ = ("copies", "device", "dtype", "key", "offset", "size", "stride")
+
+    def __init__(self, copies: _HostCopies, key: int, t: torch.Tensor) -> None:
+        self.copies = copies
+        self.key = key
+        self.device = t.device
+        self.dtype = t.dtype
+        self.size = t.size()
+        self.stride = t.stride()
+        self.offset = t.storage_offset()
+
+
 def _unpack(h: object) -> torch.Tensor:
     if isinstance(h, torch.Tensor):
         return h
+    if isinstance(h, _OnHost):
+        return h.copies.bring_back(h)
     assert isinstance(h, _Holder)
     return h.step.unpack(h)
 
@@ -308,6 +371,11 @@ class Executor:
         stages: the stage modules, in order.
         forwards: how to call each stage (``module.__call__`` by default; a
             block whose ``forward`` remat replaced passes the original one).
+        first_forwards: how to call each stage in its first run of a step
+            (``forwards`` by default). A caller that is itself the stage's
+            ``__call__`` (remat's own ``forward`` of a block) passes the bare
+            forward, so that the module's hooks, which that call runs, fire once
+            per run of the stage and not twice.
         program: the compiled schedule.
         preserve_rng: replay the RNG state on reruns.
         names: the stages' names, for messages.
@@ -342,6 +410,7 @@ class Executor:
         program: Program,
         *,
         forwards: Sequence[Callable[..., Any]] | None = None,
+        first_forwards: Sequence[Callable[..., Any]] | None = None,
         preserve_rng: bool = True,
         names: Sequence[str] | None = None,
         inplace: Sequence[bool] | None = None,
@@ -370,6 +439,11 @@ class Executor:
         self.stages = list(stages)
         self.program = program
         self.forwards: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
+        self.first_forwards: list[Callable[..., Any]] = (
+            list(first_forwards) if first_forwards is not None else self.forwards
+        )
+        if len(self.first_forwards) != len(stages):
+            raise ValueError(f"first_forwards= has {len(self.first_forwards)} entries for {len(stages)} stages")
         self.preserve_rng = preserve_rng
         given = list(names) if names is not None else [None] * len(stages)
         # "3:Linear", the automatic name, says no more than the label does.
@@ -394,6 +468,20 @@ class Executor:
         eagerly (through ``forwards``, under SAC's contexts for an option)."""
         variants = self.compiled[l - 1]
         return variants[option] if variants is not None else None
+
+    def offloads(self, l: int, option: int) -> bool:
+        """Whether stage l's option ``option`` is an offload option."""
+        if not option or l > len(self.options) or option >= len(self.options[l - 1]):
+            return False
+        p = self.options[l - 1][option]
+        return p is not None and p.offload
+
+    def _own(self, l: int) -> frozenset[int]:
+        if self.own[l - 1] is None:
+            self.own[l - 1] = _own_storages(self.stages[l - 1])
+        own = self.own[l - 1]
+        assert own is not None
+        return own
 
     def policy(self, l: int, option: int) -> NamedPolicy:
         """The policy of stage l's option ``option`` >= 1 (checked when built)."""
@@ -495,7 +583,7 @@ class Step:
                 self.rng[l] = (_host_bytes(torch.get_rng_state()), cuda)
         if ex.inplace[l - 1]:
             call = Call(*call.with_carried(x.clone()), call.position)
-        fn = ex.forwards[l - 1]
+        fn = ex.first_forwards[l - 1]
         kind = program.first[l]
         option = program.first_option[l]
         compiled = ex.recording(l, program_option(program, l))
@@ -504,6 +592,10 @@ class Step:
             y = compiled(*call.args, **call.kwargs)
         elif kind is Op.F_ALL and not option:
             y = fn(*call.args, **call.kwargs)
+        elif kind is Op.F_ALL and ex.offloads(l, option):
+            copies = _HostCopies(_kept_as_is(ex._own(l), call))
+            with torch.autograd.graph.saved_tensors_hooks(copies.pack, _unpack):
+                y = fn(*call.args, **call.kwargs)
         else:
             if ex.own[l - 1] is None:
                 ex.own[l - 1] = _own_storages(ex.stages[l - 1])
@@ -592,6 +684,8 @@ class Step:
             del h.values[gid]  # autograd's own node: freed with it, as without remat
         else:
             task.kept.append(weakref.ref(h))  # may be read again in this backward
+        if isinstance(v, _OnHost):
+            return v.copies.bring_back(v)  # an offloaded recording's
         return v
 
     def _end_task(self, gid: int) -> None:
@@ -724,7 +818,12 @@ class _Task:
         if step.ex.compiled[k - 1] is not None:
             return  # a compiled option's run saved its own set: nothing to replay
         cache = self.fills.pop(k, None)
-        if cache is None and program.first[k] is Op.F_ALL and program.first_option[k]:
+        if (
+            cache is None
+            and program.first[k] is Op.F_ALL
+            and program.first_option[k]
+            and not step.ex.offloads(k, program.first_option[k])
+        ):
             cache = step.caches.get(k)
             if cache is None:  # not kept: recompute every operator
                 cache = _Cache(None)
@@ -770,6 +869,11 @@ class _Task:
                 inp = self._detached_input(l, x)
                 out = self._record(l, compiled, call, inp, ex.inplace[l - 1])
                 self.recorded.add(l)
+            elif kind is Op.F_ALL and ex.offloads(l, option) and not self.create_graph:
+                # Recorded into the first run's holders, as host copies.
+                inp = self._detached_input(l, x)
+                out = self._record(l, fn, call, inp, ex.inplace[l - 1], _HostCopies(_kept_as_is(ex._own(l), call)))
+                self.recorded.add(l)
             elif kind is Op.F_ALL and option and not self.create_graph:
                 # F_all^l[o]: a recording run whose saved tensors are dropped
                 # (what the first run's holders need is made again at B^l),
@@ -808,9 +912,18 @@ class _Task:
                     self.recorded.discard(l - 1)
         self.held[l] = out if self.create_graph else out.detach()
 
-    def _record(self, l: int, fn: Callable[..., Any], call: Call, inp: torch.Tensor, copy: bool) -> torch.Tensor:
+    def _record(
+        self,
+        l: int,
+        fn: Callable[..., Any],
+        call: Call,
+        inp: torch.Tensor,
+        copy: bool,
+        host: _HostCopies | None = None,
+    ) -> torch.Tensor:
         """Reruns stage l recording, and hands each tensor it saves to the
-        holder of the first run's tensor at the same position."""
+        holder of the first run's tensor at the same position (as a host copy
+        where ``host`` is given: an offloaded recording)."""
         step = self.step
         holders = step.holders[l]
         metas = step.metas[l]
@@ -832,7 +945,8 @@ class _Task:
             ref = holders[i]
             h = ref() if ref is not None else None
             if h is not None:
-                h.values[gid] = t if keep_graph or not t.requires_grad else t.detach()
+                v = t if keep_graph or not t.requires_grad else t.detach()
+                h.values[gid] = host.pack(v) if host is not None else v  # type: ignore[assignment]
 
         with torch.enable_grad():
             # A stage that writes into its input gets a copy, made recording (a

@@ -25,6 +25,9 @@ Built in (:class:`Policy`):
   Korthikanti et al. 2022.
 - :attr:`Policy.SAVE_INPUT`: keep nothing inside the block; its backward
   recomputes all of it from the block's input.
+- :attr:`Policy.OFFLOAD`: keep everything, in host memory (docs/model.md,
+  "Offload"): not measured like the others, its figures follow from option
+  0's and the copy bandwidths (``apply(..., offload=True)``).
 
 A user policy is a function of SAC's signature ``policy_fn(ctx, op, *args,
 **kwargs) -> CheckpointPolicy`` (or bool), or a list of operators whose outputs
@@ -46,6 +49,7 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 __all__ = [
     "DEFAULT_POLICIES",
     "MATMUL_OPS",
+    "OFFLOAD",
     "SAVE_ALL",
     "SAVE_INPUT",
     "SAVE_MATMULS",
@@ -106,11 +110,15 @@ class Policy(enum.Enum):
     SAVE_ALL = "all"
     SAVE_MATMULS = "matmuls"
     SAVE_INPUT = "input"
+    #: Record the block whole and keep what it saves in host memory
+    #: (docs/model.md, "Offload"): no recomputation, two copies.
+    OFFLOAD = "offload"
 
 
 SAVE_ALL = Policy.SAVE_ALL
 SAVE_MATMULS = Policy.SAVE_MATMULS
 SAVE_INPUT = Policy.SAVE_INPUT
+OFFLOAD = Policy.OFFLOAD
 
 #: What :func:`remat.torch.apply` measures by default, beyond option 0.
 DEFAULT_POLICIES: tuple[Policy, ...] = (Policy.SAVE_MATMULS, Policy.SAVE_INPUT)
@@ -133,6 +141,9 @@ class NamedPolicy:
     name: str
     spec: PolicyFn | list[Any]
     keeps_nothing: bool = False
+    #: The offload option: the block recorded whole, what it saves kept in host
+    #: memory (no SAC contexts; ``spec`` unused).
+    offload: bool = False
 
     def contexts(self) -> tuple[Any, Any]:
         """A fresh pair of SAC contexts: (caching, replaying). The caching one
@@ -149,6 +160,7 @@ class NamedPolicy:
 _BUILT_IN = {
     Policy.SAVE_MATMULS: NamedPolicy("matmuls", _save_matmuls),
     Policy.SAVE_INPUT: NamedPolicy("input", _save_input, keeps_nothing=True),
+    Policy.OFFLOAD: NamedPolicy("offload", _save_input, offload=True),
 }
 
 
