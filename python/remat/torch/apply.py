@@ -609,7 +609,8 @@ class AppliedPlan:
     def _take_over_hf(self) -> None:
         """Turns Hugging Face's own checkpointing off where it is on (set
         before :func:`apply`, or after it by ``gradient_checkpointing_enable()``
-        or ``TrainingArguments(gradient_checkpointing=True)``, which the
+        (``activation_checkpointing_enable()`` since transformers 5.24) or
+        ``TrainingArguments(gradient_checkpointing=True)``, which the
         Trainer calls when training starts): it would checkpoint each block
         inside remat's schedule, recomputing what the plan keeps, a step slower
         and its memory not the plan's. Warns once; :meth:`remove` puts the
@@ -621,7 +622,8 @@ class AppliedPlan:
         if self._hf_user is None:
             warnings.warn(
                 f"remat: Hugging Face's gradient checkpointing is on in {type(self.model).__name__} "
-                "(gradient_checkpointing_enable(), or TrainingArguments(gradient_checkpointing=True)); remat's "
+                "(gradient_checkpointing_enable() or activation_checkpointing_enable(), or the TrainingArguments "
+                "of the same names); remat's "
                 "plan replaces it, so remat turned it off while the plan is applied (plan.remove() turns it back "
                 "on). Leave it off with remat to silence this warning.",
                 stacklevel=3,
