@@ -554,3 +554,33 @@ def test_offload_is_not_offered_on_the_cpu() -> None:
     model(X.clone().requires_grad_(True)).square().sum().backward()
     assert plan.chain is not None
     assert not any(s.get("options") for s in plan.chain.to_dict()["stages"])
+
+
+def test_an_option_a_block_cannot_run_is_dropped_for_it(deterministic: None) -> None:
+    """A block whose in-place activation changes a tensor the policy keeps (a
+    convolution's output, then SiLU(inplace=True), as in EfficientNet) makes
+    SAC raise; remat drops that option for those blocks, says so in explain(),
+    and trains with plain's gradients (the first step used to die with SAC's
+    error)."""
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(
+            *[nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU(inplace=True)) for _ in range(4)],
+            nn.Flatten(),
+            nn.Linear(4 * 8 * 8, 3),
+        )
+
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    plain, ours = make(), make()
+    with steady_profiles():
+        plan = rt.apply(ours, memory="60%", blocks=list(ours)[:4])
+        for m in (plain, ours):
+            for _ in range(2):
+                m.zero_grad(set_to_none=True)
+                m(x).square().sum().backward()
+    text = plan.explain()
+    assert "option matmuls dropped for blocks 1-4: they raised 'Tensor cached during selective" in text, text
+    assert plan.chain is not None
+    assert all(o["name"] != "matmuls" for s in plan.chain.to_dict()["stages"] for o in s.get("options") or [])
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(plain.parameters(), ours.parameters()))  # type: ignore[arg-type]

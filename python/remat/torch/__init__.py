@@ -46,7 +46,7 @@ from .apply import AppliedPlan, apply, find_blocks
 from .capacity import Capacity, largest_fitting, max_batch
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
-from .head import chunked_cross_entropy
+from .head import LossHead, chunked_cross_entropy
 from .joint import export_joint, pytorch_min_cut
 from .memory import LiveBytes
 from .partition import RematSolverError, partitioner
@@ -76,6 +76,7 @@ __all__ = [
     "Capacity",
     "Checkpointed",
     "LiveBytes",
+    "LossHead",
     "NamedPolicy",
     "PipelineSchedule",
     "Plan",

@@ -54,7 +54,7 @@ from .budget import auto_budget
 from .budget import format_bytes as _fmt
 from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
-from .head import CausalLMHead, HeadOption, measure_options
+from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
@@ -208,6 +208,9 @@ class _Entry:
     in_graph: bool = False  # the model runs under torch.compile: a plan may run inside its graph
     outside: _Outside | None = None
     by_numel: dict[int, _Planned] = field(default_factory=dict)
+    #: Options blocks could not run, dropped for them: (block index from 0,
+    #: policy name, the error's first line).
+    dropped: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -261,6 +264,7 @@ class AppliedPlan:
         compile: bool | dict[str, Any] | None = None,
         chunked_loss: bool = True,
         offload: bool = False,
+        head: LossHead | None = None,
     ) -> None:
         self.model = model
         self.blocks = blocks
@@ -326,7 +330,9 @@ class AppliedPlan:
         #: The head and the loss as remat may compute them (a Hugging Face
         #: causal LM's), their loss options once measured (the second training
         #: step), the elements between blocks then, and why not, where not.
-        self._lm_head = CausalLMHead.of(model) if chunked_loss else None
+        self._lm_head: CausalLMHead | UserHead | None = (
+            UserHead(model, head) if head is not None else CausalLMHead.of(model) if chunked_loss else None
+        )
         self._head_options: list[HeadOption] | None = None
         self._head_numel = 1
         self._head_held = 0  # bytes of logits the loop held through the backward (see _profile_head)
@@ -526,12 +532,16 @@ class AppliedPlan:
         if split is None:
             return  # no labels (or a call the options cannot make): a later step
         _, labels, loss_kwargs = split
-        own = getattr(out, "loss", None)
+        own = head.own_loss(out)
         if len(seen) != 1 or not isinstance(own, torch.Tensor) or own.numel() != 1:
             self._head_refused = "the head did not run once on the whole sequence with a loss"
             return
         if head.transforms_logits:
             self._head_refused = f"{head.transforms_logits}, which chunks would skip"
+            return
+        cannot = head.learn(out)
+        if cannot:
+            self._head_refused = cannot
             return
         m = head.head
         foreign = [h for h in m._forward_hooks.values() if h is not self._head_hook] + list(
@@ -549,11 +559,31 @@ class AppliedPlan:
             allocator = not torch.autograd.profiler._is_profiler_enabled
             meter = _Meter(hidden.device, list(self.model.parameters()), allocator=allocator)
             self._head_measuring = True
+            whole_grad: list[torch.Tensor] = []
             try:
-                options = measure_options(head, hidden, labels, loss_kwargs, meter)
+                options = measure_options(head, hidden, labels, loss_kwargs, meter, whole_grad=whole_grad)
+                # The gradient of the model's own loss to the head's input,
+                # against the head and loss as remat computes them: on random
+                # weights the logits are near uniform, so a loss that is not
+                # the plain cross-entropy (label smoothing, soft-capping) may
+                # give the same value, never the same gradient.
+                own_grad = (
+                    torch.autograd.grad(own, hidden, retain_graph=True, allow_unused=True)[0]
+                    if hidden.requires_grad and own.requires_grad
+                    else None
+                )
             finally:
                 self._head_measuring = False
         tol = 1e-4 if hidden.element_size() >= 4 else 2e-2
+        if own_grad is not None and whole_grad:
+            ours = whole_grad[0]
+            off = float((own_grad - ours).abs().max() / ours.abs().max().clamp(min=1e-30))
+            if off > tol:
+                self._head_refused = (
+                    f"the gradient of its loss is not the head and cross-entropy's ({off:.2g} apart): its forward "
+                    "does more than its head and loss (label smoothing, logit soft-capping, an auxiliary loss)"
+                )
+                return
         expected = float(own.detach())
         for o in options:
             if not math.isclose(o.loss, expected, rel_tol=tol, abs_tol=tol):
@@ -568,7 +598,7 @@ class AppliedPlan:
         # kept, as ``out = model(...); out.loss.backward()`` keeps it) are in
         # the measured figures of the head whole, and in no chunked option's:
         # alive when the head's backward reaches its input, they are the loop's.
-        logits = getattr(out, "logits", None)
+        logits = head.logits_of(out)
         self._head_held = 0
         if isinstance(logits, torch.Tensor) and hidden.requires_grad:
             alive, size = weakref.ref(logits), logits.untyped_storage().nbytes()
@@ -814,6 +844,7 @@ class AppliedPlan:
                         speed = self._bandwidth[x.device] = bandwidth(x.device)
                 chain, options = with_offload(chain, options, speed)
             entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, options, compiled, in_graph)
+            entry.dropped = list(found.dropped)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -839,7 +870,7 @@ class AppliedPlan:
         # (docs/model.md, "Ways to compute the loss").
         total = budget + (0 if outside is None else outside.pre + outside.post_after)
         best: tuple[float, int, remat.Chain, remat.Schedule, _Outside | None, int] | None = None
-        failed: list[tuple[remat.InfeasibleError, int]] = []
+        failed: list[tuple[remat.InfeasibleError, int, int]] = []
         # Under torch.compile the head runs whole (as the model writes it).
         choices = self._head_choices(numel) if outside is not None and not entry.in_graph else [(1, 0, 0, 0.0)]
         for chunks, more, held, ms in choices:
@@ -856,12 +887,28 @@ class AppliedPlan:
                 option = _with_loss(stack, there)
                 room = total - there.pre - there.post_after
             fixed = 0 if there is None else there.pre + there.post_after
+            floor = 0 if there is None else there.pre_backward
+            if room <= 0 or floor > total:
+                # No room for the stack, or less than the part before it takes
+                # in its backward: the step needs the outside parts plus the
+                # stack's own smallest, and at least that backward's.
+                try:
+                    remat.solve(option, 1, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory)
+                    stack_least: int | None = 1
+                except remat.InfeasibleError as e:
+                    stack_least = None if e.min_budget is None else int(e.min_budget)
+                err = remat.InfeasibleError(f"no room for {self.where}")
+                err.min_budget, err.algorithm = stack_least, self.algorithm
+                failed.append((err, fixed, floor))
+                continue
             try:
                 schedule = remat.solve(
                     option, room, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory, **extra
                 )
             except remat.InfeasibleError as e:
-                failed.append((e, fixed))
+                # The step's smallest: the stack's plus what stays outside it,
+                # and at least what the part before the stack takes in its backward.
+                failed.append((e, fixed, there.pre_backward if there is not None else 0))
                 continue
             cost = schedule.makespan + ms
             # Chunks change the gradients' rounding (bit-identical to plain
@@ -870,14 +917,22 @@ class AppliedPlan:
             gain = 0.0 if best is None or best[1] != 1 else _CHUNKS_GAIN * best[0]
             if best is None or cost < best[0] - gain:
                 best = (cost, chunks, option, schedule, there, room)
+        if best is None and outside is None:
+            best = self._provisional(chain, failed, note, extra)
+            if best is not None:
+                note = best[-1]
+                best = best[:-1]
         if best is None:
             # The solver speaks of the stack's budget; the user gave the step's.
-            named = [int(e.min_budget) + fixed for e, fixed in failed if e.min_budget is not None]
+            named = [max(int(e.min_budget) + fixed, floor) for e, fixed, floor in failed if e.min_budget is not None]
             least = min(named) if named else None
+            why = ""
+            if least is not None and any(floor == least for _, _, floor in failed):
+                why = f" (the backward of the part before {self.where} takes that by itself)"
             err = remat.InfeasibleError(
                 f"remat.torch.apply: no schedule of {self.where} fits: {note}; the smallest budget for the whole "
                 f"step is {_fmt(least) if least is not None else 'unknown'}"
-                f"{f' ({least} bytes)' if least is not None else ''}: raise memory= to at least that"
+                f"{f' ({least} bytes)' if least is not None else ''}{why}: raise memory= to at least that"
             )
             err.min_budget, err.algorithm, err.budget = least, failed[0][0].algorithm, total
             raise err from failed[0][0]
@@ -916,6 +971,43 @@ class AppliedPlan:
         )
         self._infeasible = None
         return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside)
+
+    def _provisional(
+        self, chain: remat.Chain, failed: list[tuple[remat.InfeasibleError, int, int]], note: str, extra: dict[str, Any]
+    ) -> tuple[float, int, remat.Chain, remat.Schedule, None, int, str] | None:
+        """The first step's plan where the stack alone does not fit the budget
+        and the parts outside it are not measured yet: the stack at the least
+        memory any schedule needs, so that the step runs and measures them.
+        Its figure alone would name a smallest budget the whole step cannot
+        meet (the outside parts come on top), and a share of storing
+        everything ("40%") is of the whole step once they are measured, which
+        may fit where a share of the stack alone did not. The next step plans
+        within the budget, or raises the InfeasibleError that names the
+        smallest budget for the whole step. Warns."""
+        least = [int(e.min_budget) for e, _, _ in failed if e.min_budget is not None]
+        if not least:
+            return None
+        try:
+            schedule = remat.solve(
+                chain, min(least), algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory, **extra
+            )
+        except remat.InfeasibleError:
+            return None
+        warnings.warn(
+            f"remat: {note}: the stack alone needs at least {_fmt(min(least))}; this first step runs it at that "
+            "(the least any schedule takes) to measure the rest of the step, and the next step plans within the "
+            "budget or raises the error naming the smallest budget for the whole step",
+            stacklevel=5,
+        )
+        return (
+            schedule.makespan,
+            1,
+            chain,
+            schedule,
+            None,
+            min(least),
+            f"{note}; the first step ran the stack at its least, {_fmt(min(least))}, to measure the rest",
+        )
 
     def _in_graph_plan(
         self, chain: remat.Chain, budget: int, best: remat.Schedule
@@ -973,33 +1065,9 @@ class AppliedPlan:
             whole = max(store_all + fixed, outside.pre_backward if outside is not None else 0)
             total = int(share * whole)
             how = f"memory={m!r} of storing everything ({_fmt(whole)}) = {_fmt(total)}"
+        # At most 0 left for the stack, or less than the part before it takes
+        # in its backward: _solve names the smallest budget for the step.
         budget = total - fixed
-        if outside is not None and outside.pre_backward > total:
-            err = remat.InfeasibleError(
-                f"remat.torch.apply: {how}, but the backward of the part before {self.where} (the embeddings: "
-                f"their gradient, and a tied weight's) takes {_fmt(outside.pre_backward)} by itself: raise memory= "
-                f"to at least {_fmt(outside.pre_backward)} ({outside.pre_backward} bytes)"
-            )
-            err.min_budget, err.budget = outside.pre_backward, total
-            raise err
-        if budget <= 0:
-            # No room for the stack at all: what the step needs is the outside
-            # parts plus the stack's own smallest budget (an InfeasibleError, as
-            # any budget too small, so callers that search for one see it).
-            try:
-                remat.solve(chain, 1, algorithm=self.algorithm, slots=self.slots, exact_memory=self.exact_memory)
-                stack_least: int | None = 1
-            except remat.InfeasibleError as e:
-                stack_least = None if e.min_budget is None else int(e.min_budget)
-            least = None if stack_least is None else fixed + stack_least
-            err = remat.InfeasibleError(
-                f"remat.torch.apply: {how}, but the part of the step outside {self.where} takes {_fmt(fixed)} by "
-                f"itself, nothing is left for it: raise memory= to at least "
-                f"{_fmt(least) if least is not None else 'more than that'}"
-                f"{f' ({least} bytes)' if least is not None else ''}"
-            )
-            err.min_budget, err.budget = least, total
-            raise err
         return budget, f"{how}; {fixed_note}; for the stack {_fmt(budget)}"
 
     def _measured_pre_backward(self, peak: int, numel: int) -> None:
@@ -1266,6 +1334,8 @@ class AppliedPlan:
         ]
         if has_options:
             lines += _explain_options(d["stages"], ops)
+        if self._last is not None and self._last[0].dropped:
+            lines += _explain_dropped(self._last[0].dropped)
         lines += self._explain_head(c)
         if self.pending_gradients:
             lines.append(
@@ -1842,6 +1912,18 @@ def _explain_forward(
     return f"of {L} blocks, " + ", ".join(parts)
 
 
+def _explain_dropped(dropped: list[tuple[int, str, str]]) -> list[str]:
+    """explain()'s lines on options blocks could not run: per policy and
+    error, the blocks (1-based) it was dropped for."""
+    by: dict[tuple[str, str], list[int]] = {}
+    for i, name, why in dropped:
+        by.setdefault((name, why), []).append(i + 1)
+    return [
+        f"option {name} dropped for blocks {_ranges(sorted(blocks))}: they raised {why!r} under it"
+        for (name, why), blocks in by.items()
+    ]
+
+
 def _explain_options(stages: list[dict[str, Any]], ops: list[tuple[str, int, int]]) -> list[str]:
     """explain()'s lines on recording options: how each block is recorded, and
     the options of the blocks as measured."""
@@ -1965,6 +2047,7 @@ def apply(
     example_inputs: Any = None,
     example_loss: Callable[[Any], torch.Tensor] | None = None,
     offload: bool = False,
+    head: LossHead | None = None,
 ) -> AppliedPlan:
     """Trains ``model`` within ``memory`` by recomputing its blocks on remat's
     schedule, in place, with the training loop unchanged::
@@ -2038,6 +2121,11 @@ def apply(
             (None), as fused linear cross-entropy kernels do, and
             ``explain()`` says so. Eager only: under ``torch.compile`` the
             head runs whole. False: the model's forward as it is.
+        head: the head and the loss of any other model, named
+            (:class:`LossHead`: the ``nn.Linear`` making the logits and the
+            forward's argument holding the targets, for a forward that
+            computes a cross-entropy of them), planned as a causal LM's are;
+            ``chunked_loss`` is then ignored.
         example_inputs: a batch to plan on now, before training (see
             :meth:`AppliedPlan.plan_on`: the first step's profile, solve and
             measurement, with no training step taken): a tensor, a tuple of
@@ -2078,6 +2166,10 @@ def apply(
     for m in model.modules():
         if isinstance(m.__dict__.get("forward"), Callable) and hasattr(m.__dict__["forward"], "__wrapped__"):  # type: ignore[arg-type]
             raise ValueError("remat.torch.apply was already applied to this model; call plan.remove() first")
+    if head is not None and not isinstance(head, LossHead):
+        raise TypeError(
+            f"head must be a remat.torch.LossHead (the head module and the targets' argument), got {head!r}"
+        )
     if example_loss is not None and example_inputs is None:
         raise ValueError("example_loss= is the loss of example_inputs=, which is missing")
     named = resolve_policies(policies)
@@ -2105,6 +2197,7 @@ def apply(
         compile=compile,
         chunked_loss=bool(chunked_loss),
         offload=offload,
+        head=head,
     )
     if example_inputs is not None:
         try:

@@ -14,7 +14,9 @@ chunk's logits is alive and none is made twice.
 :class:`CausalLMHead` runs a Hugging Face causal LM's forward that way (the
 base model, then the head and the loss chunked or whole), for
 :func:`remat.torch.apply`, which measures each loss option and lets the solver
-choose one per plan.
+choose one per plan. Any other model whose forward computes a cross-entropy
+of a linear head's logits names its head with :class:`LossHead`
+(``apply(model, ..., head=LossHead(model.lm_head, targets="targets"))``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-__all__ = ["CausalLMHead", "HeadOption", "chunked_cross_entropy"]
+__all__ = ["CausalLMHead", "HeadOption", "LossHead", "chunked_cross_entropy"]
 
 #: Loss options remat.torch measures: the head whole, or in this many chunks
 #: of tokens, each of at least MIN_TOKENS tokens (each chunk reads the whole
@@ -243,6 +245,19 @@ class CausalLMHead:
             return None
         return CausalLMHead(model, head, base)
 
+    @staticmethod
+    def own_loss(out: Any) -> Any:
+        """The loss in the model's output (``ModelOutput.loss``)."""
+        return getattr(out, "loss", None)
+
+    @staticmethod
+    def logits_of(out: Any) -> Any:
+        return getattr(out, "logits", None)
+
+    def learn(self, out: Any) -> str | None:
+        """Nothing to learn from a profiled step: the output is a ModelOutput."""
+        return None
+
     def split(
         self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[dict[str, Any], torch.Tensor | None, dict[str, Any]] | None:
@@ -313,18 +328,222 @@ class CausalLMHead:
         )
 
 
+@dataclass(frozen=True)
+class LossHead:
+    """The head and the loss of a model that is not a Hugging Face causal LM,
+    named for :func:`remat.torch.apply` (``head=``), so that its plans may
+    compute them in chunks of tokens as they do a causal LM's.
+
+    The model's forward must take the targets as an argument and compute, in
+    the same forward, ``loss = cross_entropy(head(hidden), targets)`` (any
+    reshaping between, the mean over the targets that are not
+    ``ignore_index``), returning the loss alone, in a tuple or list, or in a
+    dict or an object with a ``loss`` field (nanoGPT's ``forward(idx,
+    targets)`` returning ``(logits, loss)`` is such a model). When a plan
+    chunks, remat runs the forward up to the head, computes the loss with
+    :func:`chunked_cross_entropy` from the head's input, and returns the
+    model's output with the loss in its place and ``None`` where the logits
+    were. The first training step checks that this gives the model's own
+    loss; where it does not (a loss that is not that cross-entropy, logits
+    changed before it), the model keeps its own forward and ``explain()``
+    says why.
+
+    Args:
+        head: the ``nn.Linear`` that makes the logits.
+        targets: the name of the model's forward argument holding the class
+            indices (any shape with the logits' leading dimensions).
+        ignore_index: the target value the loss skips.
+        shift: the targets are the inputs, and the loss compares position i's
+            logits with position i + 1's target (as Hugging Face's causal
+            loss does); False (the default): targets line up with the logits.
+
+    # Example
+
+    >>> import torch, remat.torch
+    >>> class Tiny(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         layer = lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    ...         self.blocks = torch.nn.ModuleList(layer() for _ in range(4))
+    ...         self.out = torch.nn.Linear(8, 500)
+    ...     def forward(self, x, targets):
+    ...         for b in self.blocks:
+    ...             x = b(x)
+    ...         logits = self.out(x)
+    ...         return logits, torch.nn.functional.cross_entropy(logits.view(-1, 500), targets.view(-1))
+    >>> model = Tiny()
+    >>> plan = remat.torch.apply(model, memory="30%", head=remat.torch.LossHead(model.out))
+    >>> x, t = torch.randn(4, 64, 8), torch.randint(0, 500, (4, 64))
+    >>> for _ in range(3):  # the first two measure: a plan that chunks runs from the third
+    ...     logits, loss = model(x, targets=t)
+    ...     loss.backward()
+    >>> plan.loss_chunks, logits
+    (4, None)
+    """
+
+    head: nn.Linear
+    targets: str = "targets"
+    ignore_index: int = -100
+    shift: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.head, nn.Linear):
+            raise TypeError(
+                f"LossHead.head must be the nn.Linear that makes the logits, got {type(self.head).__name__}"
+            )
+        if not isinstance(self.targets, str) or not self.targets:
+            raise TypeError(f"LossHead.targets must name the forward's argument, got {self.targets!r}")
+
+
+class _Stop(Exception):
+    """Raised by the head's pre-hook to end the model's forward at the head."""
+
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__("remat: the model's forward stopped at its head")
+        self.hidden = hidden
+
+
+class UserHead:
+    """A :class:`LossHead` as :func:`remat.torch.apply` runs it (the interface
+    of :class:`CausalLMHead`): the model's forward up to the head, then the
+    loss whole or in chunks, the output rebuilt with the loss in its place."""
+
+    transforms_logits: str | None = None
+
+    def __init__(self, model: nn.Module, spec: LossHead) -> None:
+        self.model = model
+        self.spec = spec
+        self.head = spec.head
+        #: How the output holds the loss and the logits: (kind, where the loss
+        #: is, where the logits are, its length or keys).
+        self._where: tuple[str, Any, Any, Any] | None = None
+
+    def own_loss(self, out: Any) -> Any:
+        if isinstance(out, torch.Tensor):
+            return out
+        if isinstance(out, dict):
+            return out.get("loss")
+        if isinstance(out, (tuple, list)):
+            scalars = [v for v in out if isinstance(v, torch.Tensor) and v.numel() == 1]
+            return scalars[0] if len(scalars) == 1 else None
+        return getattr(out, "loss", None)
+
+    def logits_of(self, out: Any) -> Any:
+        if isinstance(out, (tuple, list)):
+            return next((v for v in out if isinstance(v, torch.Tensor) and v.dim() >= 2), None)
+        if isinstance(out, dict):
+            return out.get("logits")
+        return getattr(out, "logits", None)
+
+    def learn(self, out: Any) -> str | None:
+        """Where the profiled step's output holds the loss and the logits, for
+        :meth:`forward` to rebuild it; or why it cannot be rebuilt (an output
+        with more in it than the loss and the logits)."""
+        loss, logits = self.own_loss(out), self.logits_of(out)
+        if isinstance(out, torch.Tensor):
+            self._where = ("tensor", None, None, None)
+            return None
+        if isinstance(out, (tuple, list)):
+            at_loss = next((i for i, v in enumerate(out) if v is loss), None)
+            at_logits = next((i for i, v in enumerate(out) if v is logits), None) if logits is not None else None
+            if at_loss is None or any(v is not None and i not in (at_loss, at_logits) for i, v in enumerate(out)):
+                return f"the model returns a {type(out).__name__} with more than its loss and logits"
+            self._where = (type(out).__name__, at_loss, at_logits, len(out))
+            return None
+        if type(out) is dict and "loss" in out:
+            key = next((k for k, v in out.items() if v is logits), None) if logits is not None else None
+            if any(v is not None and k not in ("loss", key) for k, v in out.items()):
+                return "the model returns a dict with more than its loss and logits"
+            self._where = ("dict", "loss", key, list(out))
+            return None
+        return f"the model returns a {type(out).__name__}, which remat cannot rebuild with the loss in chunks"
+
+    def split(
+        self, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], torch.Tensor | None, dict[str, Any]] | None:
+        try:
+            bound = inspect.signature(original).bind(*args, **kwargs)
+        except TypeError:
+            return None
+        named = dict(bound.arguments)
+        targets = named.get(self.spec.targets)
+        if targets is None:
+            targets = (named.get("kwargs") or {}).get(self.spec.targets)
+        if not isinstance(targets, torch.Tensor):
+            return None
+        return {"args": args, "kwargs": kwargs, "original": original}, targets, {}
+
+    def loss(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        chunks: int,
+        loss_kwargs: dict[str, Any],
+        hooks: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        spec = self.spec
+        targets = labels
+        if spec.shift:
+            targets = nn.functional.pad(labels, (0, 1), value=spec.ignore_index)[..., 1:]
+        if chunks == 1:
+            logits = self.head(hidden) if hooks else nn.functional.linear(hidden, self.head.weight, self.head.bias)
+            flat = logits.reshape(-1, logits.shape[-1]).float()
+            loss = nn.functional.cross_entropy(flat, targets.reshape(-1), ignore_index=spec.ignore_index)
+            return loss, logits
+        loss = chunked_cross_entropy(
+            hidden, self.head.weight, targets, bias=self.head.bias, chunks=chunks, ignore_index=spec.ignore_index
+        )
+        return loss, None
+
+    def forward(
+        self, base_args: dict[str, Any], labels: torch.Tensor, loss_kwargs: dict[str, Any], chunks: Callable[[], int]
+    ) -> Any:
+        """The model's forward to its head; there, where ``chunks()`` (asked
+        then: the stack has run) is above 1, the loss in chunks and the output
+        rebuilt; else the model's forward to the end."""
+        asked: list[int] = []
+
+        def stop(_m: nn.Module, args: tuple[Any, ...]) -> None:
+            asked.append(chunks())
+            if asked[-1] > 1:
+                raise _Stop(args[0])
+
+        handle = self.head.register_forward_pre_hook(stop)
+        try:
+            return base_args["original"](*base_args["args"], **base_args["kwargs"])
+        except _Stop as s:
+            hidden = s.hidden
+        finally:
+            handle.remove()
+        loss, _ = self.loss(hidden, labels, asked[-1], loss_kwargs)
+        return self._rebuild(loss)
+
+    def _rebuild(self, loss: torch.Tensor) -> Any:
+        kind, at_loss, _, shape = self._where or ("tensor", None, None, None)
+        if kind == "tensor":
+            return loss
+        if kind in ("tuple", "list"):
+            values: list[Any] = [None] * shape
+            values[at_loss] = loss  # the logits (and any None) stay None
+            return tuple(values) if kind == "tuple" else values
+        return {k: (loss if k == "loss" else None) for k in shape}
+
+
 def measure_options(
-    head: CausalLMHead,
+    head: CausalLMHead | UserHead,
     hidden: torch.Tensor,
     labels: torch.Tensor,
     loss_kwargs: dict[str, Any],
     meter: Any,
     chunks: Sequence[int] = CHUNKS,
+    whole_grad: list[torch.Tensor] | None = None,
 ) -> list[HeadOption]:
     """Each loss option on the profiled step's last hidden states, forward and
     backward (to the hidden states and the head's weight, as the step's
     backward does), its peak above its input and its time: ``meter`` is
-    :class:`remat.torch.profile._Meter` on the step's device."""
+    :class:`remat.torch.profile._Meter` on the step's device. The gradient
+    of the hidden states under the head whole is appended to ``whole_grad``
+    where given (to check it against the model's own)."""
     tokens = hidden.numel() // hidden.shape[-1]
     found: list[HeadOption] = []
     # The backward accumulates into the head's .grad, as the step's does (the
@@ -347,6 +566,8 @@ def measure_options(
                         loss = head.loss(h, labels, k, loss_kwargs, hooks=False)[0]  # logits dropped, as a loop does
                         loss.backward()
                     mark = meter.mark()
+                if k == 1 and whole_grad is not None and h.grad is not None:
+                    whole_grad[:] = [h.grad]
                 del h
                 value = float(loss.detach())
                 peak = meter.value(mark)

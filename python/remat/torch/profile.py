@@ -322,6 +322,9 @@ class Profiled:
     inplace: list[bool]
     uses_rng: list[bool]
     options: list[list[NamedPolicy | None]] = field(default_factory=list)
+    #: Options a stage could not run, dropped for it: (stage index from 0,
+    #: policy name, the first line of the error it raised).
+    dropped: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def profile_calls(
@@ -360,7 +363,11 @@ def profile_calls(
     inplace: list[bool] = []
     uses_rng: list[bool] = []
     options: list[list[NamedPolicy | None]] = []
-    measured: dict[tuple[Any, ...], tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None]]] = {}
+    dropped: list[tuple[int, str, str]] = []
+    measured: dict[
+        tuple[Any, ...],
+        tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
+    ] = {}
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
@@ -371,18 +378,20 @@ def profile_calls(
                 changes_input, rng = runner.probe(x)
                 record = _profile_stage(runner, x, repeat, device, changes_input)
                 kept: list[NamedPolicy | None] = [None]
+                failed: list[tuple[str, str]] = []
                 if named:
-                    found = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
+                    found, failed = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
                     if found:
                         record["options"] = [o for o, _ in found]
                         kept += [p for _, p in found]
                 with torch.no_grad():
                     y = runner(x.clone() if changes_input else x)
                 out_meta = (tuple(y.shape), y.dtype, y.device)
-                measured[key] = (record, changes_input, rng, out_meta, kept)
+                measured[key] = (record, changes_input, rng, out_meta, kept, failed)
             else:
-                record, changes_input, rng, out_meta, kept = seen
+                record, changes_input, rng, out_meta, kept, failed = seen
                 y = None
+            dropped += [(i, name, why) for name, why in failed]
             records.append(dict(record, name=labels[i]))
             inplace.append(changes_input)
             uses_rng.append(rng)
@@ -418,7 +427,7 @@ def profile_calls(
             "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped)
 
 
 def _signature(module: nn.Module) -> tuple[Any, ...]:
@@ -670,10 +679,14 @@ def _profile_options(
     uses_rng: bool,
     policies: Sequence[NamedPolicy],
     record: dict[str, Any],
-) -> list[tuple[dict[str, Any], NamedPolicy]]:
+) -> tuple[list[tuple[dict[str, Any], NamedPolicy]], list[tuple[str, str]]]:
     """Measures the stage recorded under each policy, run by the executor as a
     schedule runs it (``F_all^1[o]``, then ``B^1`` with its rerun), and returns
-    the options worth having, cheapest first, each with its policy.
+    the options worth having, cheapest first, each with its policy, and the
+    policies the stage cannot run (name, the first line of the error): each is
+    tried once first, and one that raises (SAC refuses a block that changes in
+    place a tensor the policy keeps, as EfficientNet's in-place SiLU after a
+    convolution does) is dropped for this stage, never the step.
 
     - ``saved_size``: bytes alive after the recording forward (the output and
       what the policy keeps; the input and parameters are not new).
@@ -719,7 +732,8 @@ def _profile_options(
             compiled=compiled,
         )
 
-    variants = [executor(0, None)] + [executor(1, p) for p in policies]
+    failed: list[tuple[str, str]] = []
+    usable: list[NamedPolicy] = []
 
     def forward(ex: Executor, inp: torch.Tensor) -> torch.Tensor:
         step = ex.begin()
@@ -737,6 +751,21 @@ def _profile_options(
             y = forward(ex, xl)
         if y.requires_grad:
             torch.autograd.backward(y, torch.ones_like(y))
+
+    for policy in policies:
+        try:
+            once(executor(1, policy))
+        except Exception as e:  # whatever the stage raises under the policy drops the policy, not the step
+            failed.append((policy.name, (str(e).strip().splitlines() or [type(e).__name__])[0]))
+        else:
+            usable.append(policy)
+    fresh_grads()
+    policies = usable
+    if not policies:
+        for p in params:
+            p.grad = None
+        return [], failed
+    variants = [executor(0, None)] + [executor(1, p) for p in policies]
 
     # On a GPU a round runs each variant `_BACK_TO_BACK` times between two
     # events, nothing synchronised in between: in a step the host runs ahead of
@@ -820,6 +849,8 @@ def _profile_options(
             min(totals[0]),
             [(o["name"], o["saved_size"], round(o["recompute_time"], 3)) for o, _ in found],
         )
+    if failed:
+        _log.info("%s: options it cannot run, dropped: %s", runner.label, failed)
     found.sort(key=lambda f: f[0]["recompute_time"])
     kept: list[tuple[dict[str, Any], NamedPolicy]] = []
     least = record["saved_size"]
@@ -827,7 +858,7 @@ def _profile_options(
         if option["saved_size"] < least:
             kept.append((option, policy))
             least = option["saved_size"]
-    return kept
+    return kept, failed
 
 
 def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
