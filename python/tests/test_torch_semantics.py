@@ -436,31 +436,25 @@ def test_memory_auto_on_the_cpu_says_to_give_a_size() -> None:
 
 
 def test_an_infeasible_budget_names_the_smallest_for_the_whole_step() -> None:
+    """The first step knows the stack only: below what it needs, that step
+    runs it at its least (a warning says so) to measure the rest of the step,
+    and the next step names the smallest budget for the whole step, once:
+    that budget trains (issue 35; the error used to name the stack's figure,
+    then a larger one)."""
     import remat
 
     ours = make()
     rt.apply(ours, memory=1000)
+    with pytest.warns(UserWarning, match="the stack alone needs at least"):
+        ours(X).sum().backward()
     with pytest.raises(remat.InfeasibleError, match="the smallest budget for the whole step is") as info:
         ours(X).sum().backward()
     least = info.value.min_budget
     assert least is not None and least > 1000
-    # The first plan knows the stack only; the step's other parts, measured on
-    # it, can raise the figure once more, and the error then says so (at the
-    # next step, which would run under a plan made with them).
     retry = make()
     rt.apply(retry, memory=least)
-    try:
+    for _ in range(3):
         retry(X).sum().backward()
-        retry(X).sum().backward()
-    except remat.InfeasibleError as again:
-        assert again.min_budget is not None and again.min_budget > least
-        # It names the part outside the stack that set it: what stays through
-        # the stack's backward, or the backward of the part before it.
-        assert "before the stack" in str(again) or "the backward of the part before" in str(again)
-        retry = make()
-        rt.apply(retry, memory=again.min_budget)
-        retry(X).sum().backward()
-    retry(X).sum().backward()  # and the steps after it
 
 
 def test_the_stack_is_found() -> None:

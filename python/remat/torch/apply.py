@@ -70,12 +70,20 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
     siblings (torchvision's ``layer1..layer4``), whichever holds the most
     modules; ties go to the one holding more parameters.
 
+    A model that calls one layer several times in a forward is a stack of
+    that many calls, each a stage: Hugging Face's ALBERT (its
+    ``num_hidden_layers`` calls of ``num_hidden_groups`` shared layer groups)
+    is found so; name any other with ``blocks=[layer] * n``.
+
     Returns the stack's description (``"transformer.h"``, ``"layer1..layer4"``)
     and its blocks with their qualified names. O(number of modules).
 
     Raises:
         ValueError: no container of at least two modules was found.
     """
+    shared = _shared_layers(model)
+    if shared is not None:
+        return shared
     best: tuple[int, int, str, list[tuple[str, nn.Module]]] | None = None
 
     def consider(desc: str, blocks: list[tuple[str, nn.Module]]) -> None:
@@ -106,6 +114,26 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
             "modules); name it with blocks=, e.g. blocks=model.layers"
         )
     return best[2], best[3]
+
+
+def _shared_layers(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]] | None:
+    """Hugging Face ALBERT's stack: layer i of ``num_hidden_layers`` is the
+    call of group ``i // (num_hidden_layers // num_hidden_groups)``, as
+    ``AlbertTransformer.forward`` calls them."""
+    config = getattr(model, "config", None)
+    layers, groups = getattr(config, "num_hidden_layers", None), getattr(config, "num_hidden_groups", None)
+    if not isinstance(layers, int) or not isinstance(groups, int) or groups < 1 or layers < 2 or layers % groups:
+        return None
+    for name, module in model.named_modules():
+        found = getattr(module, "albert_layer_groups", None)
+        if isinstance(found, nn.ModuleList) and len(found) == groups:
+            base = f"{name}.albert_layer_groups" if name else "albert_layer_groups"
+            per = layers // groups
+            return (
+                f"{base} ({layers} calls of {groups} shared group{'s' if groups > 1 else ''})",
+                [(f"{base}.{i // per}", found[i // per]) for i in range(layers)],
+            )
+    return None
 
 
 def _resolve_blocks(
@@ -353,11 +381,19 @@ class AppliedPlan:
     # -- installing ---------------------------------------------------------
 
     def _install(self) -> None:
-        for l, m in enumerate(self.modules, 1):
+        first: dict[int, int] = {}  # a module's first stage (0-based): one called several times is several stages
+        for i, m in enumerate(self.modules):
+            if id(m) in first:
+                j = first[id(m)]
+                self._had_instance_forward.append(self._had_instance_forward[j])
+                self._originals.append(self._originals[j])
+                continue
+            first[id(m)] = i
             self._had_instance_forward.append(m.__dict__.get("forward"))
             original = m.forward
             self._originals.append(original)
-            m.forward = self._make_forward(l, original)  # type: ignore[method-assign]
+            stages = [l for l, other in enumerate(self.modules, 1) if other is m]
+            m.forward = self._make_forward(stages, original)  # type: ignore[method-assign]
         starts = torch.compiler.disable(self._model_starts, recursive=True)
 
         def model_starts(module: nn.Module, args: Any) -> None:
@@ -410,7 +446,10 @@ class AppliedPlan:
         if self._use_cache:
             config.use_cache = False
 
-    def _make_forward(self, l: int, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _make_forward(self, stages: list[int], original: Callable[..., Any]) -> Callable[..., Any]:
+        # ``stages``: the module's stages, more than one where the model calls
+        # it several times in a forward (ALBERT's shared layer): each call is
+        # the stage the pass over the stack expects next.
         # The executor runs eagerly (Python state, saved-tensor hooks), so
         # Dynamo breaks the graph into it; the blocks it runs are compiled
         # functions of their own when the model runs compiled (Dynamo, tracing
@@ -422,6 +461,7 @@ class AppliedPlan:
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._rerunning or not torch.is_grad_enabled():
                 return original(*args, **kwargs)
+            l = self._expected if len(stages) > 1 and self._expected in stages else stages[0]
             if self._in_graph and torch.compiler.is_compiling():
                 # A plan that records every block runs inside the model's graph.
                 numel = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "").numel()
@@ -435,7 +475,7 @@ class AppliedPlan:
                     return checkpoint(original, *args, use_reentrant=False, context_fn=context, **kwargs)
             return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
 
-        own = own_code(forward, f"remat_block_{l}_of_{type(self.model).__name__}_{id(self):x}")
+        own = own_code(forward, f"remat_block_{stages[0]}_of_{type(self.model).__name__}_{id(self):x}")
         own.__wrapped__ = original  # type: ignore[attr-defined]
         return own
 
