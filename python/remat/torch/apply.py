@@ -347,6 +347,7 @@ class AppliedPlan:
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        self._last_carried: torch.Tensor | None = None  # the last block's output in a pass not yet over
         #: The block the model's forward now running must call next (L + 1:
         #: the pass over the stack has ended); None outside the model's forward.
         self._expected: int | None = None
@@ -767,25 +768,34 @@ class AppliedPlan:
         if isinstance(self._measure, _Verify):
             self._measure.forward_ends(output)
         expected, self._expected = self._expected, None
+        x, self._last_carried = self._last_carried, None
         L = len(self.modules)
         if expected is None or expected in (1, L + 1) or self._step is None or sys.exc_info()[0] is not None:
             return  # the whole stack ran, or none of it, or the forward raised (an always_call hook runs then)
-        self._out_of_order(
-            f"the forward of {type(self.model).__name__} ended after block {expected - 1} of {L} "
-            f"({self.names[expected - 2]}): block {expected} ({self.names[expected - 1]}) did not run"
-        )
+        # The last blocks were skipped (LayerDrop): identities; the step's
+        # backward runs the schedule as usual. Its measurement, which waits for
+        # the last block's output, is left to a later step.
+        step, ex = self._step, self._executor
+        self._step = None
+        if ex is not None and x is not None:
+            ex.skip(step, L + 1, x)
+            step.finish()
+        self._end_measure()
 
-    def _check_order(self, l: int) -> None:
-        """Inside the model's forward, block l must be the next of the pass over
-        the stack (reversed, repeated or skipped blocks raise now, naming it)."""
+    def _check_order(self, l: int) -> int | None:
+        """Inside the model's forward, block l must come later in the pass over
+        the stack than the blocks before it (reversed or repeated blocks raise
+        now, naming it; blocks left out are skipped, as LayerDrop does).
+        Returns the block the pass expected (None outside the model's forward)."""
         expected = self._expected
         if expected is None:
-            return  # called outside the model's forward: a block alone runs plainly
+            return None  # called outside the model's forward: a block alone runs plainly
         L = len(self.modules)
-        if l != expected:
+        if l < expected or expected == L + 1:
             what = f"after block {L}, the last" if expected == L + 1 else f"when block {expected} was expected"
             self._out_of_order(f"block {l} of {L} ({self.names[l - 1]}) ran {what}")
         self._expected = l + 1
+        return expected
 
     def _out_of_order(self, what: str) -> None:
         self._step = None
@@ -823,10 +833,10 @@ class AppliedPlan:
     def _call(
         self, l: int, original: Callable[..., Any], compiling: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        self._check_order(l)
+        expected = self._check_order(l)
         args, kwargs = _without_cache(args, kwargs)
         call = Call.of(args, kwargs)
-        if l == 1:
+        if l == 1 or expected == 1:  # the pass's first block (the ones before it skipped)
             x = call.carried
             if not (x.requires_grad or any(p.requires_grad for m in self.modules for p in m.parameters())):
                 self._step = None
@@ -844,6 +854,10 @@ class AppliedPlan:
         step, ex = self._step, self._executor
         if step is None or ex is None:
             return original(*args, **kwargs)
+        if step.next < l and expected is not None:
+            # LayerDrop: the blocks between did not run (inside the model's
+            # forward only, whose end finishes a pass that skipped its last).
+            ex.skip(step, l, call.carried)
         if step.next != l:
             self._step = None
             raise RuntimeError(
@@ -852,6 +866,8 @@ class AppliedPlan:
                 "(name the right stack with apply(..., blocks=...))"
             )
         y = ex.call(step, l, call)
+        # The input of blocks skipped after it, should the pass end here.
+        self._last_carried = carried_output(y, lambda: "") if l < len(self.modules) else None
         if l == len(self.modules):
             self._step = None
             if self._measure is not None:

@@ -493,6 +493,14 @@ class Executor:
         """Starts a forward phase (a new step)."""
         return Step(self)
 
+    def skip(self, step: Step, l: int, x: torch.Tensor) -> None:
+        """Stages ``step.next`` .. l - 1 do not run in ``step`` (LayerDrop
+        skipped them): each is the identity for this step, its output its
+        input ``x``, and recomputing it is nothing. The schedule still holds:
+        an identity keeps no more than the stage would."""
+        for j in range(step.next, min(l, len(self.stages) + 1)):
+            step.skip(j, x)
+
     def call(self, step: Step, l: int, call: Call) -> Any:
         """Runs stage l for the first time in ``step`` (stages run in order)."""
         if l != step.next:
@@ -552,6 +560,11 @@ class Step:
         #: What stages recorded with an option in the forward phase keep, until
         #: their backward's rerun.
         self.caches: dict[int, _Cache] = {}
+        #: Stages that did not run in this step (identities: see Executor.skip).
+        self.skipped: set[int] = set()
+        #: The residue kept at skipped stages: no holder of theirs anchors it, so
+        #: it lives as long as the step does (as long as any holder).
+        self._skipped_residue: list[_Residue] = []
 
     # -- the forward phase --------------------------------------------------
 
@@ -560,6 +573,19 @@ class Step:
         self._strong.append(r)
         self.residue[j] = weakref.ref(r)
         self._last = r
+
+    def skip(self, l: int, x: torch.Tensor) -> None:
+        """Stage l, skipped in this step: its output is its input ``x``."""
+        ex = self.ex
+        if self._pending is not None and ex.on_op is not None:
+            ex.on_op(*self._pending)
+            self._pending = None
+        if (l - 1) in ex.program.keep:
+            self._keep(l - 1, x)
+            assert self._last is not None
+            self._skipped_residue.append(self._last)
+        self.skipped.add(l)
+        self.next = l + 1
 
     def first_run(self, l: int, call: Call) -> Any:
         ex = self.ex
@@ -852,6 +878,11 @@ class _Task:
         step = self.step
         ex = step.ex
         x = self.value(l - 1)
+        if l in step.skipped:
+            self.held[l] = x  # a stage skipped in this step: the identity
+            if kind is Op.F_ALL:
+                self.recorded.add(l)
+            return
         call = step.calls[l]
         assert call is not None, f"stage {l} is run again but its call was not kept"
         fn = ex.forwards[l - 1]
