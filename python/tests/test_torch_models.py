@@ -518,3 +518,25 @@ def test_scaling_a_profile_keeps_the_weight_gradient_of_a_backward() -> None:
     assert half[1]["backward_overhead"] == 300  # all of it could be the weight's: kept
     assert double[0]["backward_overhead"] == 2000 and double[1]["backward_overhead"] == 600  # scaled up in full
     assert half[0]["saved_size"] == 200  # activations scale as before
+
+
+def test_blocks_with_side_inputs_of_their_own_get_an_error_that_says_what_to_do() -> None:
+    """HF Swin's stages each take their own input_dimensions: profiled with the
+    first stage's, the second fails. The error says why and what to do, and
+    doing it (the blocks inside one stage) trains (issue 35: the reshape error
+    alone did not name the cause)."""
+    config = transformers.SwinConfig(
+        image_size=64, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=4, num_labels=10
+    )
+    torch.manual_seed(0)
+    model = transformers.SwinForImageClassification(config).train()
+    x, labels = torch.randn(2, 3, 64, 64), torch.tensor([1, 2])
+    plan = rt.apply(model, memory="50%")
+    assert plan.where == "swin.encoder.layers"
+    with pytest.raises(ValueError, match=r"side inputs of their own .* apply\(\.\.\., blocks=\.\.\.\)"):
+        model(x, labels=labels).loss.backward()
+    plan.remove()
+    plan = rt.apply(model, memory="60%", blocks="swin.encoder.layers.0.blocks")
+    for _ in range(2):
+        model(x, labels=labels).loss.backward()
+    assert plan.schedule is not None

@@ -485,8 +485,21 @@ class _StageRunner:
             # which it can only do if the error keeps its type.
             raise
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            why = ""
+            side = [f"argument {i}" for i in range(len(args)) if i != self.call.position] + [
+                repr(k) for k in kwargs if k != self.call.position
+            ]
+            if self.index > 0 and side:
+                # The stack is profiled from the first block's call: every block
+                # gets its side inputs.
+                why = (
+                    f"; remat profiles every block of a stack with the first block's side inputs "
+                    f"({', '.join(side)}), so blocks that take side inputs of their own (Swin's stages their "
+                    "input_dimensions, a U-Net's up blocks their skip connections) cannot be one stack: name a "
+                    "stack of blocks that share them with apply(..., blocks=...) (the blocks inside one stage)"
+                )
             raise ValueError(
-                f"{self.label} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}"
+                f"{self.label} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}{why}"
             ) from e
         if self.single_tensor and not isinstance(y, torch.Tensor):
             raise TypeError(
