@@ -489,26 +489,16 @@ def test_an_offloaded_recording_copies_each_storage_once(monkeypatch: pytest.Mon
     assert all(p.grad is not None for s in stages for p in s.parameters())
 
 
-TOY_CHAIN_OFFLOAD = remat.Chain.from_dict(
-    {
-        "name": "toy",
-        "input_size": 1,
-        "stages": [
-            {
-                "forward_time": 1,
-                "backward_time": 1,
-                "output_size": 1,
-                "saved_size": 4,
-                "options": [
-                    {"saved_size": 2, "recompute_time": 0.5},
-                    {"saved_size": 1, "recompute_time": 1},
-                    {"saved_size": 1, "recompute_time": 0.2, "forward_overhead": 3, "backward_overhead": 3},
-                ],
-            }
-        ]
-        * 4,
-    }
-)
+def _with_offload_option(chain: remat.Chain) -> remat.Chain:
+    """TOY_CHAIN with a third option on every stage, an offload option's
+    figures (keeps a^l only, the whole set on the device while it runs)."""
+    d = chain.to_dict()
+    for s in d["stages"]:
+        s["options"].append({"saved_size": 1, "recompute_time": 0.2, "forward_overhead": 3, "backward_overhead": 3})
+    return remat.Chain.from_dict(d)
+
+
+TOY_CHAIN_OFFLOAD = _with_offload_option(TOY_CHAIN)
 
 
 def test_apply_offers_offload_and_trains_as_plain(monkeypatch: pytest.MonkeyPatch, deterministic: None) -> None:
