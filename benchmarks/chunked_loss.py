@@ -156,8 +156,7 @@ def main() -> None:
         predicted = remat.format_size(plan.peak_memory) if plan and plan.peak_memory else ""
         head = ""
         if plan is not None:
-            c = plan._current()
-            head = "whole" if c is None or c.chunks == 1 else f"{c.chunks} chunks"
+            head = "whole" if plan.loss_chunks in (None, 1) else f"{plan.loss_chunks} chunks"
         print(
             f"| {n} | {remat.format_size(peaks[n])} | {peaks[n] / peaks['hf ckpt'] * 100:.1f}% | {predicted} | "
             f"{x:.3f} | {loss:.2g} | {grad:.3g}{f' ({where})' if grad else ''} | {head} |"

@@ -225,8 +225,7 @@ class _Outside:
         f = numel / self.activation
 
         def peak(v: int) -> int:
-            k = min(v, self.fixed)
-            return int(max(v * f, k + (v - k) * f))
+            return int(_scaled_keeping(v, self.fixed, f))
 
         return _Outside(
             int(self.pre * f),
@@ -1001,10 +1000,11 @@ class AppliedPlan:
             if best is None or cost < best[0] - gain:
                 best = (cost, chunks, option, schedule, there, room)
         if best is None and outside is None:
-            best = self._provisional(chain, failed, note, extra)
-            if best is not None:
-                note = best[-1]
-                best = best[:-1]
+            found = self._provisional(chain, failed, note, extra)
+            if found is not None:
+                schedule, least_stack = found
+                best = (schedule.makespan, 1, chain, schedule, None, least_stack)
+                note = f"{note}; the first step ran the stack at its least, {_fmt(least_stack)}, to measure the rest"
         if best is None:
             # The solver speaks of the stack's budget; the user gave the step's.
             named = [max(int(e.min_budget) + fixed, floor) for e, fixed, floor in failed if e.min_budget is not None]
@@ -1057,8 +1057,8 @@ class AppliedPlan:
 
     def _provisional(
         self, chain: remat.Chain, failed: list[tuple[remat.InfeasibleError, int, int]], note: str, extra: dict[str, Any]
-    ) -> tuple[float, int, remat.Chain, remat.Schedule, None, int, str] | None:
-        """The first step's plan where the stack alone does not fit the budget
+    ) -> tuple[remat.Schedule, int] | None:
+        """The first step's schedule and the stack's budget for it where the stack alone does not fit the budget
         and the parts outside it are not measured yet: the stack at the least
         memory any schedule needs, so that the step runs and measures them.
         Its figure alone would name a smallest budget the whole step cannot
@@ -1082,15 +1082,7 @@ class AppliedPlan:
             "budget or raises the error naming the smallest budget for the whole step",
             stacklevel=5,
         )
-        return (
-            schedule.makespan,
-            1,
-            chain,
-            schedule,
-            None,
-            min(least),
-            f"{note}; the first step ran the stack at its least, {_fmt(min(least))}, to measure the rest",
-        )
+        return schedule, min(least)
 
     def _in_graph_plan(
         self, chain: remat.Chain, budget: int, best: remat.Schedule
@@ -2059,6 +2051,14 @@ def _without_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple
     return args, kwargs
 
 
+def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
+    """``v`` bytes scaled by ``factor`` where up to ``fixed`` of them may not
+    scale (a weight's gradient): the larger of the two readings, so that an
+    input smaller or larger than the profiled one is not predicted low."""
+    k = min(v, fixed)
+    return max(v * factor, k + (v - k) * factor)
+
+
 def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> remat.Chain:
     """The chain with every size and time multiplied by ``factor`` (an input with
     ``factor`` times the elements between blocks), except that up to
@@ -2072,9 +2072,8 @@ def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> rem
     for s, c in zip(d["stages"], fixed):
         for part in [s, *(s.get("options") or [])]:
             if "backward_overhead" in part:
-                v = part["backward_overhead"]
-                k = min(v, c)
-                part["backward_overhead"] = math.ceil(max(v * factor, k + (v - k) * factor) / factor)
+                # Divided back: every size is multiplied by ``factor`` below.
+                part["backward_overhead"] = math.ceil(_scaled_keeping(part["backward_overhead"], c, factor) / factor)
     sizes = (
         "output_size",
         "saved_size",

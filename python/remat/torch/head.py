@@ -414,9 +414,9 @@ class UserHead:
         self.model = model
         self.spec = spec
         self.head = spec.head
-        #: How the output holds the loss and the logits: (kind, where the loss
-        #: is, where the logits are, its length or keys).
-        self._where: tuple[str, Any, Any, Any] | None = None
+        #: How the output holds the loss: (kind, where the loss is, its length
+        #: or keys); the rest is None where a plan chunks.
+        self._where: tuple[str, Any, Any] | None = None
 
     def own_loss(self, out: Any) -> Any:
         if isinstance(out, torch.Tensor):
@@ -441,20 +441,20 @@ class UserHead:
         with more in it than the loss and the logits)."""
         loss, logits = self.own_loss(out), self.logits_of(out)
         if isinstance(out, torch.Tensor):
-            self._where = ("tensor", None, None, None)
+            self._where = ("tensor", None, None)
             return None
         if isinstance(out, (tuple, list)):
             at_loss = next((i for i, v in enumerate(out) if v is loss), None)
             at_logits = next((i for i, v in enumerate(out) if v is logits), None) if logits is not None else None
             if at_loss is None or any(v is not None and i not in (at_loss, at_logits) for i, v in enumerate(out)):
                 return f"the model returns a {type(out).__name__} with more than its loss and logits"
-            self._where = (type(out).__name__, at_loss, at_logits, len(out))
+            self._where = (type(out).__name__, at_loss, len(out))
             return None
         if type(out) is dict and "loss" in out:
             key = next((k for k, v in out.items() if v is logits), None) if logits is not None else None
             if any(v is not None and k not in ("loss", key) for k, v in out.items()):
                 return "the model returns a dict with more than its loss and logits"
-            self._where = ("dict", "loss", key, list(out))
+            self._where = ("dict", "loss", list(out))
             return None
         return f"the model returns a {type(out).__name__}, which remat cannot rebuild with the loss in chunks"
 
@@ -519,7 +519,7 @@ class UserHead:
         return self._rebuild(loss)
 
     def _rebuild(self, loss: torch.Tensor) -> Any:
-        kind, at_loss, _, shape = self._where or ("tensor", None, None, None)
+        kind, at_loss, shape = self._where or ("tensor", None, None)
         if kind == "tensor":
             return loss
         if kind in ("tuple", "list"):
