@@ -458,3 +458,23 @@ def test_chunked_gradients_are_as_close_to_exact_as_plain_fp32s() -> None:
     for chunks in (4, 16):
         ours = [rel(a, b) for a, b in zip(run(torch.float32, chunks), exact)]
         assert all(o <= 1.05 * p for o, p in zip(ours, plain)), (chunks, ours, plain)
+
+
+def test_a_loss_head_whose_output_holds_more_than_loss_and_logits_stays_whole() -> None:
+    """An output remat cannot rebuild with the loss in its place (here a third,
+    auxiliary item) keeps the model's forward, and explain() says why."""
+
+    class WithAux(NanoLM):
+        def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[Any, Any]:
+            logits, loss = super().forward(idx, targets)
+            return logits, loss, logits.detach().mean(-1)
+
+    torch.manual_seed(0)
+    m = WithAux()
+    with steady_profiles():
+        plan = rt.apply(m, memory="100%", head=rt.LossHead(m.lm_head, ignore_index=-1))
+        for _ in range(2):
+            m.zero_grad(set_to_none=True)
+            m(IDS, targets=TARGETS)[1].backward()
+    assert plan.loss_chunks == 1
+    assert "the model returns a tuple with more than its loss and logits" in plan.explain(), plan.explain()

@@ -325,6 +325,12 @@ def test_a_plan_before_training_names_what_is_wrong() -> None:
     assert e.value.min_budget > 10_000
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert all(p.grad is None for p in model.parameters())
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"call it with gradients enabled"):
+        rt.apply(model, memory="90%", example_inputs=x, example_loss=lambda out: out.sum())
+    frozen = torchvision.models.resnet18(num_classes=10).requires_grad_(False)
+    with pytest.raises(RuntimeError, match=r"does not require a gradient: is the model frozen\?"):
+        rt.apply(frozen, memory="90%", example_inputs=x, example_loss=lambda out: out.sum())
+    assert all("forward" not in m.__dict__ for m in frozen.modules())
 
 
 def test_the_smallest_budget_is_named_once_and_is_enough() -> None:
