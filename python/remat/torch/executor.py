@@ -58,8 +58,11 @@ Recording options (``F_all^l[o]``, o >= 1; :mod:`remat.torch.policies`):
   brings it back when autograd first reads it, one copy per storage, which
   lives until the stage's saved tensors are released. No rerun at ``B^l``. In
   the backward phase it is a recording run whose values go to the first run's
-  holders as host copies. The copies are synchronous (the model counts them
-  so); on the CPU they are copies within host memory, for tests.
+  holders as host copies. On a GPU the copies run on a side stream beside the
+  stage's compute (out as each tensor is saved, back all at once at the first
+  read of its backward); the stage's forward ends when the copies out have
+  (the model counts the set on the device until then). On the CPU they are
+  copies within host memory, for tests.
 - SAC hands each kept output back once; a second backward through a retained
   graph (``retain_graph=True``) recomputes every operator of the stage again.
   PyTorch's own ``checkpoint(..., context_fn=...)`` is not used: its
@@ -302,22 +305,54 @@ def _never(_: object) -> torch.Tensor:
     raise RuntimeError("remat: a graph recorded only to cache a policy's outputs was run backward (a bug in remat)")
 
 
+#: One stream per CUDA device for the offload option's copies, beside the
+#: compute stream, so that they overlap the stage's own compute.
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(index)
+    if stream is None:
+        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return stream
+
+
 class _HostCopies:
     """The host copies of what one offloaded recording saved, one per
     storage, and the device copies brought back from them: each brought back
-    once and alive while a tensor read from it is (its views keep it)."""
+    once and alive while a tensor read from it is (its views keep it).
 
-    __slots__ = ("back", "host", "own")
+    On a GPU the copies run on a side stream. Out: each storage's copy starts
+    when the recording saves it, behind the compute that made it, and runs
+    beside the rest of the stage's forward; :meth:`finish` waits for the last
+    one before the device's bytes go (docs/model.md: the whole set is on the
+    device until the copies end). Back: the first read of the backward brings
+    every storage back at once, the last saved first (autograd reads them in
+    about the reverse order), and each read waits only for its own copy, so
+    the stage's backward starts while the rest arrive. On the CPU the copies
+    are plain copies within host memory (tests)."""
+
+    __slots__ = ("back", "device", "fetched", "host", "own", "pending", "prefetched")
 
     def __init__(self, own: frozenset[int]) -> None:
         self.own = own
         self.host: dict[int, torch.Tensor] = {}
         self.back: dict[int, weakref.ref[torch.Tensor]] = {}
+        #: Device copies brought back ahead of their read, and the event each
+        #: read waits for (a GPU's).
+        self.fetched: dict[int, tuple[torch.Tensor, torch.cuda.Event]] = {}
+        #: The device storages copied, kept until :meth:`finish` (their copies
+        #: out may still run, and a key is a storage's address).
+        self.pending: list[torch.Tensor] = []
+        self.device: torch.device | None = None
+        self.prefetched = False
 
     def pack(self, t: torch.Tensor) -> object:
         """``t`` itself where it stays (a parameter, the stage's own or side
         tensors, a tensor already on the host when the device is not), else a
-        :class:`_OnHost` naming its storage's host copy (made now, waited for)."""
+        :class:`_OnHost` naming its storage's host copy (started now; on a
+        GPU :meth:`finish` waits for it)."""
         key = _storage(t)
         if isinstance(t, nn.Parameter) or t.device.type == "meta" or key in (-1, 0) or key in self.own:
             return t
@@ -325,16 +360,68 @@ class _HostCopies:
             return t
         if key not in self.host:
             source = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-            host = torch.empty(source.shape, dtype=torch.uint8, pin_memory=t.device.type == "cuda")
-            host.copy_(source)  # synchronous: the device's bytes may go once it returns
+            cuda = t.device.type == "cuda"
+            host = torch.empty(source.shape, dtype=torch.uint8, pin_memory=cuda)
+            if cuda:
+                side = _side_stream(t.device)
+                side.wait_stream(torch.cuda.current_stream(t.device))  # after the compute that made it
+                with torch.cuda.stream(side):
+                    host.copy_(source, non_blocking=True)
+                self.device = t.device
+            else:
+                host.copy_(source)
             self.host[key] = host
+            # Also keeps the key unique: a storage freed during the recording
+            # could leave its address to another one, taken for it.
+            self.pending.append(source)
         return _OnHost(self, key, t)
+
+    def finish(self) -> None:
+        """Waits (the host) for every copy out, then lets the device's bytes
+        go: the allocator may hand them out again at once, and the device's
+        peak is the model's. On the CPU it only lets them go."""
+        if self.pending and self.device is not None:
+            done = torch.cuda.Event()
+            done.record(_side_stream(self.device))
+            done.synchronize()
+        self.pending.clear()
+
+    def _fetch(self, keys: list[int], device: torch.device) -> None:
+        """Starts bringing ``keys`` back on the side stream, in that order."""
+        side = _side_stream(device)
+        copies = []
+        for key in keys:
+            host = self.host[key]
+            copies.append((key, host, torch.empty(host.shape, dtype=torch.uint8, device=device)))
+        # After everything the compute stream has queued: a block the
+        # allocator just handed out may still be read by its earlier kernels.
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for key, host, base in copies:
+                base.copy_(host, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record(side)
+                # Freed unread (a graph dropped mid-backward), its bytes wait
+                # for the copy before the allocator hands them out again.
+                base.record_stream(side)
+                self.fetched[key] = (base, ready)
 
     def bring_back(self, o: _OnHost) -> torch.Tensor:
         ref = self.back.get(o.key)
         base = ref() if ref is not None else None
         if base is None:
-            base = self.host[o.key].to(o.device, copy=True)
+            if o.device.type != "cuda":
+                base = self.host[o.key].to(o.device, copy=True)
+            else:
+                if o.key not in self.fetched:
+                    if self.prefetched:
+                        keys = [o.key]  # read again (a retained graph's second backward)
+                    else:
+                        keys = [k for k in reversed(self.host) if k not in self.fetched]
+                        self.prefetched = True
+                    self._fetch(keys, o.device)
+                base, ready = self.fetched.pop(o.key)
+                torch.cuda.current_stream(o.device).wait_event(ready)
             self.back[o.key] = weakref.ref(base)
         # A view of ``base`` (its _base): the device copy lives while it does.
         return base.view(o.dtype).as_strided(o.size, o.stride, o.offset)
@@ -622,6 +709,7 @@ class Step:
             copies = _HostCopies(_kept_as_is(ex._own(l), call))
             with torch.autograd.graph.saved_tensors_hooks(copies.pack, _unpack):
                 y = fn(*call.args, **call.kwargs)
+            copies.finish()
         else:
             if ex.own[l - 1] is None:
                 ex.own[l - 1] = _own_storages(ex.stages[l - 1])
@@ -903,7 +991,9 @@ class _Task:
             elif kind is Op.F_ALL and ex.offloads(l, option) and not self.create_graph:
                 # Recorded into the first run's holders, as host copies.
                 inp = self._detached_input(l, x)
-                out = self._record(l, fn, call, inp, ex.inplace[l - 1], _HostCopies(_kept_as_is(ex._own(l), call)))
+                copies = _HostCopies(_kept_as_is(ex._own(l), call))
+                out = self._record(l, fn, call, inp, ex.inplace[l - 1], copies)
+                copies.finish()
                 self.recorded.add(l)
             elif kind is Op.F_ALL and option and not self.create_graph:
                 # F_all^l[o]: a recording run whose saved tensors are dropped
