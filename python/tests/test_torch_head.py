@@ -478,3 +478,82 @@ def test_a_loss_head_whose_output_holds_more_than_loss_and_logits_stays_whole() 
             m(IDS, targets=TARGETS)[1].backward()
     assert plan.loss_chunks == 1
     assert "the model returns a tuple with more than its loss and logits" in plan.explain(), plan.explain()
+
+
+def _whole_runs_out(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    """Measuring the head whole on ``rows`` sequences runs out of memory, as
+    it does on a GPU where it runs beside the step's own head."""
+    import remat.torch.head as head_module
+
+    measured = head_module._measure
+
+    def measure(head: Any, hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if args[4] == 1 and hidden.shape[0] == rows:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return measured(head, hidden, *args, **kwargs)
+
+    monkeypatch.setattr(head_module, "_measure", measure)
+
+
+def test_a_head_too_large_to_measure_whole_is_measured_on_part_of_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the head whole runs out of memory being measured, it is measured
+    on 1 and 2 of 8 sequences and extrapolated: the peak is the one measured
+    on all 8 (the logits and their gradients are linear in the tokens), the
+    chunked options are measured as before, and a batch too small to split
+    is a clear error."""
+    from remat.torch.head import measure_options
+    from remat.torch.profile import _Meter
+
+    m = llama()
+    head = CausalLMHead.of(m)
+    assert head is not None
+    hidden = torch.randn(8, 128, 32, generator=torch.Generator().manual_seed(2))
+    labels = torch.randint(0, VOCAB, (8, 128), generator=torch.Generator().manual_seed(3))
+
+    def options() -> list[Any]:
+        return measure_options(head, hidden, labels, {}, _Meter(hidden.device, list(m.parameters()), allocator=True))
+
+    real = options()
+    _whole_runs_out(monkeypatch, 8)
+    parts = options()
+    assert [o.chunks for o in parts] == [o.chunks for o in real] == [1, 4, 16]
+    assert parts[0].estimated and not any(o.estimated for o in real + parts[1:])
+    assert abs(parts[0].peak - real[0].peak) <= 0.005 * real[0].peak
+    assert [o.peak for o in parts[1:]] == [o.peak for o in real[1:]]
+    assert parts[0].loss == parts[1].loss
+    hidden = hidden[:2]
+    labels = labels[:2]
+    _whole_runs_out(monkeypatch, 2)
+    with pytest.raises(torch.OutOfMemoryError, match=r"on 2 sequences ran out of device memory.*lower the batch"):
+        options()
+
+
+def test_a_plan_whose_head_was_measured_in_parts_trains_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through apply(): below the whole head's floor the plan chunks,
+    the budget holds by the allocator, the prediction is within 2%, and
+    explain() says the head whole was measured on part of the batch."""
+    ids = torch.randint(0, VOCAB, (8, 32), generator=torch.Generator().manual_seed(1))
+
+    def peak_of(model: nn.Module) -> int:
+        model.zero_grad(set_to_none=True)
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients(model.parameters())
+            model(ids, labels=ids).loss.backward()
+            end = trace.mark()
+        return trace.peak(0, end)
+
+    hf = llama()
+    hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    peak_of(hf)
+    budget = int(0.6 * peak_of(hf))
+    _whole_runs_out(monkeypatch, 8)
+    m = llama()
+    with steady_profiles():
+        plan = rt.apply(m, memory=budget)
+        for _ in range(3):
+            peak = peak_of(m)
+    assert plan.loss_chunks is not None and plan.loss_chunks > 1
+    assert "whole (on part of the batch, extrapolated)" in plan.explain()
+    assert plan.peak_memory is not None
+    assert peak <= budget
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory

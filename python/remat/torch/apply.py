@@ -1429,7 +1429,11 @@ class AppliedPlan:
         numel = self._last[1]
         f = numel / self._head_numel
         whole = self._head_options[0]
-        measured = ", ".join(f"{o.describe()} {_fmt(int(o.peak * f))} {o.ms * f:.1f} ms" for o in self._head_options)
+        measured = ", ".join(
+            f"{o.describe()}{' (on part of the batch, extrapolated)' if o.estimated else ''} {_fmt(int(o.peak * f))} "
+            f"{o.ms * f:.1f} ms"
+            for o in self._head_options
+        )
         if c.chunks == 1:
             return [f"head and loss: whole (measured, forward and backward: {measured})"]
         o = next(o for o in self._head_options if o.chunks == c.chunks)

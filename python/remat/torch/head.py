@@ -187,6 +187,9 @@ class HeadOption:
     peak: int  # the most it holds above its input, forward and backward (bytes)
     ms: float  # its forward and backward
     loss: float  # the loss it computed on the profiled step
+    #: Not measured (the device ran out of memory measuring it beside the
+    #: step): its figures are extrapolated from the options that were.
+    estimated: bool = False
 
     def describe(self) -> str:
         return "whole" if self.chunks == 1 else f"in {self.chunks} chunks of tokens"
@@ -543,7 +546,12 @@ def measure_options(
     backward does), its peak above its input and its time: ``meter`` is
     :class:`remat.torch.profile._Meter` on the step's device. The gradient
     of the hidden states under the head whole is appended to ``whole_grad``
-    where given (to check it against the model's own)."""
+    where given (to check it against the model's own).
+
+    Where measuring the head whole runs out of device memory (on a GPU, it
+    runs beside the step's own head), its figures are extrapolated from two
+    chunked options' (:attr:`HeadOption.estimated`); ``whole_grad`` is then
+    left empty."""
     tokens = hidden.numel() // hidden.shape[-1]
     found: list[HeadOption] = []
     # The backward accumulates into the head's .grad, as the step's does (the
@@ -553,27 +561,88 @@ def measure_options(
     kept = [p.grad for p in params]
     try:
         ks = sorted({c for c in chunks if c == 1 or tokens // c >= MIN_TOKENS})
-        for i, k in enumerate(ks):
-            best = math.inf
-            peak = 0
-            value = math.nan
-            for _ in range(2 if i == 0 else 1):  # the first run warms up (the allocator's cache, lazy kernels)
-                for p in params:
-                    p.grad = None
-                h = hidden.detach().requires_grad_()
-                with meter.window():
-                    with meter.timed():
-                        loss = head.loss(h, labels, k, loss_kwargs, hooks=False)[0]  # logits dropped, as a loop does
-                        loss.backward()
-                    mark = meter.mark()
-                if k == 1 and whole_grad is not None and h.grad is not None:
-                    whole_grad[:] = [h.grad]
-                del h
-                value = float(loss.detach())
-                peak = meter.value(mark)
-                best = min(best, meter.ms)
+        whole_failed = False
+        for k in ks:
+            try:
+                # The first run warms up (the allocator's cache, lazy kernels).
+                peak, best, value = _measure(
+                    head, hidden, labels, loss_kwargs, meter, params, k, 1 if found else 2, whole_grad
+                )
+            except torch.OutOfMemoryError:
+                # On a GPU the head whole, measured beside the step's own
+                # (whole) head, may not fit where the step does: measured in
+                # parts instead (below).
+                if k != 1:
+                    raise
+                whole_failed = True
+                continue
             found.append(HeadOption(k, peak, best, value))
+        if whole_failed:
+            found.insert(0, _whole_from_rows(head, hidden, labels, loss_kwargs, meter, params, found[0].loss))
     finally:
         for p, g in zip(params, kept):
             p.grad = g
     return found
+
+
+def _measure(
+    head: CausalLMHead | UserHead,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    loss_kwargs: dict[str, Any],
+    meter: Any,
+    params: list[torch.Tensor],
+    k: int,
+    runs: int,
+    whole_grad: list[torch.Tensor] | None = None,
+) -> tuple[int, float, float]:
+    """(peak, least time, loss) of the head and loss in ``k`` chunks, forward
+    and backward, over ``runs`` runs (the peak of the last)."""
+    best, peak, value = math.inf, 0, math.nan
+    for _ in range(runs):
+        for p in params:
+            p.grad = None
+        h = hidden.detach().requires_grad_()
+        with meter.window():
+            with meter.timed():
+                loss = head.loss(h, labels, k, loss_kwargs, hooks=False)[0]  # logits dropped, as a loop does
+                loss.backward()
+            mark = meter.mark()
+        if k == 1 and whole_grad is not None and h.grad is not None:
+            whole_grad[:] = [h.grad]
+        del h
+        value = float(loss.detach())
+        peak = meter.value(mark)
+        best = min(best, meter.ms)
+    return peak, best, value
+
+
+def _whole_from_rows(
+    head: CausalLMHead | UserHead,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    loss_kwargs: dict[str, Any],
+    meter: Any,
+    params: list[torch.Tensor],
+    loss: float,
+) -> HeadOption:
+    """The head whole where measuring it on the whole batch ran out of device
+    memory: measured on its first r1 and r2 rows (an eighth and a quarter of
+    the batch, at least 1 and 2) and extrapolated along the line through the
+    two, peak and time (both are linear in the tokens: the logits, their fp32
+    copy and their gradients, and the products that make them). ``loss`` is a
+    chunked option's (the same loss, computed on every row)."""
+    rows = hidden.shape[0]
+    if hidden.dim() < 3 or rows < 3:
+        raise torch.OutOfMemoryError(
+            f"remat: measuring the head and loss whole on {rows} sequences ran out of device memory, and fewer than "
+            "3 sequences cannot be measured in parts; lower the batch, or profile with apply(..., example_inputs=) "
+            "on a smaller batch"
+        )
+    torch.cuda.empty_cache()  # what the whole batch's attempt left in the allocator's cache
+    r1 = max(1, rows // 8)
+    r2 = max(2 * r1, rows // 4)
+    figures = [_measure(head, hidden[:r], labels[:r], loss_kwargs, meter, params, 1, 2)[:2] for r in (r1, r2)]
+    (p1, t1), (p2, t2) = figures
+    grow = (rows - r1) / (r2 - r1)
+    return HeadOption(1, math.ceil(p1 + (p2 - p1) * grow), t1 + (t2 - t1) * grow, loss, estimated=True)
