@@ -37,6 +37,7 @@ import functools
 import math
 import re
 import sys
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -339,6 +340,7 @@ class AppliedPlan:
         self.modules = [m for _, m in blocks]
         self.names = [n for n, _ in blocks]
         self._originals: list[Callable[..., Any]] = []
+        self._forward_code: dict[str, types.CodeType] = {}  # the blocks' forwards' (see _make_forward)
         self._had_instance_forward: list[Any] = []
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._last: tuple[_Entry, int, torch.device] | None = None
@@ -502,7 +504,12 @@ class AppliedPlan:
                     return checkpoint(original, *args, use_reentrant=False, context_fn=context, **kwargs)
             return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
 
-        own = own_code(forward, f"remat_block_{stages[0]}_of_{type(self.model).__name__}_{id(self):x}")
+        # One code object for every block of the plan: a compiled block calls
+        # its module, and Dynamo guards on ``module.forward.__code__``; a code
+        # object per block compiled each block again, and past
+        # ``recompile_limit`` (8) blocks ran eagerly (measured on a GPU: the
+        # step 11% slower and 6% above its predicted peak).
+        own = own_code(forward, f"remat_block_of_{type(self.model).__name__}_{id(self):x}", self._forward_code)
         own.__wrapped__ = original  # type: ignore[attr-defined]
         return own
 

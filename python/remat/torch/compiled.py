@@ -71,16 +71,25 @@ def _call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return module(*args, **kwargs)
 
 
-def own_code(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+def own_code(fn: Callable[..., Any], name: str, shared: dict[str, types.CodeType] | None = None) -> Callable[..., Any]:
     """``fn`` (a plain function or closure) with a code object of its own,
     named ``name``. Dynamo keeps its cache per code object and, past
     ``recompile_limit`` entries, runs that code eagerly for good: a wrapper
     written once and made for every block of every plan (each guarded on its
     own closure) would get there after a few plans. The name shows in
-    Dynamo's logs."""
-    code = fn.__code__.replace(co_name=name)
-    if hasattr(code, "co_qualname"):  # Python >= 3.11
-        code = code.replace(co_qualname=name)
+    Dynamo's logs.
+
+    With ``shared``, the code object made for ``name`` the first time is kept
+    there and reused: functions that Dynamo should compile once between them
+    (the forwards of a stack's blocks, which a compiled block calls, guarded
+    on ``module.forward.__code__``) share it."""
+    code = shared.get(name) if shared is not None else None
+    if code is None:
+        code = fn.__code__.replace(co_name=name)
+        if hasattr(code, "co_qualname"):  # Python >= 3.11
+            code = code.replace(co_qualname=name)
+        if shared is not None:
+            shared[name] = code
     copy = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
