@@ -164,7 +164,7 @@ def test_a_stack_of_more_blocks_than_dynamos_recompile_limit_compiles_once_per_v
     """Twelve identical blocks with compile=True: every block's variant is one
     compiled graph, never one per block. Each block had a forward with a code
     object of its own, on which Dynamo guards; past its recompile_limit (8)
-    the rest ran eagerly (found on a GPU: the step 11% slower, 6% above the
+    the rest ran eagerly (found on a GPU: the step 13% slower, 6% above the
     predicted peak)."""
     import torch._dynamo.utils as dynamo_utils
 
