@@ -557,3 +557,40 @@ def test_a_plan_whose_head_was_measured_in_parts_trains_within_its_budget(monkey
     assert plan.peak_memory is not None
     assert peak <= budget
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory
+
+
+def test_compiled_blocks_plan_the_head_in_chunks_and_a_compiled_model_keeps_it_whole() -> None:
+    """Below the whole head's floor: with compile=True (remat compiles the
+    blocks) the plan chunks the head, within the budget by the allocator and
+    with plain's loss; under torch.compile(model) the head is in the model's
+    graph, so it stays whole and explain() says so and what to do instead."""
+    budget = int(0.6 * hf_peak(llama))
+    plain = llama()
+    _, expected = step(plain)
+    m = llama()
+    with steady_profiles():
+        plan = rt.apply(m, memory=budget, compile=True)
+        for _ in range(3):  # the first steps measure by the allocator themselves
+            m.zero_grad(set_to_none=True)
+            torch.manual_seed(7)
+            m(IDS, labels=IDS).loss.backward()
+        peak, out = step(m)
+    try:
+        assert plan.compiled and plan.loss_chunks is not None and plan.loss_chunks > 1
+        assert plan.peak_memory is not None and peak <= budget
+        assert abs(float(out.loss) - float(expected.loss)) <= 1e-5 * abs(float(expected.loss))
+    finally:
+        plan.remove()
+        torch._dynamo.reset()
+    m = llama()
+    plan = rt.apply(m, memory=hf_peak(llama))
+    compiled = torch.compile(m)
+    try:
+        for _ in range(3):
+            m.zero_grad(set_to_none=True)
+            compiled(IDS, labels=IDS).loss.backward()
+        assert plan.loss_chunks == 1
+        assert "under torch.compile(model) they are in the model's graph; compile=True" in plan.explain()
+    finally:
+        plan.remove()
+        torch._dynamo.reset()

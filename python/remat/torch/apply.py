@@ -1431,6 +1431,13 @@ class AppliedPlan:
             return [f"head and loss: whole, as the model writes them ({self._head_refused})"]
         if self._lm_head is None:
             return []
+        if self._last is not None and self._last[0].in_graph:
+            # Measured from hooks on an eager step, run by a forward of remat's
+            # that would break the model's graph.
+            return [
+                "head and loss: whole, as the model writes them (under torch.compile(model) they are in the model's "
+                "graph; compile=True instead compiles the blocks and plans the head whole or in chunks)"
+            ]
         if not self._head_options or self._last is None:
             return ["head and loss: whole (their options are measured on the first training step)"]
         numel = self._last[1]
