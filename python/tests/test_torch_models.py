@@ -90,6 +90,28 @@ def test_a_budget_is_met_or_the_error_names_the_smallest(deterministic: Any) -> 
     assert peak <= budget
 
 
+def test_a_longer_sequence_is_profiled_again_and_its_peak_holds() -> None:
+    """GPT-2 with attention dropout (its T x T scores are saved), profiled at
+    32 tokens and run at 64: scaled by the elements between blocks, that plan
+    was predicted low (the scores grow with the square of the length). A
+    longer sequence is profiled again, so the prediction holds within 2%; a
+    shorter one after it reuses that profile, predicted high, never low."""
+    ours = gpt2()
+    plan = rt.apply(ours, memory="60%")
+    for _ in range(2):
+        lm_step(ours, IDS[:, :32])
+    assert plan.profiles == 1
+    for _ in range(2):
+        _, peak = lm_step(ours)
+    assert plan.profiles == 2
+    predicted = plan.peak_memory
+    assert predicted is not None and abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+    for _ in range(2):
+        _, peak = lm_step(ours, IDS[:, :48])
+    assert plan.profiles == 2
+    assert plan.peak_memory is not None and peak <= plan.peak_memory
+
+
 def test_a_new_sequence_length_reuses_the_profile() -> None:
     ours = gpt2()
     plan = rt.apply(ours, memory="60%")

@@ -244,6 +244,7 @@ class _Entry:
 
     base: remat.Chain  # as profiled
     numel: int  # elements of the carried activation it was profiled with
+    shape: tuple[int, ...]  # and its shape
     inplace: list[bool]
     uses_rng: list[bool]
     options: list[list[NamedPolicy | None]]
@@ -913,6 +914,13 @@ class AppliedPlan:
         x = call.carried
         key = (*self._key(x, compiled), in_graph)
         entry = self._entries.get(key)
+        if entry is not None and _grown(x.shape, entry.shape):
+            # A dimension past the batch grew (a longer sequence, a larger
+            # image): what grows faster than the elements between blocks
+            # (attention's T x T scores) would be scaled low. Profiled again
+            # at this shape, which then serves the shapes within it: scaled
+            # down, such parts are over-estimated, never under.
+            entry = None
         if entry is None:
             chain, found = profile_calls(
                 self.modules,
@@ -932,7 +940,7 @@ class AppliedPlan:
                     with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
                         speed = self._bandwidth[x.device] = bandwidth(x.device)
                 chain, options = with_offload(chain, options, speed)
-            entry = _Entry(chain, x.numel(), found.inplace, found.uses_rng, options, compiled, in_graph)
+            entry = _Entry(chain, x.numel(), tuple(x.shape), found.inplace, found.uses_rng, options, compiled, in_graph)
             entry.dropped = list(found.dropped)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
@@ -2077,6 +2085,12 @@ def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     return max(v * factor, k + (v - k) * factor)
 
 
+def _grown(shape: Sequence[int], profiled: Sequence[int]) -> bool:
+    """Whether ``shape`` is larger than ``profiled`` in a dimension past the
+    first (the batch's: along it a step's bytes and times are linear)."""
+    return len(shape) == len(profiled) and any(n > p for n, p in zip(shape[1:], profiled[1:]))
+
+
 def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> remat.Chain:
     """The chain with every size and time multiplied by ``factor`` (an input with
     ``factor`` times the elements between blocks), except that up to
@@ -2197,7 +2211,11 @@ def apply(
         preserve_rng: replay RNG state on recomputation.
         optimizer_state_bytes: for ``memory="auto"`` (default: Adam's).
         scale_shapes: reuse one profile for inputs of other shapes, scaled by
-            the number of elements between blocks (False: profile each shape).
+            the number of elements between blocks, except that an input longer
+            than the profiled one past its first dimension (a longer
+            sequence: attention's scores grow with its square) is profiled
+            again, and that profile serves the shorter ones (False: profile
+            each shape).
         policies: the ways to record a block besides keeping all it saves
             (:mod:`remat.torch.policies`): each block is measured under each,
             and the solver picks, per block, whether to record it whole, under
