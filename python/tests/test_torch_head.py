@@ -594,3 +594,26 @@ def test_compiled_blocks_plan_the_head_in_chunks_and_a_compiled_model_keeps_it_w
     finally:
         plan.remove()
         torch._dynamo.reset()
+
+
+def test_planned_on_a_small_batch_the_first_step_of_a_large_one_never_holds_the_whole_logits() -> None:
+    """The first step of a plan measures the head whole beside the model's own
+    (whole) head, which may not fit a GPU where the plan does. Planned with
+    example_inputs on a quarter of the batch, the first training step at the
+    full batch runs the scaled plan (no profile): in chunks, within the
+    budget by the allocator, below what the head whole needs there (without
+    example_inputs that first step peaks at 5.4 times this budget)."""
+    m = llama()
+    ids = torch.randint(0, VOCAB, (8, 128), generator=torch.Generator().manual_seed(4))
+    whole_logits = ids.numel() * VOCAB * 4
+    budget = whole_logits  # the fp32 logits alone would fill it; their gradient and softmax go over
+    plan = rt.apply(m, memory=budget, example_inputs={"input_ids": ids[:2], "labels": ids[:2]})
+    m.zero_grad(set_to_none=True)
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(m.parameters())
+        loss = m(ids, labels=ids).loss
+        loss.backward()
+        end = trace.mark()
+    peak = trace.peak(0, end)
+    assert plan.profiles == 1 and plan.loss_chunks is not None and plan.loss_chunks > 1
+    assert plan.peak_memory is not None and peak <= plan.peak_memory <= budget
