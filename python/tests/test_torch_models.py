@@ -112,6 +112,59 @@ def test_a_longer_sequence_is_profiled_again_and_its_peak_holds() -> None:
     assert plan.peak_memory is not None and peak <= plan.peak_memory
 
 
+def test_an_encoder_decoder_counts_the_gradient_of_the_encoders_output() -> None:
+    """BART plans its decoder; every decoder block reads the encoder's output
+    (cross-attention), whose gradient autograd accumulates through the
+    decoder's backward. The plan sets its bytes aside (before, it was left out
+    and five encoder-decoders of the census measured 1.2-1.9% above their
+    smallest budget): the budget holds by the allocator, the prediction is
+    within 2%, and the gradients are plain training's bit for bit."""
+    import transformers
+
+    from remat.torch.memory import AllocatorTrace
+
+    config = transformers.BartConfig(
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=4,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        vocab_size=256,
+        max_position_embeddings=128,
+    )
+
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return transformers.BartForConditionalGeneration(config).train()
+
+    ids = IDS % 256
+
+    def step(model: nn.Module) -> int:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients(model.parameters())
+            model(input_ids=ids, labels=ids).loss.backward()
+            end = trace.mark()
+        return trace.peak(0, end)
+
+    plain, ours = make(), make()
+    budget = int(0.6 * step(plain))
+    plan = rt.apply(ours, memory=budget)
+    for _ in range(2):
+        torch.manual_seed(7)
+        ours.zero_grad(set_to_none=True)
+        ours(input_ids=ids, labels=ids).loss.backward()
+    peak = step(ours)
+    encoder_output = ids.numel() * config.d_model * 4
+    assert f"the gradients of the blocks' side inputs {remat.format_size(encoder_output)}" in plan.explain()
+    assert plan.peak_memory is not None and peak <= budget
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
+    assert_same_gradients(plain, ours)
+
+
 def test_a_new_sequence_length_reuses_the_profile() -> None:
     ours = gpt2()
     plan = rt.apply(ours, memory="60%")

@@ -251,6 +251,11 @@ class _Entry:
     compiled: bool = False  # the blocks run compiled (the chain measured their compiled variants)
     in_graph: bool = False  # the model runs under torch.compile: a plan may run inside its graph
     outside: _Outside | None = None
+    #: Bytes of the gradients of the blocks' side inputs that require one (an
+    #: encoder's output, read by every decoder block's cross-attention), with
+    #: ``numel`` elements between blocks: autograd accumulates each from the
+    #: last block's backward to the first's, beside the schedule.
+    side_gradients: int = 0
     by_numel: dict[int, _Planned] = field(default_factory=dict)
     #: Options blocks could not run, dropped for them: (block index from 0,
     #: policy name, the error's first line).
@@ -354,6 +359,9 @@ class AppliedPlan:
         #: Read by the forwards remat installs while Dynamo traces them.
         self._in_graph: dict[tuple[int, int], tuple[int, Any]] = {}
         self._verifying = False  # the next compiled step measures the in-graph plan's peak
+        # The side inputs of the pass's blocks so far (see _side_inputs).
+        self._side_seen: set[int] = set()
+        self._side_total = 0
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         #: What the compiler's one graph held above the chain's prediction, by
@@ -899,6 +907,7 @@ class AppliedPlan:
                 f"expected; the blocks of {self.where} must run once each, in order, in every training forward "
                 "(name the right stack with apply(..., blocks=...))"
             )
+        self._side_inputs(l, call)
         y = ex.call(step, l, call)
         # The input of blocks skipped after it, should the pass end here.
         self._last_carried = carried_output(y, lambda: "") if l < len(self.modules) else None
@@ -907,6 +916,24 @@ class AppliedPlan:
             if self._measure is not None:
                 self._measure.stack_ends(y, call.carried)
         return y
+
+    def _side_inputs(self, l: int, call: Call) -> None:
+        """Counts the gradient bytes of the side inputs of this pass's blocks
+        (each storage once): the first block's, and those only later blocks
+        get (T5's attention bias, made by its first block and read by the
+        others). Where the pass's end finds more than its plan set aside, the
+        plan is solved again at the next forward. O(the call's arguments)."""
+        if l == 1:
+            self._side_seen = set()
+            self._side_total = 0
+        self._side_total += _side_gradient_bytes(call, self._side_seen)
+        if l < len(self.modules) or self._last is None:
+            return
+        entry, numel, _ = self._last
+        found = math.ceil(self._side_total * entry.numel / numel)
+        if found > entry.side_gradients:
+            entry.side_gradients = found
+            entry.by_numel.clear()
 
     # -- planning -----------------------------------------------------------
 
@@ -942,6 +969,7 @@ class AppliedPlan:
                 chain, options = with_offload(chain, options, speed)
             entry = _Entry(chain, x.numel(), tuple(x.shape), found.inplace, found.uses_rng, options, compiled, in_graph)
             entry.dropped = list(found.dropped)
+            entry.side_gradients = _side_gradient_bytes(call)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -957,15 +985,16 @@ class AppliedPlan:
         stack = _scaled(entry.base, numel / entry.numel, self._weight_gradients) if numel != entry.numel else entry.base
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         chain = _with_loss(stack, outside) if outside is not None else stack
+        side = math.ceil(entry.side_gradients * numel / entry.numel)
         # A share of storing everything is of the step as the model writes it (the head whole).
-        budget, note = self._budget(chain, outside, device)
+        budget, note = self._budget(chain, outside, device, side)
         # in_flight is passed only when above 1, so that a plan of one
         # micro-batch calls the solver exactly as before pipelining.
         extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
         # One solve per loss option, the fastest plan that fits kept: exact,
         # since the loss runs once, its forward and backward back to back
         # (docs/model.md, "Ways to compute the loss").
-        total = budget + (0 if outside is None else outside.pre + outside.post_after)
+        total = budget + side + (0 if outside is None else outside.pre + outside.post_after)
         best: tuple[float, int, remat.Chain, remat.Schedule, _Outside | None, int] | None = None
         failed: list[tuple[remat.InfeasibleError, int, int]] = []
         # Under torch.compile the head runs whole (as the model writes it).
@@ -982,8 +1011,8 @@ class AppliedPlan:
                     pre_backward=max(0, outside.pre_backward - held),
                 )
                 option = _with_loss(stack, there)
-                room = total - there.pre - there.post_after
-            fixed = 0 if there is None else there.pre + there.post_after
+                room = total - there.pre - there.post_after - side
+            fixed = side + (0 if there is None else there.pre + there.post_after)
             floor = 0 if there is None else there.pre_backward
             if room <= 0 or floor > total:
                 # No room for the stack, or less than the part before it takes
@@ -1135,15 +1164,22 @@ class AppliedPlan:
             return None
         return schedule, tuple(o for _, _, o in forward[:L])
 
-    def _budget(self, chain: remat.Chain, outside: _Outside | None, device: torch.device) -> tuple[int, str]:
-        """The chain's budget: ``memory`` less what the step holds outside the stack."""
-        fixed = 0 if outside is None else outside.pre + outside.post_after
+    def _budget(
+        self, chain: remat.Chain, outside: _Outside | None, device: torch.device, side: int = 0
+    ) -> tuple[int, str]:
+        """The chain's budget: ``memory`` less what the step holds outside the
+        stack, and less ``side``, the gradients of the blocks' side inputs
+        (held through the stack's backward: set aside for the whole of it, an
+        over-count in the forward). O(store-all's simulation) for a share."""
+        fixed = side + (0 if outside is None else outside.pre + outside.post_after)
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
             else f"before the stack {_fmt(outside.pre)} (its own backward {_fmt(outside.pre_backward)}), held after "
             f"it through the backward {_fmt(outside.post_after)}"
         )
+        if side:
+            fixed_note += f", the gradients of the blocks' side inputs {_fmt(side)} (through the stack's backward)"
         m = self.memory
         if isinstance(m, int):
             total, how = m, f"memory={m} bytes ({_fmt(m)})"
@@ -1285,7 +1321,8 @@ class AppliedPlan:
     @property
     def peak_memory(self) -> int | None:
         """The predicted peak of the whole step in bytes (the schedule's peak plus
-        what the outside parts hold throughout); None before the first step."""
+        what the outside parts hold throughout, and the gradients of the
+        blocks' side inputs); None before the first step."""
         c = self._current()
         if c is None or self._last is None:
             return None
@@ -1297,8 +1334,10 @@ class AppliedPlan:
         )
         if outside is None:
             return peak
+        # What the budget set aside: the outside parts, and the side inputs'
+        # gradients (held through the stack's backward, counted throughout).
         # After the stack's backward (B^1) only the part before it runs its own.
-        return max(peak + outside.pre + outside.post_after, outside.pre_backward)
+        return max(peak + c.total - c.budget, outside.pre_backward)
 
     @property
     def step_time(self) -> float | None:
@@ -2083,6 +2122,25 @@ def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     input smaller or larger than the profiled one is not predicted low."""
     k = min(v, fixed)
     return max(v * factor, k + (v - k) * factor)
+
+
+def _side_gradient_bytes(call: Call, seen: set[int] | None = None) -> int:
+    """The bytes of the gradients of ``call``'s side inputs that require one
+    (tensors besides the carried one, parameters aside; one per storage, none
+    of ``seen``, to which they are added): an encoder-decoder's encoder
+    output, which every decoder block reads and whose gradient autograd
+    accumulates through the decoder's backward. O(the call's arguments)."""
+    carried = call.carried
+    seen = set() if seen is None else seen
+    total = 0
+    for v in [*call.args, *call.kwargs.values()]:
+        if not isinstance(v, torch.Tensor) or v is carried or isinstance(v, nn.Parameter) or not v.requires_grad:
+            continue
+        key = v.untyped_storage().data_ptr()
+        if key not in seen:
+            seen.add(key)
+            total += v.numel() * v.element_size()
+    return total
 
 
 def _grown(shape: Sequence[int], profiled: Sequence[int]) -> bool:
