@@ -984,8 +984,9 @@ class AppliedPlan:
     def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
         stack = _scaled(entry.base, numel / entry.numel, self._weight_gradients) if numel != entry.numel else entry.base
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
-        chain = _with_loss(stack, outside) if outside is not None else stack
         side = math.ceil(entry.side_gradients * numel / entry.numel)
+        stack = _with_side_gradients(stack, side)
+        chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device, side)
         # in_flight is passed only when above 1, so that a plan of one
@@ -2122,6 +2123,21 @@ def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     input smaller or larger than the profiled one is not predicted low."""
     k = min(v, fixed)
     return max(v * factor, k + (v - k) * factor)
+
+
+def _with_side_gradients(chain: remat.Chain, side: int) -> remat.Chain:
+    """``chain`` with ``side`` bytes more in the backward transient of every
+    stage but the last, each option's too: where a block's backward adds its
+    gradient of the side inputs to what the blocks after it accumulated,
+    autograd may sum out of place, the old sum and the new one alive at once
+    (the accumulated sum itself is set aside from the budget). O(stages)."""
+    if side <= 0:
+        return chain
+    d = chain.to_dict()
+    for s in d["stages"][:-1]:
+        for part in [s, *(s.get("options") or [])]:
+            part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + side
+    return remat.Chain.from_dict(d)
 
 
 def _side_gradient_bytes(call: Call, seen: set[int] | None = None) -> int:
