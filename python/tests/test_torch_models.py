@@ -165,6 +165,44 @@ def test_an_encoder_decoder_counts_the_gradient_of_the_encoders_output() -> None
     assert_same_gradients(plain, ours)
 
 
+@pytest.mark.xfail(strict=True, reason="open (issue 35): GPT-Neo's blocks under the input option measure 5.9% above")
+def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
+    """GPT-Neo at 50% of storing everything, under the tests' fixed times:
+    three blocks recorded under the input option (each runs again at its
+    backward) and the step measures 5.9% above the prediction (3,283,560 B
+    against 3,101,184 B), with global attention alone as with global and
+    local; stored whole it is exact. Found by the census; kept here until the
+    option's measured backward is right."""
+    import transformers
+
+    from remat.torch.memory import AllocatorTrace
+
+    config = transformers.GPTNeoConfig(
+        num_layers=4,
+        hidden_size=64,
+        num_heads=4,
+        attention_types=[[["global", "local"], 2]],
+        window_size=16,
+        max_position_embeddings=128,
+        vocab_size=256,
+    )
+    torch.manual_seed(0)
+    model = transformers.GPTNeoForCausalLM(config).train()
+    ids = IDS % 256
+    plan = rt.apply(model, memory="50%")
+    for _ in range(3):
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+    model.zero_grad(set_to_none=True)
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        model(input_ids=ids, labels=ids).loss.backward()
+        end = trace.mark()
+    peak = trace.peak(0, end)
+    assert plan.peak_memory is not None
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
+
+
 def test_a_new_sequence_length_reuses_the_profile() -> None:
     ours = gpt2()
     plan = rt.apply(ours, memory="60%")
