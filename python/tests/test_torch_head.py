@@ -121,13 +121,13 @@ def gpt2() -> nn.Module:
 IDS = torch.randint(0, VOCAB, (2, 128), generator=torch.Generator().manual_seed(1))
 
 
-def step(model: nn.Module, **kwargs: Any) -> tuple[float, Any]:
+def step(model: nn.Module, ids: torch.Tensor = IDS, **kwargs: Any) -> tuple[float, Any]:
     """A step measured by the allocator: (its peak above the start, the output)."""
     model.zero_grad(set_to_none=True)
     torch.manual_seed(7)  # the same dropout masks in every model's step
     with AllocatorTrace() as trace:
         trace.exclude_parameter_gradients(model.parameters())
-        out = model(IDS, labels=IDS, **kwargs)
+        out = model(ids, labels=ids, **kwargs)
         loss = out.loss
         out.loss = None
         loss.backward()
@@ -533,25 +533,16 @@ def test_a_plan_whose_head_was_measured_in_parts_trains_within_its_budget(monkey
     the budget holds by the allocator, the prediction is within 2%, and
     explain() says the head whole was measured on part of the batch."""
     ids = torch.randint(0, VOCAB, (8, 32), generator=torch.Generator().manual_seed(1))
-
-    def peak_of(model: nn.Module) -> int:
-        model.zero_grad(set_to_none=True)
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(model.parameters())
-            model(ids, labels=ids).loss.backward()
-            end = trace.mark()
-        return trace.peak(0, end)
-
     hf = llama()
     hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    peak_of(hf)
-    budget = int(0.6 * peak_of(hf))
+    step(hf, ids)
+    budget = int(0.6 * step(hf, ids)[0])
     _whole_runs_out(monkeypatch, 8)
     m = llama()
     with steady_profiles():
         plan = rt.apply(m, memory=budget)
         for _ in range(3):
-            peak = peak_of(m)
+            peak, _ = step(m, ids)
     assert plan.loss_chunks is not None and plan.loss_chunks > 1
     assert "whole (on part of the batch, extrapolated)" in plan.explain()
     assert plan.peak_memory is not None
@@ -608,12 +599,6 @@ def test_planned_on_a_small_batch_the_first_step_of_a_large_one_never_holds_the_
     whole_logits = ids.numel() * VOCAB * 4
     budget = whole_logits  # the fp32 logits alone would fill it; their gradient and softmax go over
     plan = rt.apply(m, memory=budget, example_inputs={"input_ids": ids[:2], "labels": ids[:2]})
-    m.zero_grad(set_to_none=True)
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(m.parameters())
-        loss = m(ids, labels=ids).loss
-        loss.backward()
-        end = trace.mark()
-    peak = trace.peak(0, end)
+    peak, _ = step(m, ids)
     assert plan.profiles == 1 and plan.loss_chunks is not None and plan.loss_chunks > 1
     assert plan.peak_memory is not None and peak <= plan.peak_memory <= budget

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import IDS, assert_same_gradients, gpt2, llama, lm_step, steady_profiles
+from torch_models import IDS, allocator_step, assert_same_gradients, gpt2, llama, lm_step, steady_profiles
 
 import remat
 import remat.torch as rt
@@ -121,8 +121,6 @@ def test_an_encoder_decoder_counts_the_gradient_of_the_encoders_output() -> None
     within 2%, and the gradients are plain training's bit for bit."""
     import transformers
 
-    from remat.torch.memory import AllocatorTrace
-
     config = transformers.BartConfig(
         d_model=64,
         encoder_layers=2,
@@ -140,24 +138,14 @@ def test_an_encoder_decoder_counts_the_gradient_of_the_encoders_output() -> None
         return transformers.BartForConditionalGeneration(config).train()
 
     ids = IDS % 256
-
-    def step(model: nn.Module) -> int:
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(7)
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(model.parameters())
-            model(input_ids=ids, labels=ids).loss.backward()
-            end = trace.mark()
-        return trace.peak(0, end)
-
     plain, ours = make(), make()
-    budget = int(0.6 * step(plain))
+    budget = int(0.6 * allocator_step(plain, ids))
     plan = rt.apply(ours, memory=budget)
     for _ in range(2):
         torch.manual_seed(7)
         ours.zero_grad(set_to_none=True)
         ours(input_ids=ids, labels=ids).loss.backward()
-    peak = step(ours)
+    peak = allocator_step(ours, ids)
     encoder_output = ids.numel() * config.d_model * 4
     assert f"the gradients of the blocks' side inputs {remat.format_size(encoder_output)}" in plan.explain()
     assert plan.peak_memory is not None and peak <= budget
@@ -175,8 +163,6 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     option's measured backward is right."""
     import transformers
 
-    from remat.torch.memory import AllocatorTrace
-
     config = transformers.GPTNeoConfig(
         num_layers=4,
         hidden_size=64,
@@ -193,12 +179,7 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     for _ in range(3):
         model.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=ids).loss.backward()
-    model.zero_grad(set_to_none=True)
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(model.parameters())
-        model(input_ids=ids, labels=ids).loss.backward()
-        end = trace.mark()
-    peak = trace.peak(0, end)
+    peak = allocator_step(model, ids)
     assert plan.peak_memory is not None
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 

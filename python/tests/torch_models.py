@@ -151,6 +151,21 @@ def lm_step(model: nn.Module, ids: torch.Tensor = IDS) -> tuple[torch.Tensor, in
     return value, live.peak
 
 
+def allocator_step(model: nn.Module, ids: torch.Tensor = IDS) -> int:
+    """One step from a fixed RNG state, its peak measured by the allocator
+    (``torch.profiler`` memory events, parameter gradients excluded): what
+    compiled code and kernels allocate counts too."""
+    from remat.torch.memory import AllocatorTrace
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        model(input_ids=ids, labels=ids).loss.backward()
+        end = trace.mark()
+    return trace.peak(0, end)
+
+
 def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
     """Every parameter of ``a`` and ``b`` has a gradient, bit for bit the same."""
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
