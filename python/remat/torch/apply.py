@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import random
 import re
 import sys
 import types
@@ -59,7 +60,7 @@ from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
-from .profile import _Meter, _signature, profile_calls
+from .profile import _Meter, _signature, preserved_state, profile_calls
 from .stages import Call, carried_output
 
 __all__ = ["AppliedPlan", "apply", "find_blocks"]
@@ -372,6 +373,10 @@ class AppliedPlan:
         self._outside: _Outside | None = None  # the last measurement of the parts outside the stack
         self._hooks: list[Any] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        #: The model's inputs in the forward now running (see _capture), and
+        #: while _capture runs, each block's call found so far.
+        self._inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._capturing: list[Call | None] | None = None
         self._last_carried: torch.Tensor | None = None  # the last block's output in a pass not yet over
         #: The block the model's forward now running must call next (L + 1:
         #: the pass over the stack has ended); None outside the model's forward.
@@ -434,13 +439,13 @@ class AppliedPlan:
             m.forward = self._make_forward(stages, original)  # type: ignore[method-assign]
         starts = torch.compiler.disable(self._model_starts, recursive=True)
 
-        def model_starts(module: nn.Module, args: Any) -> None:
+        def model_starts(module: nn.Module, args: Any, kwargs: Any) -> None:
             # Traced by Dynamo under torch.compile (which then sees True), then
             # one graph break into the eager measurement; none where the plan
             # runs inside the graph (once its peak is measured).
             if self._in_graph and not self._verifying and torch.compiler.is_compiling():
                 return
-            starts(torch.compiler.is_compiling())
+            starts(torch.compiler.is_compiling(), args, kwargs)
 
         ends = torch.compiler.disable(self._model_ends, recursive=True)
 
@@ -449,7 +454,9 @@ class AppliedPlan:
                 return
             ends(module, args, output)
 
-        self._hooks.append(self.model.register_forward_pre_hook(own_code(model_starts, f"remat_starts_{id(self):x}")))
+        self._hooks.append(
+            self.model.register_forward_pre_hook(own_code(model_starts, f"remat_starts_{id(self):x}"), with_kwargs=True)
+        )
         self._hooks.append(
             self.model.register_forward_hook(own_code(model_ends, f"remat_ends_{id(self):x}"), always_call=True)
         )
@@ -497,6 +504,8 @@ class AppliedPlan:
         scheduled = torch.compiler.disable(self._call, recursive=True)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
+            if self._capturing is not None:
+                return self._captured(stages, original, args, kwargs)
             if self._rerunning or not torch.is_grad_enabled():
                 return original(*args, **kwargs)
             l = self._expected if len(stages) > 1 and self._expected in stages else stages[0]
@@ -745,8 +754,10 @@ class AppliedPlan:
         for m in self._hf_flags:
             m.gradient_checkpointing = False
 
-    def _model_starts(self, compiling: bool) -> None:
+    def _model_starts(self, compiling: bool, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> None:
         self._expected = 1
+        # Kept for this forward only (see _capture): the model's own inputs.
+        self._inputs = (tuple(args), dict(kwargs or {})) if torch.is_grad_enabled() else None
         if self._hf_flags and torch.is_grad_enabled():
             self._take_over_hf()
         self._end_measure()  # a measurement the last step never finished
@@ -811,6 +822,7 @@ class AppliedPlan:
             self._measure.forward_ends(output)
         expected, self._expected = self._expected, None
         x, self._last_carried = self._last_carried, None
+        self._inputs = None
         L = len(self.modules)
         if expected is None or expected in (1, L + 1) or self._step is None or sys.exc_info()[0] is not None:
             return  # the whole stack ran, or none of it, or the forward raised (an always_call hook runs then)
@@ -935,6 +947,72 @@ class AppliedPlan:
             entry.side_gradients = found
             entry.by_numel.clear()
 
+    # -- each block's own call ------------------------------------------------
+
+    def _capture(self) -> list[Call | None] | None:
+        """Each block's own call in this step, without its carried tensor, for
+        the profile (blocks whose side inputs differ: Swin's stages, T5's later
+        blocks, a U-Net's up blocks): the model's forward run once more from
+        its own inputs, up to the last block's call, with nothing saved for a
+        backward (a pack hook drops every saved tensor, so it holds what a
+        forward without gradients holds, while every tensor still says whether
+        it requires a gradient), every buffer, ``.grad`` and random generator
+        (torch's, NumPy's, Python's) put back after. None outside the model's
+        forward, or where that forward raised (the profile then gives every
+        block the first block's side inputs, as before). O(one forward)."""
+        inputs = self._inputs
+        if inputs is None or len(self.modules) < 2 or _fully_sharded(self.model):
+            # FSDP2 reshards a module after its forward: a block's second
+            # forward inside its first would leave its parameters sharded.
+            return None
+        args, kwargs = inputs
+        found: list[Call | None] = [None] * len(self.modules)
+        devices = sorted(
+            {t.device for t in [*self.model.parameters(), *self.model.buffers()] if t.device.type == "cuda"},
+            key=str,
+        )
+        numpy_state = _numpy_random_state()
+        python_state = random.getstate()
+        self._capturing = found
+        try:
+            with (
+                preserved_state([self.model], devices),
+                torch.autograd.graph.saved_tensors_hooks(_drop, _never),
+            ):
+                self.model.forward(*args, **kwargs)
+        except _Captured:
+            pass
+        except Exception as e:  # any failure leaves the profile as it was
+            warnings.warn(
+                f"remat: running {type(self.model).__name__}'s forward again to see each block's own side inputs "
+                f"failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); every block is profiled "
+                "with the first block's side inputs",
+                stacklevel=2,
+            )
+            return None
+        finally:
+            self._capturing = None
+            random.setstate(python_state)
+            _set_numpy_random_state(numpy_state)
+        return found
+
+    def _captured(
+        self, stages: list[int], original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """A block's call while :meth:`_capture` runs: noted (its first free
+        stage: a module called several times is several), then run as it is;
+        the last block's ends the forward."""
+        found = self._capturing
+        assert found is not None
+        l = next((l for l in stages if found[l - 1] is None), stages[-1])
+        try:
+            found[l - 1] = Call.of(*_without_cache(args, kwargs)).without_carried()
+        except TypeError:
+            pass  # no tensor to carry: the real call raises it, naming the block
+        if l == len(self.modules):
+            raise _Captured
+        return original(*args, **kwargs)
+
     # -- planning -----------------------------------------------------------
 
     def _prepare(self, call: Call, compiled: bool, in_graph: bool = False) -> Executor:
@@ -952,6 +1030,7 @@ class AppliedPlan:
             chain, found = profile_calls(
                 self.modules,
                 call,
+                calls=self._capture(),
                 forwards=self._originals,
                 names=self.names,
                 repeat=self.repeat,
@@ -2115,6 +2194,43 @@ def _without_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple
     if any(_is_cache(v) for v in kwargs.values()):
         kwargs = {k: None if _is_cache(v) else v for k, v in kwargs.items()}
     return args, kwargs
+
+
+def _fully_sharded(model: nn.Module) -> bool:
+    """Whether a module of ``model`` is FSDP2's (``fully_shard``). O(modules)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a build without torch.distributed
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+class _Captured(Exception):
+    """Ends :meth:`AppliedPlan._capture`'s forward at the last block's call."""
+
+
+def _drop(_t: torch.Tensor) -> None:
+    """A pack hook that keeps nothing (a forward run only to see its calls)."""
+    return None
+
+
+def _never(_packed: None) -> torch.Tensor:
+    raise RuntimeError("remat: a graph recorded only to see the blocks' calls was differentiated")
+
+
+def _numpy_random_state() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy.random.get_state()
+
+
+def _set_numpy_random_state(state: Any) -> None:
+    if state is not None:
+        import numpy
+
+        numpy.random.set_state(state)
 
 
 def _scaled_keeping(v: int, fixed: int, factor: float) -> float:

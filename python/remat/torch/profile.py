@@ -90,7 +90,9 @@ def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]
         finally:
             with torch.no_grad():
                 for b, saved in buffers:
-                    b.copy_(saved)
+                    # Through .data: the step's graph may have saved the buffer
+                    # (an embedding's position ids), whose version must not move.
+                    b.data.copy_(saved)
             for p, g in grads:
                 p.grad = g
 
@@ -338,10 +340,16 @@ def profile_calls(
     single_tensor: bool = False,
     policies: Sequence[Any] = (),
     compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
+    calls: Sequence[Call | None] | None = None,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
     themselves by default). Returns the chain and what else was found.
+
+    ``calls`` (one per stage, None where unknown) gives each stage side inputs
+    of its own, as the model calls it (Swin's stages their own
+    ``input_dimensions``, T5's later blocks the attention bias the first one
+    made); each stage still runs on the previous stage's output.
 
     Each stage is also measured under each of ``policies`` (see
     :func:`remat.torch.policies.resolve_policies`); those that keep fewer bytes
@@ -356,6 +364,7 @@ def profile_calls(
     fns: list[Callable[..., Any]] = list(forwards) if forwards is not None else list(stages)
     labels = list(names) if names is not None else [f"{i + 1}:{type(s).__name__}" for i, s in enumerate(stages)]
     call = call.detached()
+    own = [c.detached() if c is not None else None for c in calls] if calls is not None else []
     sample = call.carried
     device = sample.device
     x = sample.detach()
@@ -371,8 +380,16 @@ def profile_calls(
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
-            runner = _StageRunner(stages, fns, labels, i, call, single_tensor, compiled)
-            key = (_signature(stages[i]), tuple(x.shape), x.dtype, x.device, x.requires_grad)
+            mine = own[i] if i < len(own) and own[i] is not None else call
+            runner = _StageRunner(stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call)
+            key = (
+                _signature(stages[i]),
+                tuple(x.shape),
+                x.dtype,
+                x.device,
+                x.requires_grad,
+                _side_signature(mine),
+            )
             seen = measured.get(key)
             if seen is None:
                 changes_input, rng = runner.probe(x)
@@ -400,7 +417,15 @@ def profile_calls(
             # input's shape need not run (a stack of equal blocks runs one).
             last = i + 1 == len(stages)
             if y is None and not last:
-                nxt = (_signature(stages[i + 1]), tuple(x.shape), x.dtype, x.device, x.requires_grad)
+                following = own[i + 1] if i + 1 < len(own) and own[i + 1] is not None else call
+                nxt = (
+                    _signature(stages[i + 1]),
+                    tuple(x.shape),
+                    x.dtype,
+                    x.device,
+                    x.requires_grad,
+                    _side_signature(following),
+                )
                 if out_meta == (tuple(x.shape), x.dtype, x.device) and nxt in measured:
                     continue
                 with torch.no_grad():
@@ -428,6 +453,26 @@ def profile_calls(
         },
     }
     return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped)
+
+
+def _side_signature(call: Call) -> tuple[Any, ...]:
+    """What of a stage's side inputs changes what it measures: each argument's
+    kind, and for tensors (one level inside tuples and lists too) shape, dtype
+    and whether it requires a gradient (its gradient is part of the
+    backward). Equal stages called with side inputs equal so measure once."""
+
+    def of(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), v.dtype, v.requires_grad)
+        if isinstance(v, (tuple, list)):
+            return (type(v).__name__, tuple(of(t) for t in v))
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return type(v).__name__
+
+    args = tuple(of(a) for i, a in enumerate(call.args) if i != call.position)
+    kwargs = tuple(sorted((k, of(v)) for k, v in call.kwargs.items() if k != call.position))
+    return (call.position, args, kwargs)
 
 
 def _signature(module: nn.Module) -> tuple[Any, ...]:
@@ -462,6 +507,7 @@ class _StageRunner:
         call: Call,
         single_tensor: bool = False,
         compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
+        shared: bool = True,
     ) -> None:
         self.stage = stages[index]
         self.index = index
@@ -474,6 +520,8 @@ class _StageRunner:
         auto = f"{index + 1}:{type(self.stage).__name__}"
         self.label = stage_label(index, self.stage, None if labels[index] in ("", auto) else labels[index])
         self.call = call
+        #: Whether ``call``'s side inputs are the first stage's, not this one's own.
+        self.shared = shared
         self.single_tensor = single_tensor
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -489,14 +537,15 @@ class _StageRunner:
             side = [f"argument {i}" for i in range(len(args)) if i != self.call.position] + [
                 repr(k) for k in kwargs if k != self.call.position
             ]
-            if self.index > 0 and side:
+            if self.index > 0 and side and self.shared:
                 # The stack is profiled from the first block's call: every block
                 # gets its side inputs.
                 why = (
-                    f"; remat profiles every block of a stack with the first block's side inputs "
-                    f"({', '.join(side)}), so blocks that take side inputs of their own (Swin's stages their "
-                    "input_dimensions, a U-Net's up blocks their skip connections) cannot be one stack: name a "
-                    "stack of blocks that share them with apply(..., blocks=...) (the blocks inside one stage)"
+                    f"; remat profiled this block with the first block's side inputs ({', '.join(side)}), as "
+                    "its own call was not seen (the stack ran outside the model's forward, or a model forward "
+                    "run without the blocks' gradients), so blocks that take side inputs of their own cannot be "
+                    "one stack there: call the model itself, or name a stack of blocks that share them with "
+                    "apply(..., blocks=...)"
                 )
             raise ValueError(
                 f"{self.label} failed on an input of shape {tuple(x.shape)} and dtype {x.dtype}: {e}{why}"
