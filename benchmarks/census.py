@@ -704,7 +704,7 @@ def run_case(case: Case, timeout: int, memory: int | str = "50%") -> dict[str, A
             loss_a, rec["plain_peak"] = step(a, main, case.loss)
             phase = "apply"
             plan = rt.apply(b, memory=memory)
-            rec["where"], rec["blocks"] = plan.where, len(plan.modules)
+            rec["where"], rec["blocks"] = plan.where, len(plan.blocks)
             phase = "first step"
             step(b, main, case.loss)
             warm = 1

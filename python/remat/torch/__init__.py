@@ -42,7 +42,7 @@ Example::
     print(plan.explain())
 """
 
-from .apply import AppliedPlan, apply, find_blocks
+from .apply import AppliedPlan, apply, find_blocks, find_stacks
 from .capacity import Capacity, largest_fitting, max_batch
 from .checkpointed import Checkpointed, Plan
 from .executor import run_schedule
@@ -88,6 +88,7 @@ __all__ = [
     "chunked_cross_entropy",
     "export_joint",
     "find_blocks",
+    "find_stacks",
     "largest_fitting",
     "max_batch",
     "partitioner",

@@ -60,10 +60,10 @@ from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
-from .profile import _Meter, _signature, preserved_state, profile_calls
+from .profile import Profiled, _Meter, _signature, preserved_state, profile_calls
 from .stages import Call, carried_output
 
-__all__ = ["AppliedPlan", "apply", "find_blocks"]
+__all__ = ["AppliedPlan", "apply", "find_blocks", "find_stacks"]
 
 
 def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
@@ -136,6 +136,70 @@ def _shared_layers(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]] 
                 [(f"{base}.{i // per}", found[i // per]) for i in range(layers)],
             )
     return None
+
+
+def find_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]]]:
+    """The stacks of ``model`` in the order its forward calls them: a Hugging
+    Face encoder-decoder (``config.is_encoder_decoder``, with ``get_encoder()``
+    and ``get_decoder()``) has two, the encoder's (:func:`find_blocks` of the
+    encoder) then the decoder's; any other model the one :func:`find_blocks`
+    finds. Each stack is (where, its blocks with their qualified names).
+    O(number of modules).
+
+    Raises:
+        ValueError: no stack was found.
+
+    # Example
+
+    ```python
+    import transformers
+    from remat.torch import find_stacks
+
+    config = transformers.T5Config(num_layers=2, d_model=32, d_ff=64, num_heads=2, d_kv=16, vocab_size=64)
+    t5 = transformers.T5ForConditionalGeneration(config)
+    assert [where for where, _ in find_stacks(t5)] == ["encoder.block", "decoder.block"]
+    ```
+    """
+    config = getattr(model, "config", None)
+    get_encoder, get_decoder = getattr(model, "get_encoder", None), getattr(model, "get_decoder", None)
+    if getattr(config, "is_encoder_decoder", False) is True and callable(get_encoder) and callable(get_decoder):
+        names = {id(m): n for n, m in model.named_modules()}
+        try:
+            parts = [get_encoder(), get_decoder()]
+        except (AttributeError, NotImplementedError, TypeError):
+            parts = []
+        if (
+            len(parts) == 2
+            and all(isinstance(m, nn.Module) and names.get(id(m)) for m in parts)
+            and parts[0] is not parts[1]
+        ):
+            stacks = []
+            for part in parts:
+                try:
+                    where, blocks = find_blocks(part)
+                except ValueError:
+                    break
+                base = names[id(part)]
+                stacks.append((f"{base}.{where}", [(f"{base}.{n}", m) for n, m in blocks]))
+            if len(stacks) == 2:
+                return stacks
+    return [find_blocks(model)]
+
+
+def _resolve_stacks(
+    model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module] | Sequence[str] | None
+) -> list[tuple[str, list[tuple[str, nn.Module]]]]:
+    """The stacks ``blocks`` names (several: a list of dotted names, in the
+    order the model calls them), else :func:`find_stacks`'."""
+    if blocks is None:
+        return find_stacks(model)
+    if isinstance(blocks, (list, tuple)) and blocks and all(isinstance(b, str) for b in blocks):
+        stacks = [_resolve_blocks(model, b) for b in blocks]
+        for where, found in stacks:
+            if len(found) < 1:
+                raise ValueError(f"blocks={where!r} holds no modules")
+        return stacks
+    return [_resolve_blocks(model, blocks)]  # type: ignore[arg-type]
 
 
 def _resolve_blocks(
@@ -240,6 +304,25 @@ class _Outside:
 
 
 @dataclass
+class _BridgeFigures:
+    """What the model's code between two stacks held in a training step
+    (bytes, with ``numel`` elements of the first stack's input)."""
+
+    held: int  # from its forward to its backward: abar of its stage, the next stack's input included
+    transient: int  # beyond that, while it ran
+    numel: int
+    backward: int = 0  # its backward's transient (0 until measured)
+
+
+class _Between(nn.Module):
+    """The stage that stands for the model's code between two stacks: run by
+    the model, never by remat (its forward is not called)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("remat: the code between two stacks is the model's own; remat does not run it")
+
+
+@dataclass
 class _Entry:
     """A plan for one kind of input (dtype, device, mode, autocast)."""
 
@@ -257,7 +340,15 @@ class _Entry:
     #: ``numel`` elements between blocks: autograd accumulates each from the
     #: last block's backward to the first's, beside the schedule.
     side_gradients: int = 0
+    #: Bytes of the side inputs a stack's later blocks get that its first
+    #: block did not (T5's attention biases, made by its first block): the
+    #: executor keeps a block's call to run it again, and with it these,
+    #: which plain training frees after the forward. Set aside throughout.
+    side_kept: int = 0
     by_numel: dict[int, _Planned] = field(default_factory=dict)
+    #: The bytes of each bridge stage's output (the next stack's input), with
+    #: ``numel`` elements between blocks.
+    bridge_outputs: dict[int, int] = field(default_factory=dict)
     #: Options blocks could not run, dropped for them: (block index from 0,
     #: policy name, the error's first line).
     dropped: list[tuple[int, str, str]] = field(default_factory=list)
@@ -315,10 +406,17 @@ class AppliedPlan:
         chunked_loss: bool = True,
         offload: bool = False,
         head: LossHead | None = None,
+        stacks: Sequence[tuple[str, int]] | None = None,
     ) -> None:
         self.model = model
         self.blocks = blocks
         self.where = where
+        #: The stacks, in the order the model calls them: (where, number of
+        #: blocks). Several are planned as one chain, a stage standing for the
+        #: model's code between two of them (docs/model.md, "Several stacks").
+        self.stacks = list(stacks) if stacks is not None else [(where, len(blocks))]
+        if sum(n for _, n in self.stacks) != len(blocks) or any(n < 1 for _, n in self.stacks):
+            raise ValueError(f"stacks= {self.stacks} do not hold the {len(blocks)} blocks")
         self.memory = memory
         self.algorithm = algorithm
         self.slots = slots
@@ -344,8 +442,24 @@ class AppliedPlan:
         #: "Offload"); the copy bandwidths measured once per device.
         self.offload = offload
         self._bandwidth: dict[torch.device, Bandwidth] = {}
-        self.modules = [m for _, m in blocks]
-        self.names = [n for n, _ in blocks]
+        # The chain's stages: the blocks, with one stage between two stacks.
+        self.modules: list[nn.Module] = []
+        self.names: list[str] = []
+        bridges: list[int] = []
+        k = 0
+        for i, (where_i, n) in enumerate(self.stacks):
+            if i:
+                self.modules.append(_Between())
+                self.names.append(f"between {self.stacks[i - 1][0]} and {where_i}")
+                bridges.append(len(self.modules))
+            for name, module in blocks[k : k + n]:
+                self.modules.append(module)
+                self.names.append(name)
+            k += n
+        #: The stages (1-based) that stand for the code between two stacks.
+        self._bridges = frozenset(bridges)
+        #: What each of them was measured to hold (see _Measure.bridge_ends).
+        self._bridge_figures: dict[int, _BridgeFigures] = {}
         self._originals: list[Callable[..., Any]] = []
         self._forward_code: dict[str, types.CodeType] = {}  # the blocks' forwards' (see _make_forward)
         self._had_instance_forward: list[Any] = []
@@ -363,6 +477,10 @@ class AppliedPlan:
         # The side inputs of the pass's blocks so far (see _side_inputs).
         self._side_seen: set[int] = set()
         self._side_total = 0
+        # And of the side inputs the executor keeps (see _Entry.side_kept).
+        self._kept_first: set[int] = set()
+        self._kept_seen: set[int] = set()
+        self._kept_total = 0
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         #: What the compiler's one graph held above the chain's prediction, by
@@ -426,6 +544,10 @@ class AppliedPlan:
     def _install(self) -> None:
         first: dict[int, int] = {}  # a module's first stage (0-based): one called several times is several stages
         for i, m in enumerate(self.modules):
+            if isinstance(m, _Between):
+                self._had_instance_forward.append(None)
+                self._originals.append(m.forward)
+                continue
             if id(m) in first:
                 j = first[id(m)]
                 self._had_instance_forward.append(self._had_instance_forward[j])
@@ -548,6 +670,8 @@ class AppliedPlan:
     def remove(self) -> None:
         """Puts every block's ``forward`` back; the model is as before :func:`apply`."""
         for m, before in zip(self.modules, self._had_instance_forward):
+            if isinstance(m, _Between):
+                continue
             if before is None:
                 m.__dict__.pop("forward", None)
             else:
@@ -909,8 +1033,12 @@ class AppliedPlan:
         if step is None or ex is None:
             return original(*args, **kwargs)
         if step.next < l and expected is not None:
-            # LayerDrop: the blocks between did not run (inside the model's
-            # forward only, whose end finishes a pass that skipped its last).
+            # The model's code between two stacks has run (its stage, a
+            # bridge), or LayerDrop skipped the blocks between (inside the
+            # model's forward only, whose end finishes a pass that skipped its last).
+            for b in range(step.next, l):
+                if b in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):
+                    self._measure.bridge_ends(b, call.carried)
             ex.skip(step, l, call.carried)
         if step.next != l:
             self._step = None
@@ -921,6 +1049,8 @@ class AppliedPlan:
             )
         self._side_inputs(l, call)
         y = ex.call(step, l, call)
+        if l + 1 in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):
+            self._measure.bridge_starts(l + 1, carried_output(y, lambda: self.names[l - 1]), call.carried)
         # The input of blocks skipped after it, should the pass end here.
         self._last_carried = carried_output(y, lambda: "") if l < len(self.modules) else None
         if l == len(self.modules):
@@ -938,13 +1068,21 @@ class AppliedPlan:
         if l == 1:
             self._side_seen = set()
             self._side_total = 0
+            self._kept_seen = set()
+            self._kept_total = 0
         self._side_total += _side_gradient_bytes(call, self._side_seen)
+        if l == 1 or l - 1 in self._bridges:
+            self._kept_first = _storages(call.side_tensors())
+        else:
+            self._kept_total += _kept_bytes(call, self._kept_first, self._kept_seen)
         if l < len(self.modules) or self._last is None:
             return
         entry, numel, _ = self._last
         found = math.ceil(self._side_total * entry.numel / numel)
-        if found > entry.side_gradients:
-            entry.side_gradients = found
+        kept = math.ceil(self._kept_total * entry.numel / numel)
+        if found > entry.side_gradients or kept > entry.side_kept:
+            entry.side_gradients = max(found, entry.side_gradients)
+            entry.side_kept = max(kept, entry.side_kept)
             entry.by_numel.clear()
 
     # -- each block's own call ------------------------------------------------
@@ -1006,7 +1144,9 @@ class AppliedPlan:
         assert found is not None
         l = next((l for l in stages if found[l - 1] is None), stages[-1])
         try:
-            found[l - 1] = Call.of(*_without_cache(args, kwargs)).without_carried()
+            call = Call.of(*_without_cache(args, kwargs))
+            # A later stack's first block: its input is what the profile starts it from.
+            found[l - 1] = call if l - 1 in self._bridges else call.without_carried()
         except TypeError:
             pass  # no tensor to carry: the real call raises it, naming the block
         if l == len(self.modules):
@@ -1027,17 +1167,8 @@ class AppliedPlan:
             # down, such parts are over-estimated, never under.
             entry = None
         if entry is None:
-            chain, found = profile_calls(
-                self.modules,
-                call,
-                calls=self._capture(),
-                forwards=self._originals,
-                names=self.names,
-                repeat=self.repeat,
-                name=f"{type(self.model).__name__}.{self.where}",
-                policies=self.policies,
-                compiled=self._variant if compiled else None,
-            )
+            calls = self._capture()
+            chain, found, outputs = self._profile(call, calls, compiled)
             self.profiles += 1
             options = found.options
             if self.offload and not compiled and x.device.type in _OFFLOAD_DEVICES:
@@ -1048,7 +1179,9 @@ class AppliedPlan:
                 chain, options = with_offload(chain, options, speed)
             entry = _Entry(chain, x.numel(), tuple(x.shape), found.inplace, found.uses_rng, options, compiled, in_graph)
             entry.dropped = list(found.dropped)
+            entry.bridge_outputs = outputs
             entry.side_gradients = _side_gradient_bytes(call)
+            entry.side_kept = _captured_kept_bytes(calls, self._bridges)
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -1060,14 +1193,110 @@ class AppliedPlan:
         self._last = (entry, numel, x.device)
         return planned.executor
 
+    def _profile(
+        self, call: Call, calls: list[Call | None] | None, compiled: bool
+    ) -> tuple[remat.Chain, Profiled, dict[int, int]]:
+        """The chain of the stacks, each profiled from its own first call (the
+        first block's ``call``; a later stack's from ``calls``, what the model
+        passed it), with a bridge stage between two (docs/model.md, "Several
+        stacks"); what else was found; each bridge's output bytes."""
+        name = f"{type(self.model).__name__}.{self.where}"
+        starts = [1, *(b + 1 for b in sorted(self._bridges))]
+        ends = [*sorted(self._bridges), len(self.modules) + 1]
+        records: list[dict[str, Any]] = []
+        inplace: list[bool] = []
+        uses_rng: list[bool] = []
+        options: list[list[NamedPolicy | None]] = []
+        dropped: list[tuple[int, str, str]] = []
+        outputs: dict[int, int] = {}
+        base: dict[str, Any] | None = None
+        for a, e in zip(starts, ends):
+            first = call
+            if a > 1:
+                given = calls[a - 1] if calls is not None else None
+                if given is None or given.carried.numel() == 0:
+                    raise ValueError(
+                        f"remat: {self.where} are {len(self.stacks)} stacks planned together, and their inputs are "
+                        f"seen by running {type(self.model).__name__}'s forward once more up to the last block, which "
+                        "did not reach stack "
+                        f"{starts.index(a) + 1} here (under FSDP2, or a forward that cannot run twice: see the "
+                        "warning); plan one stack with apply(..., blocks=...), e.g. blocks="
+                        f"{self.stacks[-1][0]!r}"
+                    )
+                first = given
+
+            def variant(i: int, p: NamedPolicy | None, a: int = a) -> Callable[..., Any]:
+                return self._variant(i + a - 1, p)
+
+            chain, found = profile_calls(
+                self.modules[a - 1 : e - 1],
+                first,
+                calls=calls[a - 1 : e - 1] if calls is not None else None,
+                forwards=self._originals[a - 1 : e - 1],
+                names=self.names[a - 1 : e - 1],
+                repeat=self.repeat,
+                name=name,
+                policies=self.policies,
+                compiled=variant if compiled else None,
+            )
+            d = chain.to_dict()
+            if base is None:
+                base = d
+            else:
+                out = int(d["input_size"])
+                outputs[a - 1] = out
+                records.append(_bridge_stage(self.names[a - 2], out))
+                inplace.append(False)
+                uses_rng.append(False)
+                options.append([None])
+            records += d["stages"]
+            inplace += found.inplace
+            uses_rng += found.uses_rng
+            options += found.options
+            dropped += [(i + a - 1, n, why) for i, n, why in found.dropped]
+        assert base is not None
+        metadata = dict(base.get("metadata") or {})
+        metadata["writes_input"] = [l for l, changes in enumerate(inplace, 1) if changes]
+        merged = dict(base, stages=records, metadata=metadata)
+        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped), outputs
+
+    def _with_bridges(self, chain: remat.Chain, entry: _Entry, numel: int) -> remat.Chain:
+        """``chain`` (scaled to ``numel`` elements between blocks) with each
+        bridge stage's figures: as measured on a step (scaled), else its output
+        alone, and recorded once (docs/model.md, "Several stacks"). O(stages)."""
+        if not self._bridges:
+            return chain
+        d = chain.to_dict()
+        for b in self._bridges:
+            out = math.ceil(entry.bridge_outputs.get(b, 0) * numel / entry.numel)
+            f = self._bridge_figures.get(b)
+            k = numel / f.numel if f is not None else 1.0
+            d["stages"][b - 1] = _bridge_stage(
+                self.names[b - 1],
+                out,
+                held=math.ceil(f.held * k) if f is not None else 0,
+                transient=math.ceil(f.transient * k) if f is not None else 0,
+                backward=math.ceil(f.backward * k) if f is not None else 0,
+            )
+        return remat.Chain.from_dict(d)
+
+    def _bridge_measured(self, b: int, figures: _BridgeFigures) -> None:
+        """Bridge stage ``b`` measured on a step: every plan is solved again."""
+        self._bridge_figures[b] = figures
+        for entry in self._entries.values():
+            entry.by_numel.clear()
+
     def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
         stack = _scaled(entry.base, numel / entry.numel, self._weight_gradients) if numel != entry.numel else entry.base
+        stack = self._with_bridges(stack, entry, numel)
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         side = math.ceil(entry.side_gradients * numel / entry.numel)
+        kept = math.ceil(entry.side_kept * numel / entry.numel)
         stack = _with_side_gradients(stack, side)
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
-        budget, note = self._budget(chain, outside, device, side)
+        budget, note = self._budget(chain, outside, device, side, kept)
+        side += kept  # both set aside from here on
         # in_flight is passed only when above 1, so that a plan of one
         # micro-batch calls the solver exactly as before pipelining.
         extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
@@ -1173,8 +1402,10 @@ class AppliedPlan:
             uses_rng=entry.uses_rng,
             options=entry.options,
             compiled=[
-                [self._variant(i, p) for p in opts] if entry.compiled else None for i, opts in enumerate(entry.options)
+                [self._variant(i, p) for p in opts] if entry.compiled and i + 1 not in self._bridges else None
+                for i, opts in enumerate(entry.options)
             ],
+            bridges=sorted(self._bridges),
         )
         self._infeasible = None
         return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside)
@@ -1245,13 +1476,13 @@ class AppliedPlan:
         return schedule, tuple(o for _, _, o in forward[:L])
 
     def _budget(
-        self, chain: remat.Chain, outside: _Outside | None, device: torch.device, side: int = 0
+        self, chain: remat.Chain, outside: _Outside | None, device: torch.device, side: int = 0, kept: int = 0
     ) -> tuple[int, str]:
         """The chain's budget: ``memory`` less what the step holds outside the
         stack, and less ``side``, the gradients of the blocks' side inputs
         (held through the stack's backward: set aside for the whole of it, an
         over-count in the forward). O(store-all's simulation) for a share."""
-        fixed = side + (0 if outside is None else outside.pre + outside.post_after)
+        fixed = side + kept + (0 if outside is None else outside.pre + outside.post_after)
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
@@ -1260,6 +1491,10 @@ class AppliedPlan:
         )
         if side:
             fixed_note += f", the gradients of the blocks' side inputs {_fmt(side)} (through the stack's backward)"
+        if kept:
+            fixed_note += (
+                f", side inputs made inside a stack that remat keeps to run blocks again {_fmt(kept)} (throughout)"
+            )
         m = self.memory
         if isinstance(m, int):
             total, how = m, f"memory={m} bytes ({_fmt(m)})"
@@ -1518,7 +1753,7 @@ class AppliedPlan:
         """The plan in words: the stack, the budget's arithmetic, the schedule and
         its predicted peak and time against storing everything."""
         c = self._current()
-        head = f"remat on {type(self.model).__name__}: {len(self.modules)} blocks of {self.where}"
+        head = f"remat on {type(self.model).__name__}: {len(self.blocks)} blocks of {self.where}"
         if c is None:
             if self._infeasible is not None:
                 return f"{head}; no plan fits the figures the first step measured: {self._infeasible}"
@@ -1536,8 +1771,10 @@ class AppliedPlan:
             head,
             f"budget: {note}",
             f"chain: {L} stages on {(d.get('metadata') or {}).get('device', '?')}, profiled {self.profiles} time(s)",
+            *self._explain_stacks(d["stages"]),
             _explain_compiled(self, c),
-            f"schedule ({schedule.algorithm}): {_explain_forward(ops[:split], L, has_options, d['stages'])}",
+            f"schedule ({schedule.algorithm}): "
+            + _explain_forward(ops[:split], L, has_options, d["stages"], self._bridges),
             f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
@@ -1552,6 +1789,25 @@ class AppliedPlan:
                 "backward to the embeddings' (counted in the budget: it is not a .grad yet)"
             )
         return "\n".join(lines)
+
+    def _explain_stacks(self, stages: list[dict[str, Any]]) -> list[str]:
+        """Where several stacks are one chain: which stages are whose, and what
+        each stage between two holds."""
+        if not self._bridges:
+            return []
+        parts, l = [], 1
+        for i, (where, n) in enumerate(self.stacks):
+            if i:
+                b = l - 1
+                s = stages[b - 1]
+                measured = "measured" if b in self._bridge_figures else "not measured yet: its output alone"
+                parts.append(
+                    f"stage {b}, the model's code {self.names[b - 1]}, recorded once, holds "
+                    f"{_fmt(int(s['saved_size']))} ({measured})"
+                )
+            parts.append(f"{where}: stages {_ranges(list(range(l, l + n)))}")
+            l += n + 1
+        return [f"stacks, planned together: {'; '.join(parts)}"]
 
     def _explain_head(self, c: _Planned) -> list[str]:
         if self._head_refused:
@@ -1585,7 +1841,7 @@ class AppliedPlan:
         ]
 
     def __repr__(self) -> str:
-        return f"<remat AppliedPlan: {len(self.modules)} blocks of {self.where}, memory={self.memory!r}>"
+        return f"<remat AppliedPlan: {len(self.blocks)} blocks of {self.where}, memory={self.memory!r}>"
 
     # -- measuring the outside parts -----------------------------------------
 
@@ -1629,6 +1885,9 @@ class _Measure:
         self.gpu_peak_aside = 0  # the allocator's peak before work set aside (see aside())
         self.borrowed = False
         self.skipped = False
+        #: The bridge being measured: (its stage, bytes alive at its start, the
+        #: last block's output and input then).
+        self._bridge_at: tuple[int, int, torch.Tensor, torch.Tensor] | None = None
         if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
             self.device = next(p.device for p in plan.model.parameters() if p.is_cuda)
             self.base = torch.cuda.memory_allocated(self.device)
@@ -1717,6 +1976,53 @@ class _Measure:
         self.input_gradient = x.requires_grad
         if x.requires_grad:
             x.register_hook(self._input_gradient_arrives)
+
+    def bridge_starts(self, b: int, y: torch.Tensor, last_input: torch.Tensor) -> None:
+        """The block before bridge stage ``b`` returned ``y`` (its input was
+        ``last_input``): the model's code between the stacks runs from here
+        to the next stack's first call (:meth:`bridge_ends`)."""
+        if not self.open or (self.live is not None and not self.live.tracking):
+            return
+        self._bridge_at = (b, self._now(), y, last_input)
+        self._reset_peak()
+
+    def bridge_ends(self, b: int, x: torch.Tensor) -> None:
+        """The next stack's first block is called with ``x``: what the code
+        between held (its stage's abar), its transient, and later, from the
+        gradient of ``x`` to that of the last block's output, its backward's."""
+        at, self._bridge_at = self._bridge_at, None
+        if at is None or at[0] != b or not self.open:
+            return
+        _, start, y, last_input = at
+        now, peak = self._now(), self._peak()
+        # The caller lets go of the last block's input after it returns; the
+        # chain frees it earlier (F_none), so its freeing is not room the
+        # code between made.
+        dropped = 0
+        if (self.live is None or self.live.tracks(last_input)) and last_input is not y:
+            ref, size = weakref.ref(last_input.untyped_storage()), last_input.untyped_storage().nbytes()
+            del last_input
+            dropped = size if ref() is None else 0
+        figures = _BridgeFigures(max(0, now + dropped - start), max(0, peak - now), self.numel)
+        self.plan._bridge_measured(b, figures)
+        if not (x.requires_grad and y.requires_grad):
+            return
+        began: list[int] = []
+
+        def backward_starts(_g: torch.Tensor) -> None:
+            if self.live is not None and not self.live.tracking:
+                return
+            began.append(self._now())
+            self._reset_peak()
+
+        def backward_ends(_g: torch.Tensor) -> None:
+            if not began or (self.live is not None and not self.live.tracking):
+                return
+            figures.backward = max(0, self._peak() - began[0])
+            self.plan._bridge_measured(b, figures)
+
+        x.register_hook(backward_starts)
+        y.register_hook(backward_ends)
 
     def _reset_peak(self) -> None:
         if self.live is not None:
@@ -1846,6 +2152,9 @@ class _TracedMeasure:
         self.freed: list[int] = []
         self.finishing = False
         self.end: int | None = None  # the mark at the end of the measured backward
+        #: Per bridge stage: marks at its start and end (and of its backward's
+        #: start and end), and the last block's input, its bytes and probe.
+        self.bridges: dict[int, dict[str, Any]] = {}
         try:
             self.trace.__enter__()
         except RuntimeError:
@@ -1887,6 +2196,57 @@ class _TracedMeasure:
         self.numel = x.numel()
         if x.requires_grad:
             x.register_hook(self._input_gradient_arrives)
+
+    def bridge_starts(self, b: int, y: torch.Tensor, last_input: torch.Tensor) -> None:
+        """As :meth:`_Measure.bridge_starts`, by marks read at :meth:`settle`."""
+        if not self.open:
+            return
+        at: dict[str, Any] = {"start": self.trace.mark(), "y": y}
+        if last_input is not y:
+            at["input"] = (weakref.ref(last_input.untyped_storage()), last_input.untyped_storage().nbytes())
+            at["probe"] = self.trace.probe(last_input)
+        self.bridges[b] = at
+
+    def bridge_ends(self, b: int, x: torch.Tensor) -> None:
+        """As :meth:`_Measure.bridge_ends`, by marks read at :meth:`settle`."""
+        at = self.bridges.get(b)
+        if not self.open or at is None or "end" in at:
+            return
+        at["end"] = self.trace.mark()
+        ref, size = at.pop("input", (None, 0))
+        at["dropped"] = size if ref is not None and ref() is None else 0
+        y = at.pop("y")
+        if not (x.requires_grad and y.requires_grad):
+            return
+
+        def backward_starts(_g: torch.Tensor) -> None:
+            if self.open and "b_start" not in at:
+                at["b_start"] = self.trace.mark()
+
+        def backward_ends(_g: torch.Tensor) -> None:
+            if self.open and "b_start" in at and "b_end" not in at:
+                at["b_end"] = self.trace.mark()
+
+        x.register_hook(backward_starts)
+        y.register_hook(backward_ends)
+
+    def _settle_bridges(self) -> None:
+        """Each bridge's figures from the trace (see :meth:`_Measure.bridge_ends`)."""
+        t = self.trace
+        for b, at in self.bridges.items():
+            if "end" not in at:
+                continue
+            start, end = at["start"], at["end"]
+            dropped = at["dropped"] if "probe" in at and t.found(at["probe"]) else 0
+            alive_end = t.alive(end)
+            figures = _BridgeFigures(
+                max(0, alive_end + dropped - t.alive(start)),
+                max(0, t.alive(start) + t.peak(start, end) - alive_end),
+                self.numel,
+            )
+            if "b_end" in at:
+                figures.backward = max(0, t.peak(at["b_start"], at["b_end"]))
+            self.plan._bridge_measured(b, figures)
 
     def _input_gradient_arrives(self, g: torch.Tensor) -> None:
         if self.open and self.m_in is None:
@@ -1965,6 +2325,7 @@ class _TracedMeasure:
         # From the stack's input gradient to the end: the part before the
         # stack runs its own backward (the embeddings' gradients).
         pre_backward = t.alive(self.m_in) + t.peak(self.m_in, end) if self.m_in is not None else 0
+        self._settle_bridges()
         self.plan._measured(
             _Outside(
                 pre, post_peak, post_after, self.numel, max(0, pre_backward), fixed=self.plan._outside_weight_gradient
@@ -2108,7 +2469,11 @@ def _ranges(blocks: list[int]) -> str:
 
 
 def _explain_forward(
-    forward: list[tuple[str, int, int]], L: int, options: bool, stages: list[dict[str, Any]] | None = None
+    forward: list[tuple[str, int, int]],
+    L: int,
+    options: bool,
+    stages: list[dict[str, Any]] | None = None,
+    bridges: frozenset[int] = frozenset(),
 ) -> str:
     """explain()'s words for the forward phase: each block is recorded whole,
     under an option (rerun at the start of its backward), offloaded (its saved
@@ -2119,6 +2484,7 @@ def _explain_forward(
         found = (stages[l - 1].get("options") or []) if stages is not None else []
         return 0 < o <= len(found) and found[o - 1].get("name") == "offload"
 
+    forward = [(k, l, o) for k, l, o in forward if l not in bridges]
     whole = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and not o]
     under = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o and not offloaded(l, o)]
     moved = [l for k, l, o in forward if Op(k) is Op.F_ALL and l <= L and o and offloaded(l, o)]
@@ -2133,7 +2499,8 @@ def _explain_forward(
     if moved:
         parts.append(part(moved, "offloaded", "; what each saves kept in host memory until its backward"))
     parts.append(part(rerun, "not recorded", "; each runs again before its backward"))
-    return f"of {L} blocks, " + ", ".join(parts)
+    numbered = " (numbered as the chain's stages)" if bridges else ""
+    return f"of {L - len(bridges)} blocks{numbered}, " + ", ".join(parts)
 
 
 def _explain_dropped(dropped: list[tuple[int, str, str]]) -> list[str]:
@@ -2205,6 +2572,24 @@ def _fully_sharded(model: nn.Module) -> bool:
     return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
+def _bridge_stage(name: str, output: int, held: int = 0, transient: int = 0, backward: int = 0) -> dict[str, Any]:
+    """The chain stage of the model's code between two stacks: recorded once,
+    never run again (F_ck and F_none take a transient no budget holds), its
+    output the next stack's input, its abar what it holds (at least that
+    output). Its time is the same in every schedule, so 0."""
+    return {
+        "name": name,
+        "forward_time": 0.0,
+        "backward_time": 0.0,
+        "output_size": output,
+        "saved_size": max(output, held),
+        "gradient_size": output,
+        "forward_overhead": _NO_PLAIN_FORWARD,
+        "recording_overhead": transient,
+        "backward_overhead": backward,
+    }
+
+
 class _Captured(Exception):
     """Ends :meth:`AppliedPlan._capture`'s forward at the last block's call."""
 
@@ -2254,6 +2639,41 @@ def _with_side_gradients(chain: remat.Chain, side: int) -> remat.Chain:
         for part in [s, *(s.get("options") or [])]:
             part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + side
     return remat.Chain.from_dict(d)
+
+
+def _storages(tensors: Sequence[torch.Tensor]) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in tensors}
+
+
+def _kept_bytes(call: Call, first: set[int], seen: set[int]) -> int:
+    """The bytes of ``call``'s side tensors that its stack's first block did
+    not get (storages ``first``), parameters aside, each storage once (those
+    of ``seen``, to which they are added, not again). O(the call's arguments)."""
+    total = 0
+    for t in call.side_tensors():
+        if isinstance(t, nn.Parameter):
+            continue
+        key = t.untyped_storage().data_ptr()
+        if key in first or key in seen or key == 0:
+            continue
+        seen.add(key)
+        total += t.untyped_storage().nbytes()
+    return total
+
+
+def _captured_kept_bytes(calls: Sequence[Call | None] | None, bridges: frozenset[int]) -> int:
+    """:func:`_kept_bytes` over the calls :meth:`AppliedPlan._capture` saw."""
+    if not calls:
+        return 0
+    total, seen, first = 0, set[int](), set[int]()
+    for l, call in enumerate(calls, 1):
+        if call is None:
+            continue
+        if l == 1 or l - 1 in bridges:
+            first = _storages(call.side_tensors())
+        else:
+            total += _kept_bytes(call, first, seen)
+    return total
 
 
 def _side_gradient_bytes(call: Call, seen: set[int] | None = None) -> int:
@@ -2352,7 +2772,7 @@ def apply(
     model: nn.Module,
     memory: int | str,
     *,
-    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
+    blocks: str | nn.Module | Sequence[nn.Module] | Sequence[str] | None = None,
     algorithm: str = "auto",
     slots: int | None = None,
     exact_memory: int | str | None = None,
@@ -2393,7 +2813,10 @@ def apply(
             outside it): bytes, a size (``"8GiB"``), a share of storing
             everything (``"60%"``), or ``"auto"`` on a GPU.
         blocks: the stack: a dotted name (``"transformer.h"``), the container,
-            or a list of modules called one after another.
+            or a list of modules called one after another; or several stacks
+            planned together, as a list of dotted names in the order the
+            model calls them (``["encoder.block", "decoder.block"]``, what
+            :func:`find_stacks` finds for a Hugging Face encoder-decoder).
         algorithm: any of :func:`remat.solve`'s.
         slots: the dynamic programs' memory slots (None: remat's default).
         exact_memory: :func:`remat.solve`'s.
@@ -2501,7 +2924,9 @@ def apply(
     offload = bool(offload) or any(p.offload for p in named)
     named = [p for p in named if not p.offload]
     compile_options(compile)  # checks it
-    where, found = _resolve_blocks(model, blocks)
+    stacks = _resolve_stacks(model, blocks)
+    where = ", ".join(w for w, _ in stacks)
+    found = [b for _, bs in stacks for b in bs]
     if len(found) < 1:
         raise ValueError(f"blocks={where!r} holds no modules")
     plan = AppliedPlan(
@@ -2522,6 +2947,7 @@ def apply(
         chunked_loss=bool(chunked_loss),
         offload=offload,
         head=head,
+        stacks=[(w, len(bs)) for w, bs in stacks],
     )
     if example_inputs is not None:
         try:

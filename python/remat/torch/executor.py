@@ -505,6 +505,7 @@ class Executor:
         options: Sequence[Sequence[NamedPolicy | None]] | None = None,
         compiled: Sequence[Sequence[Callable[..., Any]] | None] | None = None,
         on_op: Callable[[str, int], None] | None = None,
+        bridges: Sequence[int] = (),
     ) -> None:
         if len(stages) != program.num_stages:
             raise ValueError(f"the schedule is for {program.num_stages} stages, got {len(stages)}")
@@ -546,6 +547,16 @@ class Executor:
         # unrecorded run (FSDP2 gathers parameters only then).
         self.own: list[frozenset[int] | None] = [None] * len(self.stages)
         self.on_op = on_op
+        #: Stages that stand for the caller's code between two stacks (docs/model.md,
+        #: "Several stacks"): run by the caller, never by the executor; the
+        #: schedule records each in the forward phase and runs it no more.
+        self.bridges = frozenset(bridges)
+        for l in self.bridges:
+            if program.first[l] is not Op.F_ALL or program.rerun[l]:
+                raise ValueError(
+                    f"the schedule runs {self.label(l)}, the part between two stacks, otherwise than recorded once "
+                    "in the forward phase"
+                )
 
     def label(self, l: int) -> str:
         return stage_label(l - 1, self.stages[l - 1], self.names[l - 1])
@@ -586,7 +597,10 @@ class Executor:
         input ``x``, and recomputing it is nothing. The schedule still holds:
         an identity keeps no more than the stage would."""
         for j in range(step.next, min(l, len(self.stages) + 1)):
-            step.skip(j, x)
+            if j in self.bridges:
+                step.bridge(j)
+            else:
+                step.skip(j, x)
 
     def call(self, step: Step, l: int, call: Call) -> Any:
         """Runs stage l for the first time in ``step`` (stages run in order)."""
@@ -672,6 +686,16 @@ class Step:
             assert self._last is not None
             self._skipped_residue.append(self._last)
         self.skipped.add(l)
+        self.next = l + 1
+
+    def bridge(self, l: int) -> None:
+        """Stage l, the caller's code between two stacks, has run (the next
+        stack's first block is called): nothing of it is kept here; the next
+        stage's call keeps its input where the schedule says so."""
+        ex = self.ex
+        if self._pending is not None and ex.on_op is not None:
+            ex.on_op(*self._pending)
+        self._pending = (Op.F_ALL.value, l)
         self.next = l + 1
 
     def first_run(self, l: int, call: Call) -> Any:
