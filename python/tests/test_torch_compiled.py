@@ -404,6 +404,7 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
 # -- autograd's semantics with compiled blocks ---------------------------------------
 
 import test_torch_semantics as semantics  # noqa: E402
+from torch_models import steady_profiles  # noqa: E402
 
 SEMANTICS = [
     getattr(semantics, name)
@@ -424,11 +425,12 @@ CANNOT = {
 #: Scenarios that fail with compiled blocks, and why: known limits, written
 #: down in docs/pytorch.md, reported as expected failures (not run).
 DIFFERS = {
-    # A compiled block's graphs call the module, its hooks traced in: on the
-    # first run they fire twice (eager blocks run the bare forward there), and
-    # a hook with Python side effects breaks the graph, so the recomputation
-    # saves other tensors than the first run and remat stops with that error.
-    "test_a_blocks_hooks_fire_once_per_run_of_it": "forward hooks on a compiled block",
+    # The block's own hooks fire once per run (outside its graph: see
+    # test_compiled_blocks_fire_their_hooks_once_per_run); the test registers
+    # a hook on a module inside the block after the block's graph compiled
+    # (its budget search ran a step), and Dynamo does not see hooks added
+    # after compiling (torch._dynamo.config.skip_nnmodule_hook_guards).
+    "test_a_blocks_hooks_fire_once_per_run_of_it": "hooks added inside a block after its graph compiled",
 }
 
 
@@ -504,6 +506,40 @@ def test_semantics_with_compiled_blocks(
     if "apply(" in inspect.getsource(test) or "applied(" in inspect.getsource(test):
         ran = [p for p in applied if p.schedule is not None]
         assert all(p.compiled for p in ran)
+
+
+def test_compiled_blocks_fire_their_hooks_once_per_run(eager_random: None) -> None:
+    """A compiled block's graph runs its forward alone: its forward hooks and
+    pre-hooks run outside it, once for the model's call of the block and once
+    for each recomputation (around the graph, eagerly), as for an eager block;
+    a hook on a module inside it (registered before the block compiled) runs
+    inside the graph as often. Before, the first run fired the block's hooks
+    twice (the model's call, then the graph's)."""
+    ours = semantics.make()
+    counts: dict[str, list[int]] = {k: [0] * len(ours.blocks) for k in ("pre", "post", "inner")}
+
+    def counter(kind: str, i: int) -> Callable[..., None]:
+        # Run eagerly where traced (a graph break): Dynamo would guard on the
+        # count it reads and compile the block again at every call.
+        @torch.compiler.disable
+        def hook(*_: Any) -> None:
+            counts[kind][i] += 1
+
+        return hook
+
+    for i, b in enumerate(ours.blocks):
+        b.register_forward_pre_hook(counter("pre", i))
+        b.register_forward_hook(counter("post", i))
+        b.fc1.register_forward_hook(counter("inner", i))
+    with steady_profiles():
+        plan = rt.apply(ours, memory="45%", compile=True)
+        for _ in range(2):
+            for k in counts:
+                counts[k] = [0] * len(ours.blocks)
+            semantics.run(ours, lambda m, x: m(x).square().sum().backward())
+    assert plan.compiled and semantics.recomputes(plan)
+    assert counts["pre"] == counts["post"] == counts["inner"], counts
+    assert sum(counts["inner"]) > len(ours.blocks), counts  # the step ran some block again
 
 
 # -- plans that run inside torch.compile's graph -------------------------------------

@@ -495,6 +495,9 @@ class AppliedPlan:
         #: while _capture runs, each block's call found so far.
         self._inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._capturing: list[Call | None] | None = None
+        #: The compiled graph a compiled recomputation runs inside the module's
+        #: call (see _variant), for remat's forward to run once.
+        self._body: Callable[..., Any] | None = None
         self._last_carried: torch.Tensor | None = None  # the last block's output in a pass not yet over
         #: The block the model's forward now running must call next (L + 1:
         #: the pass over the stack has ended); None outside the model's forward.
@@ -629,6 +632,10 @@ class AppliedPlan:
             if self._capturing is not None:
                 return self._captured(stages, original, args, kwargs)
             if self._rerunning or not torch.is_grad_enabled():
+                body = self._body
+                if body is not None:  # a compiled recomputation (see _variant)
+                    self._body = None
+                    return body(*args, **kwargs)
                 return original(*args, **kwargs)
             l = self._expected if len(stages) > 1 and self._expected in stages else stages[0]
             if self._in_graph and torch.compiler.is_compiling():
@@ -990,8 +997,11 @@ class AppliedPlan:
 
     def _variant(self, i: int, policy: NamedPolicy | None) -> Callable[..., Any]:
         """How the executor calls block i + 1's compiled variant for ``policy``
-        (None: option 0): through the module, its hooks included, with remat's
-        forward standing aside (as :meth:`_rerun`)."""
+        (None: option 0), with remat's forward standing aside (as :meth:`_rerun`).
+        The compiled graph runs the block's forward alone; a recomputation (in
+        a backward) calls the module around it, so that its hooks run once,
+        eagerly, as for an eager block; the first run (whose hooks ran in the
+        model's call of the block) and the profile's runs call the graph alone."""
         key = (i, policy.name if policy is not None else None)
         found = self._variants.get(key)
         if found is None:
@@ -1001,7 +1011,15 @@ class AppliedPlan:
             def call(*args: Any, **kwargs: Any) -> Any:
                 outer, self._rerunning = self._rerunning, True
                 try:
-                    return fn(module, *args, **kwargs)
+                    if torch._C._current_graph_task_id() == -1:
+                        return fn(module, *args, **kwargs)
+                    # The module's call runs its hooks, then remat's forward
+                    # (see _make_forward), which runs this body.
+                    self._body = functools.partial(fn, module)
+                    try:
+                        return module(*args, **kwargs)
+                    finally:
+                        self._body = None
                 finally:
                     self._rerunning = outer
 

@@ -68,7 +68,11 @@ _IDENT = re.compile(r"\W")
 
 
 def _call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    return module(*args, **kwargs)
+    # The class's forward alone: the module's hooks run outside the compiled
+    # graph, once per run of the block (remat.torch.apply calls the module
+    # around it), and remat's own forward (the instance's) is not re-entered,
+    # even where checkpoint's recomputation runs this eagerly in a backward.
+    return type(module).forward(module, *args, **kwargs)
 
 
 def own_code(fn: Callable[..., Any], name: str, shared: dict[str, types.CodeType] | None = None) -> Callable[..., Any]:
