@@ -70,7 +70,10 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
     """The longest stack of blocks in ``model``: the children of an
     ``nn.ModuleList`` or ``nn.Sequential``, or of consecutive ``nn.Sequential``
     siblings (torchvision's ``layer1..layer4``), whichever holds the most
-    modules; ties go to the one holding more parameters.
+    modules, among those holding at least half the parameters the fullest one
+    holds (so that timm ConvNeXt's four stages are found, not the eight
+    modules inside its third, nor a Mixture-of-Experts layer's experts); ties
+    go to the one holding more parameters.
 
     A model that calls one layer several times in a forward is a stack of
     that many calls, each a stage: Hugging Face's ALBERT (its
@@ -86,16 +89,13 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
     shared = _shared_layers(model)
     if shared is not None:
         return shared
-    best: tuple[int, int, str, list[tuple[str, nn.Module]]] | None = None
+    found: list[tuple[int, int, str, list[tuple[str, nn.Module]]]] = []
 
     def consider(desc: str, blocks: list[tuple[str, nn.Module]]) -> None:
-        nonlocal best
         if len(blocks) < 2:
             return
         params = sum(p.numel() for _, b in blocks for p in b.parameters())
-        key = (len(blocks), params)
-        if best is None or key > best[:2]:
-            best = (key[0], key[1], desc, blocks)
+        found.append((len(blocks), params, desc, blocks))
 
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""
@@ -110,6 +110,12 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
                 blocks = [(f"{prefix}{rn}.{cn}", c) for rn, seq in run for cn, c in seq.named_children()]
                 consider(f"{prefix}{run[0][0]}..{prefix}{run[-1][0]}", blocks)
             run = []
+    fullest = max((params for _, params, _, _ in found), default=0)
+    best = max(
+        (c for c in found if 2 * c[1] >= fullest),
+        key=lambda c: (c[0], c[1]),
+        default=None,
+    )
     if best is None:
         raise ValueError(
             f"found no stack of blocks in {type(model).__name__} (no nn.ModuleList or nn.Sequential of two or more "
