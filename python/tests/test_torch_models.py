@@ -641,7 +641,9 @@ def test_a_layer_of_ones_own_called_n_times_is_named_n_times() -> None:
 
     x = torch.randn(32, 16)
     plain, ours = make(), make()
-    plan = rt.apply(ours, memory="50%", blocks=[ours.layer] * 5)
+    # 60%: the layer's summed gradient (alive through the backward, set aside)
+    # is large beside this small model's activations; 50% has no schedule.
+    plan = rt.apply(ours, memory="60%", blocks=[ours.layer] * 5)
     assert len(plan.modules) == 5
     for m in (plain, ours):
         for _ in range(2):
@@ -937,3 +939,38 @@ def test_the_stack_found_holds_at_least_half_the_parameters_of_the_fullest() -> 
     model.stages = nn.Sequential(_Stage(8, 1), _Stage(64, 6), _Stage(64, 2))
     where, blocks = rt.find_blocks(model)
     assert where == "stages.1.blocks" and len(blocks) == 6
+
+
+def test_a_layer_called_n_times_counts_its_summed_gradient(deterministic: Any) -> None:
+    """Autograd sums the gradients of a layer called several times (ALBERT's
+    shared group) from the last call's backward to the first's: the sum is
+    alive beside every later recomputation and backward. Counted now in those
+    operations' transients; left out, the census' ALBERT measured above its
+    budget at 50%, and at 40% it is predicted 3.9% low. Plans on fixed times;
+    peaks by the allocator."""
+    config = transformers.AlbertConfig(
+        vocab_size=256,
+        embedding_size=32,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return transformers.AlbertForMaskedLM(config).train()
+
+    ids = IDS % 256
+    for memory in ("40%", "50%", "60%"):
+        ours = make()
+        with steady_profiles():
+            plan = rt.apply(ours, memory=memory)
+            for _ in range(2):
+                allocator_step(ours, ids)
+            peak = allocator_step(ours, ids)
+        assert plan.peak_memory is not None and plan.budget is not None
+        whole = plan.peak_memory - plan.schedule.peak_memory + plan.budget if plan.schedule else None
+        assert whole is not None and peak <= whole, (memory, peak, whole)
+        assert abs(peak - plan.peak_memory) <= 0.01 * plan.peak_memory, (memory, peak, plan.peak_memory)

@@ -32,6 +32,7 @@ and is solved again without profiling.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
@@ -519,6 +520,21 @@ class AppliedPlan:
             max((p.numel() * p.element_size() for p in m.parameters() if p.requires_grad), default=0)
             for m in self.modules
         ]
+        #: Bytes of the trainable parameters of modules called more than once in
+        #: the stack (ALBERT's shared layer): autograd sums their gradients from
+        #: the last call's backward to the first's before accumulating them, so
+        #: the sum is alive from the last call's backward on: counted in the
+        #: transients of every operation of the stages before the last (see
+        #: _with_summed_gradients).
+        calls = collections.Counter(id(m) for m in self.modules)
+        unique = {id(m): m for m in self.modules}
+        self._shared_gradients = sum(
+            p.numel() * p.element_size()
+            for k, m in unique.items()
+            if calls[k] > 1
+            for p in m.parameters()
+            if p.requires_grad
+        )
         inside = {id(p) for m in self.modules for p in m.parameters()}
         self._outside_weight_gradient = max(
             (p.numel() * p.element_size() for p in model.parameters() if p.requires_grad and id(p) not in inside),
@@ -1317,6 +1333,7 @@ class AppliedPlan:
         side = math.ceil(entry.side_gradients * numel / entry.numel)
         kept = math.ceil(entry.side_kept * numel / entry.numel)
         stack = _with_side_gradients(stack, side)
+        stack = _with_summed_gradients(stack, self._shared_gradients)
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device, side, kept)
@@ -2648,6 +2665,28 @@ def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     input smaller or larger than the profiled one is not predicted low."""
     k = min(v, fixed)
     return max(v * factor, k + (v - k) * factor)
+
+
+def _with_summed_gradients(chain: remat.Chain, summed: int) -> remat.Chain:
+    """``chain`` with ``summed`` bytes more in every transient (forward,
+    recording, backward, each option's) of every stage but the last: the
+    gradient autograd sums for the parameters of a layer called several times
+    (ALBERT's), alive from the last stage's backward to the first's, beside
+    each recomputation and each backward. An over-count in the forward phase.
+    O(stages)."""
+    if summed <= 0:
+        return chain
+    d = chain.to_dict()
+    for s in d["stages"][:-1]:
+        recording = int(s.get("recording_overhead", s.get("forward_overhead", 0)) or 0)
+        s["recording_overhead"] = recording + summed
+        for key in ("forward_overhead", "backward_overhead"):
+            s[key] = int(s.get(key, 0) or 0) + summed
+        for o in s.get("options") or []:
+            for key in ("forward_overhead", "backward_overhead"):
+                if key in o:
+                    o[key] = int(o[key] or 0) + summed
+    return remat.Chain.from_dict(d)
 
 
 def _with_side_gradients(chain: remat.Chain, side: int) -> remat.Chain:
