@@ -94,8 +94,9 @@ def test_a_longer_sequence_is_profiled_again_and_its_peak_holds() -> None:
     """GPT-2 with attention dropout (its T x T scores are saved), profiled at
     32 tokens and run at 64: scaled by the elements between blocks, that plan
     was predicted low (the scores grow with the square of the length). A
-    longer sequence is profiled again, so the prediction holds within 2%; a
-    shorter one after it reuses that profile, predicted high, never low."""
+    longer sequence is profiled again, so the prediction holds (within 2%
+    low, 3% high); a shorter one after it reuses that profile, predicted
+    high, never low."""
     ours = gpt2()
     plan = rt.apply(ours, memory="60%")
     for _ in range(2):
@@ -105,7 +106,10 @@ def test_a_longer_sequence_is_profiled_again_and_its_peak_holds() -> None:
         _, peak = lm_step(ours)
     assert plan.profiles == 2
     predicted = plan.peak_memory
-    assert predicted is not None and abs(peak - predicted) <= 0.02 * predicted, (peak, predicted)
+    # Never more than 2% low; up to 3% high, where the head whole measured by
+    # itself (at 32 tokens, scaled) is above what the step measured after the
+    # stack: it is a floor of that part (see the GPT-Neo test below).
+    assert predicted is not None and 0.97 * predicted <= peak <= 1.02 * predicted, (peak, predicted)
     for _ in range(2):
         _, peak = lm_step(ours, IDS[:, :48])
     assert plan.profiles == 2
@@ -274,14 +278,13 @@ def test_hf_swin_stages_train_with_their_own_input_dimensions() -> None:
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 35): GPT-Neo's blocks under the input option measure 5.9% above")
 def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
-    """GPT-Neo at 50% of storing everything, under the tests' fixed times:
-    three blocks recorded under the input option (each runs again at its
-    backward) and the step measures 5.9% above the prediction (3,283,560 B
-    against 3,101,184 B), with global attention alone as with global and
-    local; stored whole it is exact. Found by the census; kept here until the
-    option's measured backward is right."""
+    """GPT-Neo at 50% of storing everything: three blocks recorded under the
+    input option. The step measured 5.9% above the prediction (3,283,560 B
+    against 3,101,184 B), its peak in the head's backward
+    (``_log_softmax_backward_data``): the first step's measurement of the part
+    after the stack saw 262 KiB less than the head measured by itself. The
+    head's own figure is now a floor of it."""
     import transformers
 
     config = transformers.GPTNeoConfig(
