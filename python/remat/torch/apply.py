@@ -1942,8 +1942,8 @@ class _Measure:
         self.borrowed = False
         self.skipped = False
         #: The bridge being measured: (its stage, bytes alive at its start, the
-        #: last block's output and input then).
-        self._bridge_at: tuple[int, int, torch.Tensor, torch.Tensor] | None = None
+        #: last block's output, and its input's storage, weakly, with its bytes).
+        self._bridge_at: tuple[int, int, torch.Tensor, weakref.ref[Any] | None, int] | None = None
         if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
             self.device = next(p.device for p in plan.model.parameters() if p.is_cuda)
             self.base = torch.cuda.memory_allocated(self.device)
@@ -2039,7 +2039,10 @@ class _Measure:
         to the next stack's first call (:meth:`bridge_ends`)."""
         if not self.open or (self.live is not None and not self.live.tracking):
             return
-        self._bridge_at = (b, self._now(), y, last_input)
+        # The input weakly: the caller lets go of it, and this must not keep it.
+        tracked = last_input is not y and (self.live is None or self.live.tracks(last_input))
+        ref = weakref.ref(last_input.untyped_storage()) if tracked else None
+        self._bridge_at = (b, self._now(), y, ref, last_input.untyped_storage().nbytes() if tracked else 0)
         self._reset_peak()
 
     def bridge_ends(self, b: int, x: torch.Tensor) -> None:
@@ -2049,16 +2052,12 @@ class _Measure:
         at, self._bridge_at = self._bridge_at, None
         if at is None or at[0] != b or not self.open:
             return
-        _, start, y, last_input = at
+        _, start, y, ref, size = at
         now, peak = self._now(), self._peak()
         # The caller lets go of the last block's input after it returns; the
         # chain frees it earlier (F_none), so its freeing is not room the
         # code between made.
-        dropped = 0
-        if (self.live is None or self.live.tracks(last_input)) and last_input is not y:
-            ref, size = weakref.ref(last_input.untyped_storage()), last_input.untyped_storage().nbytes()
-            del last_input
-            dropped = size if ref() is None else 0
+        dropped = size if ref is not None and ref() is None else 0
         figures = _BridgeFigures(max(0, now + dropped - start), max(0, peak - now), self.numel)
         self.plan._bridge_measured(b, figures)
         if not (x.requires_grad and y.requires_grad):
