@@ -4,7 +4,9 @@
   ``transformer.h`` / ``model.layers``, torchvision's ``layer1..layer4``),
   plans it with what runs before and after it counted in the budget, and runs
   the schedule in place: the model stays the user's object and the training
-  loop is unchanged.
+  loop is unchanged. :func:`find_stacks` finds several stacks where a model
+  has them (a Hugging Face encoder-decoder's encoder and decoder), planned as
+  one chain.
 - :class:`Checkpointed` wraps an ``nn.Sequential`` the same way.
 - The executor (:mod:`remat.torch.executor`) follows autograd's own semantics,
   as non-reentrant ``torch.utils.checkpoint`` does: hooks fire once,
