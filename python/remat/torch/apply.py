@@ -73,8 +73,10 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
     siblings (torchvision's ``layer1..layer4``), whichever holds the most
     modules, among those holding at least half the parameters the fullest one
     holds (so that timm ConvNeXt's four stages are found, not the eight
-    modules inside its third, nor a Mixture-of-Experts layer's experts); ties
-    go to the one holding more parameters.
+    modules inside its third, nor a Mixture-of-Experts layer's experts), and
+    not inside one block of another such stack whose blocks are all of one
+    class (a two-block decoder, not its first block's layers); ties go to the
+    one holding more parameters.
 
     A model that calls one layer several times in a forward is a stack of
     that many calls, each a stage: Hugging Face's ALBERT (its
@@ -112,8 +114,21 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
                 consider(f"{prefix}{run[0][0]}..{prefix}{run[-1][0]}", blocks)
             run = []
     fullest = max((params for _, params, _, _ in found), default=0)
+    held = [c for c in found if 2 * c[1] >= fullest]
+
+    def inside_one_of_a_stack(c: tuple[int, int, str, list[tuple[str, nn.Module]]]) -> bool:
+        # Within one block of a stack of blocks of one class (a two-block T5
+        # decoder's first block's three layers): that stack is the one.
+        for other in held:
+            if other is c or len({type(m) for _, m in other[3]}) != 1:
+                continue
+            for name, _ in other[3]:
+                if all(n.startswith(f"{name}.") for n, _ in c[3]):
+                    return True
+        return False
+
     best = max(
-        (c for c in found if 2 * c[1] >= fullest),
+        (c for c in held if not inside_one_of_a_stack(c)),
         key=lambda c: (c[0], c[1]),
         default=None,
     )
