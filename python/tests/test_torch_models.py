@@ -847,7 +847,9 @@ def test_an_encoder_decoder_plans_both_stacks_below_hf_checkpointing(kind: str) 
         "encoder.block" if kind == "t5" else "model.encoder.layers",
         "decoder.block" if kind == "t5" else "model.decoder.layers",
     ]
-    assert "stacks, planned together" in plan.explain() and "(measured)" in plan.explain()
+    explained = plan.explain()
+    assert "stacks, planned together" in explained and "(measured)" in explained
+    assert "of 8 blocks (numbered as the chain's stages)" in explained
     assert plan.budget is not None and plan.peak_memory is not None
     whole = int(0.5 * plain_peak) + plain_peak // 20  # "50%" is of remat's store-all figure, within 5% of plain's
     assert peak <= whole, (peak, plain_peak)

@@ -1850,7 +1850,7 @@ class AppliedPlan:
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
         if has_options:
-            lines += _explain_options(d["stages"], ops)
+            lines += _explain_options(d["stages"], ops, self._bridges)
         if self._last is not None and self._last[0].dropped:
             lines += _explain_dropped(self._last[0].dropped)
         lines += self._explain_head(c)
@@ -2585,13 +2585,15 @@ def _explain_dropped(dropped: list[tuple[int, str, str]]) -> list[str]:
     ]
 
 
-def _explain_options(stages: list[dict[str, Any]], ops: list[tuple[str, int, int]]) -> list[str]:
+def _explain_options(
+    stages: list[dict[str, Any]], ops: list[tuple[str, int, int]], bridges: frozenset[int] = frozenset()
+) -> list[str]:
     """explain()'s lines on recording options: how each block is recorded, and
-    the options of the blocks as measured."""
+    the options of the blocks as measured (the stages between stacks left out)."""
     L = len(stages)
     chosen: dict[str, set[int]] = {}
     for k, l, o in ops:
-        if k == Op.F_ALL.value and l <= L:
+        if k == Op.F_ALL.value and l <= L and l not in bridges:
             name = "all" if not o else str(stages[l - 1]["options"][o - 1].get("name") or f"option {o}")
             chosen.setdefault(name, set()).add(l)
     lines = ["recorded with: " + "; ".join(f"{name} (blocks {_ranges(sorted(ls))})" for name, ls in chosen.items())]
