@@ -516,21 +516,7 @@ def test_compiled_blocks_fire_their_hooks_once_per_run(eager_random: None) -> No
     inside the graph as often. Before, the first run fired the block's hooks
     twice (the model's call, then the graph's)."""
     ours = semantics.make()
-    counts: dict[str, list[int]] = {k: [0] * len(ours.blocks) for k in ("pre", "post", "inner")}
-
-    def counter(kind: str, i: int) -> Callable[..., None]:
-        # Run eagerly where traced (a graph break): Dynamo would guard on the
-        # count it reads and compile the block again at every call.
-        @torch.compiler.disable
-        def hook(*_: Any) -> None:
-            counts[kind][i] += 1
-
-        return hook
-
-    for i, b in enumerate(ours.blocks):
-        b.register_forward_pre_hook(counter("pre", i))
-        b.register_forward_hook(counter("post", i))
-        b.fc1.register_forward_hook(counter("inner", i))
+    counts = semantics.count_hooks(ours)
     with steady_profiles():
         plan = rt.apply(ours, memory="45%", compile=True)
         for _ in range(2):

@@ -137,6 +137,28 @@ def test_parameter_hooks_fire_once_with_the_full_gradient() -> None:
     assert_same(grads(plain), grads(ours))
 
 
+def count_hooks(model: Stack) -> dict[str, list[int]]:
+    """Hooks on each block (a pre-hook, a forward hook) and on its ``fc1``
+    (a forward hook), counting their calls per block: ``{"pre", "post",
+    "inner"}``. Each runs eagerly where Dynamo traces it (a graph break), as
+    Dynamo would otherwise guard on the count it reads and compile again at
+    every call."""
+    counts: dict[str, list[int]] = {k: [0] * len(model.blocks) for k in ("pre", "post", "inner")}
+
+    def counter(kind: str, i: int) -> Callable[..., None]:
+        @torch.compiler.disable
+        def hook(*_: Any) -> None:
+            counts[kind][i] += 1
+
+        return hook
+
+    for i, b in enumerate(model.blocks):
+        b.register_forward_pre_hook(counter("pre", i))
+        b.register_forward_hook(counter("post", i))
+        b.fc1.register_forward_hook(counter("inner", i))
+    return counts
+
+
 def test_a_blocks_hooks_fire_once_per_run_of_it() -> None:
     """A block's forward hooks and pre-hooks run once for every run of the
     block, as a module inside it sees them: the model's call of the block
@@ -144,18 +166,7 @@ def test_a_blocks_hooks_fire_once_per_run_of_it() -> None:
     they ran once through the model's call and again inside remat's)."""
     ours = make()
     plan = applied(ours)
-    counts: dict[str, list[int]] = {k: [0] * len(ours.blocks) for k in ("pre", "post", "inner")}
-
-    def counter(kind: str, i: int) -> Callable[..., None]:
-        def hook(*_: Any) -> None:
-            counts[kind][i] += 1
-
-        return hook
-
-    for i, b in enumerate(ours.blocks):
-        b.register_forward_pre_hook(counter("pre", i))
-        b.register_forward_hook(counter("post", i))
-        b.fc1.register_forward_hook(counter("inner", i))
+    counts = count_hooks(ours)
     run(ours, lambda m, x: m(x).square().sum().backward())
     assert recomputes(plan)
     assert counts["pre"] == counts["post"] == counts["inner"], counts

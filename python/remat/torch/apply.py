@@ -500,9 +500,7 @@ class AppliedPlan:
         self._side_seen: set[int] = set()
         self._side_total = 0
         # And of the side inputs the executor keeps (see _Entry.side_kept).
-        self._kept_first: set[int] = set()
-        self._kept_seen: set[int] = set()
-        self._kept_total = 0
+        self._kept = _Kept(self._bridges)
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         #: What the compiler's one graph held above the chain's prediction, by
@@ -540,7 +538,7 @@ class AppliedPlan:
         #: the last call's backward to the first's before accumulating them, so
         #: the sum is alive from the last call's backward on: counted in the
         #: transients of every operation of the stages before the last (see
-        #: _with_summed_gradients).
+        #: _with_more_transient).
         calls = collections.Counter(id(m) for m in self.modules)
         unique = {id(m): m for m in self.modules}
         self._shared_gradients = sum(
@@ -1130,18 +1128,14 @@ class AppliedPlan:
         if l == 1:
             self._side_seen = set()
             self._side_total = 0
-            self._kept_seen = set()
-            self._kept_total = 0
+            self._kept = _Kept(self._bridges)
         self._side_total += _side_gradient_bytes(call, self._side_seen)
-        if l == 1 or l - 1 in self._bridges:
-            self._kept_first = _storages(call.side_tensors())
-        else:
-            self._kept_total += _kept_bytes(call, self._kept_first, self._kept_seen)
+        self._kept.add(l, call)
         if l < len(self.modules) or self._last is None:
             return
         entry, numel, _ = self._last
         found = math.ceil(self._side_total * entry.numel / numel)
-        kept = math.ceil(self._kept_total * entry.numel / numel)
+        kept = math.ceil(self._kept.total * entry.numel / numel)
         if found > entry.side_gradients or kept > entry.side_kept:
             entry.side_gradients = max(found, entry.side_gradients)
             entry.side_kept = max(kept, entry.side_kept)
@@ -1354,8 +1348,8 @@ class AppliedPlan:
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         side = math.ceil(entry.side_gradients * numel / entry.numel)
         kept = math.ceil(entry.side_kept * numel / entry.numel)
-        stack = _with_side_gradients(stack, side)
-        stack = _with_summed_gradients(stack, self._shared_gradients)
+        stack = _with_more_transient(stack, side)
+        stack = _with_more_transient(stack, self._shared_gradients, forwards=True)
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device, side, kept)
@@ -1371,9 +1365,9 @@ class AppliedPlan:
         failed: list[tuple[remat.InfeasibleError, int, int]] = []
         # Under torch.compile the head runs whole (as the model writes it).
         choices = self._head_choices(numel) if outside is not None and not entry.in_graph else [(1, 0, 0, 0.0)]
+        whole = self._whole_head_peak(numel)
         for chunks, more, held, ms in choices:
             option, there, room = chain, outside, budget
-            whole = self._whole_head_peak(numel)
             if chunks == 1 and outside is not None and whole > outside.post_peak - outside.post_after:
                 # The head whole, as measured by itself, is a floor of what the
                 # part after the stack takes: on GPT-Neo the step's measurement
@@ -2698,76 +2692,64 @@ def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     return max(v * factor, k + (v - k) * factor)
 
 
-def _with_summed_gradients(chain: remat.Chain, summed: int) -> remat.Chain:
-    """``chain`` with ``summed`` bytes more in every transient (forward,
-    recording, backward, each option's) of every stage but the last: the
-    gradient autograd sums for the parameters of a layer called several times
-    (ALBERT's), alive from the last stage's backward to the first's, beside
-    each recomputation and each backward. An over-count in the forward phase.
-    O(stages)."""
-    if summed <= 0:
+def _with_more_transient(chain: remat.Chain, extra: int, *, forwards: bool = False) -> remat.Chain:
+    """``chain`` with ``extra`` bytes more in the backward transient of every
+    stage but the last, each option's too, and with ``forwards`` in every
+    forward's and recording's transient as well. O(stages). For what autograd
+    holds from the last stage's backward to the first's, beside the schedule:
+
+    - the gradients of the blocks' side inputs (backward only): where a
+      block's backward adds its share to what the blocks after it
+      accumulated, autograd may sum out of place, the old sum and the new one
+      alive at once (the accumulated sum itself is set aside from the budget);
+    - the gradient autograd sums for the parameters of a layer called several
+      times (ALBERT's; ``forwards``): alive beside each recomputation and each
+      backward, an over-count in the forward phase."""
+    if extra <= 0:
         return chain
     d = chain.to_dict()
     for s in d["stages"][:-1]:
-        recording = int(s.get("recording_overhead", s.get("forward_overhead", 0)) or 0)
-        s["recording_overhead"] = recording + summed
-        for key in ("forward_overhead", "backward_overhead"):
-            s[key] = int(s.get(key, 0) or 0) + summed
-        for o in s.get("options") or []:
-            for key in ("forward_overhead", "backward_overhead"):
-                if key in o:
-                    o[key] = int(o[key] or 0) + summed
-    return remat.Chain.from_dict(d)
-
-
-def _with_side_gradients(chain: remat.Chain, side: int) -> remat.Chain:
-    """``chain`` with ``side`` bytes more in the backward transient of every
-    stage but the last, each option's too: where a block's backward adds its
-    gradient of the side inputs to what the blocks after it accumulated,
-    autograd may sum out of place, the old sum and the new one alive at once
-    (the accumulated sum itself is set aside from the budget). O(stages)."""
-    if side <= 0:
-        return chain
-    d = chain.to_dict()
-    for s in d["stages"][:-1]:
+        if forwards:
+            s["recording_overhead"] = int(s.get("recording_overhead", s.get("forward_overhead", 0)) or 0) + extra
         for part in [s, *(s.get("options") or [])]:
-            part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + side
+            part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + extra
+            if forwards:
+                part["forward_overhead"] = int(part.get("forward_overhead", 0) or 0) + extra
     return remat.Chain.from_dict(d)
 
 
-def _storages(tensors: Sequence[torch.Tensor]) -> set[int]:
-    return {t.untyped_storage().data_ptr() for t in tensors}
+class _Kept:
+    """Counts the bytes of the side inputs a stack's later blocks get that its
+    first block did not (see ``_Entry.side_kept``), call by call: each storage
+    once, parameters aside. O(the call's arguments) a call."""
 
+    def __init__(self, bridges: frozenset[int]) -> None:
+        self.bridges = bridges
+        self.total = 0
+        self._first: set[int] = set()  # storages of the current stack's first call's side inputs
+        self._seen: set[int] = set()
 
-def _kept_bytes(call: Call, first: set[int], seen: set[int]) -> int:
-    """The bytes of ``call``'s side tensors that its stack's first block did
-    not get (storages ``first``), parameters aside, each storage once (those
-    of ``seen``, to which they are added, not again). O(the call's arguments)."""
-    total = 0
-    for t in call.side_tensors():
-        if isinstance(t, nn.Parameter):
-            continue
-        key = t.untyped_storage().data_ptr()
-        if key in first or key in seen or key == 0:
-            continue
-        seen.add(key)
-        total += t.untyped_storage().nbytes()
-    return total
+    def add(self, l: int, call: Call) -> None:
+        """Stage ``l``'s call (stages in order; a stack's first resets ``first``)."""
+        tensors = call.side_tensors()
+        if l == 1 or l - 1 in self.bridges:
+            self._first = {t.untyped_storage().data_ptr() for t in tensors}
+            return
+        for t in tensors:
+            key = t.untyped_storage().data_ptr()
+            if isinstance(t, nn.Parameter) or key in self._first or key in self._seen or key == 0:
+                continue
+            self._seen.add(key)
+            self.total += t.untyped_storage().nbytes()
 
 
 def _captured_kept_bytes(calls: Sequence[Call | None] | None, bridges: frozenset[int]) -> int:
-    """:func:`_kept_bytes` over the calls :meth:`AppliedPlan._capture` saw."""
-    if not calls:
-        return 0
-    total, seen, first = 0, set[int](), set[int]()
-    for l, call in enumerate(calls, 1):
-        if call is None:
-            continue
-        if l == 1 or l - 1 in bridges:
-            first = _storages(call.side_tensors())
-        else:
-            total += _kept_bytes(call, first, seen)
-    return total
+    """:class:`_Kept` over the calls :meth:`AppliedPlan._capture` saw."""
+    kept = _Kept(bridges)
+    for l, call in enumerate(calls or [], 1):
+        if call is not None:
+            kept.add(l, call)
+    return kept.total
 
 
 def _side_gradient_bytes(call: Call, seen: set[int] | None = None) -> int:
