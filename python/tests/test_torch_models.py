@@ -299,11 +299,12 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     torch.manual_seed(0)
     model = transformers.GPTNeoForCausalLM(config).train()
     ids = IDS % 256
-    plan = rt.apply(model, memory="50%")
-    for _ in range(3):
-        model.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
-    peak = allocator_step(model, ids)
+    with steady_profiles():  # the plan follows no measured time
+        plan = rt.apply(model, memory="50%")
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+        peak = allocator_step(model, ids)
     assert plan.peak_memory is not None
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
