@@ -645,15 +645,64 @@ def test_a_layer_of_ones_own_called_n_times_is_named_n_times() -> None:
 
     x = torch.randn(32, 16)
     plain, ours = make(), make()
-    # 60%: the layer's summed gradient (alive through the backward, set aside)
-    # is large beside this small model's activations; 50% has no schedule.
-    plan = rt.apply(ours, memory="60%", blocks=[ours.layer] * 5)
+    # 70%: the layer's summed gradient (alive through the backward, set aside)
+    # is large beside this small model's activations, and each block's input
+    # is the model's x + layer(x), not the block before's output (below).
+    plan = rt.apply(ours, memory="70%", blocks=[ours.layer] * 5)
     assert len(plan.modules) == 5
     for m in (plain, ours):
         for _ in range(2):
             m.zero_grad(set_to_none=True)
             m(x).square().sum().backward()
     assert plan.schedule is not None
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(plain.parameters(), ours.parameters()))  # type: ignore[arg-type]
+    # A rerun of block l-1 gives layer(x), not block l's input: blocks 1-4 are
+    # never run plain (it gave wrong gradients where a plan ran them so).
+    ops = plan.schedule.operations_with_options
+    assert not [op for op in ops if op[0] in ("F_ck", "F_none") and op[1] <= 4], ops
+    assert "blocks 2-5 take what the model's code makes of the block before's output" in plan.explain()
+
+
+def test_a_block_input_the_profile_did_not_see_made_by_the_model_raises_then_plans() -> None:
+    """Where the model's forward cannot run again to show each block's call
+    (FSDP2, or a forward that fails so), the step finds a block whose input
+    is not the block before's output as it runs: it raises if its plan would
+    remake that input by running the block before again, and the next step
+    plans with it, its gradients plain training's."""
+
+    class Looped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(
+                nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 16)) for _ in range(4)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = x + layer(x)
+            return x
+
+    def make() -> Looped:
+        torch.manual_seed(0)
+        return Looped()
+
+    x = torch.randn(32, 16)
+    plain, ours = make(), make()
+    with steady_profiles():
+        plan = rt.apply(ours, memory="70%", blocks="layers")
+        plan._capture = lambda: None  # type: ignore[method-assign]
+        raised = 0
+        for _ in range(4):
+            ours.zero_grad(set_to_none=True)
+            try:
+                ours(x).square().sum().backward()
+            except RuntimeError as e:
+                assert "does not take block" in str(e) and "run the step again" in str(e), e
+                raised += 1
+    plain.zero_grad(set_to_none=True)
+    plain(x).square().sum().backward()
+    assert raised == 1  # the first step's plan recomputed across them (steady figures: always so)
+    assert plan.schedule is not None and plan._last is not None and plan._last[0].derived == {2, 3, 4}
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(plain.parameters(), ours.parameters()))  # type: ignore[arg-type]
 
 

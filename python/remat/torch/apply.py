@@ -374,6 +374,10 @@ class _Entry:
     #: Options blocks could not run, dropped for them: (block index from 0,
     #: policy name, the error's first line).
     dropped: list[tuple[int, str, str]] = field(default_factory=list)
+    #: Blocks (1-based) whose input is not the block before's output but what
+    #: the model's code makes of it (``x = x + layer(x)`` around the blocks):
+    #: a rerun of the block before cannot make it (see _with_derived_inputs).
+    derived: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -515,6 +519,10 @@ class AppliedPlan:
         #: while _capture runs, each block's call found so far.
         self._inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._capturing: list[Call | None] | None = None
+        #: While _capture runs: the carried output of the block it last ran,
+        #: and the blocks whose input was something else.
+        self._captured_output: torch.Tensor | None = None
+        self._captured_derived: set[int] = set()
         #: The compiled graph a compiled recomputation runs inside the module's
         #: call (see _variant), for remat's forward to run once.
         self._body: Callable[..., Any] | None = None
@@ -1107,6 +1115,7 @@ class AppliedPlan:
                 f"expected; the blocks of {self.where} must run once each, in order, in every training forward "
                 "(name the right stack with apply(..., blocks=...))"
             )
+        self._check_input(l, call.carried, ex)
         self._side_inputs(l, call)
         y = ex.call(step, l, call)
         if l + 1 in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):
@@ -1118,6 +1127,31 @@ class AppliedPlan:
             if self._measure is not None:
                 self._measure.stack_ends(y, call.carried)
         return y
+
+    def _check_input(self, l: int, x: torch.Tensor, ex: Executor) -> None:
+        """Whether block ``l`` gets the block before's output (the profile saw
+        it where the model's forward could run again, see _capture): where the
+        model's code made something else of it and the plan did not know, the
+        next step plans with it, and this step raises if its plan remakes
+        that input by running the block before again. O(1)."""
+        before = self._last_carried
+        if l == 1 or l - 1 in self._bridges or before is None or x is before or self._last is None:
+            return
+        entry = self._last[0]
+        if l in entry.derived:
+            return
+        entry.derived.add(l)
+        entry.by_numel.clear()
+        program = ex.program
+        if program.rerun[l] and l - 1 not in program.keep:
+            self._step = None
+            raise RuntimeError(
+                f"remat: block {l} of {len(self.modules)} ({self.names[l - 1]}) does not take block {l - 1}'s output "
+                "but what the model's code made of it (as in x = x + layer(x) around the blocks), and this step's "
+                f"plan would remake its input by running block {l - 1} again, which gives the block's output "
+                "instead. The next step plans with it (that block recorded in the forward): run the step again; "
+                "or name blocks that take each other's outputs (apply(..., blocks=...))"
+            )
 
     def _side_inputs(self, l: int, call: Call) -> None:
         """Counts the gradient bytes of the side inputs of this pass's blocks
@@ -1168,6 +1202,7 @@ class AppliedPlan:
         numpy_state = _numpy_random_state()
         python_state = random.getstate()
         self._capturing = found
+        self._captured_output, self._captured_derived = None, set()
         try:
             with (
                 preserved_state([self.model], devices),
@@ -1186,6 +1221,7 @@ class AppliedPlan:
             return None
         finally:
             self._capturing = None
+            self._captured_output = None
             random.setstate(python_state)
             _set_numpy_random_state(numpy_state)
         return found
@@ -1203,11 +1239,19 @@ class AppliedPlan:
             call = Call.of(*_without_cache(args, kwargs))
             # A later stack's first block: its input is what the profile starts it from.
             found[l - 1] = call if l - 1 in self._bridges else call.without_carried()
+            before = self._captured_output
+            if l > 1 and l - 1 not in self._bridges and before is not None and call.carried is not before:
+                self._captured_derived.add(l)
         except TypeError:
             pass  # no tensor to carry: the real call raises it, naming the block
         if l == len(self.modules):
             raise _Captured
-        return original(*args, **kwargs)
+        y = original(*args, **kwargs)
+        try:
+            self._captured_output = carried_output(y, lambda: "")
+        except TypeError:
+            self._captured_output = None
+        return y
 
     # -- planning -----------------------------------------------------------
 
@@ -1238,6 +1282,7 @@ class AppliedPlan:
             entry.bridge_outputs = outputs
             entry.side_gradients = _side_gradient_bytes(call)
             entry.side_kept = _captured_kept_bytes(calls, self._bridges)
+            entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
             self._entries[key] = entry
@@ -1345,6 +1390,7 @@ class AppliedPlan:
     def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
         stack = _scaled(entry.base, numel / entry.numel, self._weight_gradients) if numel != entry.numel else entry.base
         stack = self._with_bridges(stack, entry, numel)
+        stack = _with_derived_inputs(stack, entry.derived)
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
         side = math.ceil(entry.side_gradients * numel / entry.numel)
         kept = math.ceil(entry.side_kept * numel / entry.numel)
@@ -1847,6 +1893,13 @@ class AppliedPlan:
             lines += _explain_options(d["stages"], ops, self._bridges)
         if self._last is not None and self._last[0].dropped:
             lines += _explain_dropped(self._last[0].dropped)
+        if self._last is not None and self._last[0].derived:
+            derived = sorted(self._last[0].derived)
+            lines.append(
+                f"blocks {_ranges(derived)} take what the model's code makes of the block before's output, not that "
+                f"output: blocks {_ranges([l - 1 for l in derived])} are recorded in the forward (each with any of its "
+                "options), never run again to remake the next one's input"
+            )
         lines += self._explain_head(c)
         if self.pending_gradients:
             lines.append(
@@ -2810,6 +2863,28 @@ def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> rem
             if k in s:
                 s[k] = s[k] * factor
     d["input_size"] = math.ceil(d["input_size"] * factor)
+    return remat.Chain.from_dict(d)
+
+
+def _with_derived_inputs(chain: remat.Chain, derived: set[int]) -> remat.Chain:
+    """``chain`` where each block l of ``derived`` takes what the model's code
+    made of block l-1's output, not that output: a rerun of block l-1 cannot
+    make block l's input, so block l-1 is always recorded (``F_all``, with any
+    of its options), never run plain, and none of its forwards runs again
+    before ``B^{l-1}`` (abar^{l-1} is held until then). A rerun of block l
+    then starts from its input as the forward had it, which the executor
+    keeps; the chain counts it as a^{l-1}, block l-1's output, which the
+    model's code consumed (the same bytes where the code between keeps the
+    shape, as a residual add does). O(stages)."""
+    if not derived:
+        return chain
+    d = chain.to_dict()
+    for l in sorted(derived):
+        s = d["stages"][l - 2]
+        s.setdefault("recording_overhead", s["forward_overhead"])
+        s["forward_overhead"] = _NO_PLAIN_FORWARD
+        for o in s.get("options") or []:
+            o.setdefault("forward_overhead", s["recording_overhead"])
     return remat.Chain.from_dict(d)
 
 
