@@ -283,8 +283,9 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     input option. The step measured 5.9% above the prediction (3,283,560 B
     against 3,101,184 B), its peak in the head's backward
     (``_log_softmax_backward_data``): the first step's measurement of the part
-    after the stack saw 262 KiB less than the head measured by itself. The
-    head's own figure is now a floor of it."""
+    after the stack credited the head with 256 KiB it did not free, the
+    attention weights the third block returns, which the model's loop holds
+    through the last block's call and drops as the forward returns."""
     import transformers
 
     config = transformers.GPTNeoConfig(
@@ -306,6 +307,32 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
             model(input_ids=ids, labels=ids).loss.backward()
         peak = allocator_step(model, ids)
     assert plan.peak_memory is not None
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
+
+
+def test_bloom_counts_its_tied_gradient_and_not_the_attention_weights_as_room() -> None:
+    """Bloom at 50%: the head's backward leaves the tied embedding's gradient
+    (64 KiB, held by autograd until the embeddings' backward) for the whole
+    stack's backward, and frees the attention weights the third block
+    returned (256 KiB, held by the model's loop through the last block's
+    call), which the chain never counted. Crediting that freeing to the head
+    hid the tied gradient: with blocks' backwards measured as they run, the
+    step measured 2.2% above its prediction."""
+    import transformers
+
+    config = transformers.BloomConfig(n_layer=4, hidden_size=64, n_head=4, vocab_size=256)
+    torch.manual_seed(0)
+    model = transformers.BloomForCausalLM(config).train()
+    ids = IDS % 256
+    budget = allocator_step(model, ids) // 2
+    with steady_profiles():  # the plan follows no measured time
+        plan = rt.apply(model, memory=budget)
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+        peak = allocator_step(model, ids)
+    assert plan.peak_memory is not None
+    assert peak <= budget, (peak, budget)
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
 
@@ -761,7 +788,10 @@ def test_scaling_a_profile_keeps_the_weight_gradient_of_a_backward() -> None:
     weight's gradient does not shrink with the batch; docs/census.md measured
     a ResNet-50 planned at batch 4 up to 50% low at batch 2 when every byte
     was scaled): smaller inputs keep that part, larger ones scale it, so
-    neither direction predicts it low."""
+    neither direction predicts it low. A transient below the weight's bytes
+    may be the weight's gradient less the room the stage's output left (freed
+    before its backward, counted by the chain), a room that shrinks with the
+    input (ResNet-50 at batch 2 measured 1.5% above its plan without this)."""
     apply_module = importlib.import_module("remat.torch.apply")
     chain = remat.Chain.from_dict(
         {
@@ -791,7 +821,9 @@ def test_scaling_a_profile_keeps_the_weight_gradient_of_a_backward() -> None:
     plain_half = apply_module._scaled(chain, 0.5).to_dict()["stages"]
     assert plain_half[0]["backward_overhead"] == 500  # every byte scaled: the old reading
     assert half[0]["backward_overhead"] == 800 + 200 // 2  # the weight's 800 kept, the rest halved
-    assert half[1]["backward_overhead"] == 300  # all of it could be the weight's: kept
+    # All of it could be the weight's (kept), or the weight's 800 less the
+    # room of 500 the stage's output left, which halves with it: the larger.
+    assert half[1]["backward_overhead"] == 800 - 500 // 2
     assert double[0]["backward_overhead"] == 2000 and double[1]["backward_overhead"] == 600  # scaled up in full
     assert half[0]["saved_size"] == 200  # activations scale as before
 

@@ -302,29 +302,25 @@ def test_hf_model_with_options(
 
 
 @pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
-def test_options_lower_the_smallest_budget(make: Callable[[], nn.Module], deterministic: None) -> None:
-    # At the smallest budget the option-aware plan meets (found by raising
-    # memory= to what each InfeasibleError names, as a user would), it
-    # records blocks under options, and no schedule of whole blocks fits.
-    memory: int | str = "20%"
-    for _ in range(4):
-        plain, ours = make(), make()
-        plan = rt.apply(ours, memory=memory)
-        try:
-            lm_step(ours)
-            lm_step(ours)
-            break
-        except remat.InfeasibleError as e:
-            assert e.min_budget is not None
-            memory = e.min_budget
-    else:
-        pytest.fail(f"no budget found: {memory}")
+def test_options_make_a_budget_faster(make: Callable[[], nn.Module], deterministic: None) -> None:
+    # At 40% of storing everything the option-aware plan records blocks
+    # under options and is faster than the best plan of whole blocks (the
+    # fixture's steady times: an option recomputes the share of a forward its
+    # saved bytes leave out). It does not reach a smaller budget on these
+    # models: at the smallest, B^l needs the block's whole record either way
+    # (the input option's backward recomputes it all). It seemed to when the
+    # profile measured a whole block's backward with its output alive and its
+    # incoming gradient held by the caller, one or two activations more than
+    # a step (and an option's backward) takes.
+    plain, ours, without = make(), make(), make()
+    plan = rt.apply(ours, memory="40%")
+    plan_without = rt.apply(without, memory="40%", policies=())
+    for m in (ours, without):
+        lm_step(m)
+        lm_step(m)
+    assert plan.schedule is not None and plan_without.schedule is not None
     assert uses_options(plan.schedule), plan.explain()
-    without = make()
-    rt.apply(without, memory=memory, policies=())
-    with pytest.raises(remat.InfeasibleError):
-        lm_step(without)
-        lm_step(without)
+    assert plan.schedule.makespan < plan_without.schedule.makespan
     lp, _ = lm_step(plain)
     lo, peak = lm_step(ours)
     assert torch.equal(lp, lo)

@@ -431,6 +431,9 @@ def apply_stage(
         )
     total = memory if isinstance(memory, int) else int(remat.parse_size(memory))
     plan = apply(stage_module, total, in_flight=n, **apply_kwargs)
+    # A rank but the last gets its output's gradient from the next one, in a
+    # buffer the pipeline holds through the stage's backward.
+    plan.output_gradient_held = stage_index != num_stages - 1
     sp = StagePlan(plan, kind, stage_index, num_stages, n_microbatches, n, total)
     if example_args is None:
         return sp

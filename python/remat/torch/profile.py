@@ -658,14 +658,20 @@ def _profile_stage(
             saved_bytes = sum(saved.values())
             grad_bytes = y.numel() * y.element_size()
             if y.requires_grad:
-                dy = torch.ones_like(y)
+                # As in a step, and as the options below: the output is let go
+                # of before the backward, and autograd owns the only reference
+                # to its gradient, so that it can sum a residual's gradients
+                # into that buffer in place instead of into a new one.
+                root, one = _root(y)
                 meter.mark()
-                torch.autograd.backward(y, dy)
+                del y
+                root.backward(one)
                 b_mark = meter.mark()
                 if xl.grad is not None:
                     in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
-                del dy
-            del y
+                del root, one
+            else:
+                del y
         del xl
     fwd_peak = meter.value(f_mark) if f_mark is not None else 0
     bwd_peak = meter.value(b_mark) if b_mark is not None else 0
@@ -706,6 +712,15 @@ def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, me
             mark = meter.mark()
     del y
     return mark
+
+
+def _root(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A scalar whose backward (with the other tensor returned, a scalar one)
+    runs ``y``'s with a gradient of ones that autograd alone holds, as the
+    gradient a stage gets from the next one in a step: a residual's two
+    gradients are then summed into it in place, not into a new buffer."""
+    root = _Root.apply(y, torch.ones_like(y))
+    return root, torch.ones_like(root)
 
 
 class _Root(torch.autograd.Function):
@@ -865,15 +880,14 @@ def _profile_options(
                 # The output is let go of before the backward, as in a step
                 # (the executor drops a^l before B^l; the next stage's backward
                 # freed what kept it): a rerun's transient then has its room.
-                dy = torch.ones_like(y)
+                root, one = _root(y)
                 meter.mark()
-                root = _Root.apply(y, dy)
-                del y, dy
-                root.backward()
+                del y
+                root.backward(one)
                 b_mark = meter.mark()
                 if xl.grad is not None:
                     in_grad = xl.grad.numel() * xl.grad.element_size()
-                del root
+                del root, one
             else:
                 del y
         del xl
