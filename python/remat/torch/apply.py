@@ -374,6 +374,9 @@ class _Entry:
     #: Options blocks could not run, dropped for them: (block index from 0,
     #: policy name, the error's first line).
     dropped: list[tuple[int, str, str]] = field(default_factory=list)
+    #: Per stage, what of each size does not grow with the batch, where the
+    #: profile measured it (see remat.torch.profile.fixed_parts).
+    fixed: list[dict[str, int] | None] = field(default_factory=list)
     #: Blocks (1-based) whose input is not the block before's output but what
     #: the model's code makes of it (``x = x + layer(x)`` around the blocks):
     #: a rerun of the block before cannot make it (see _with_derived_inputs).
@@ -1283,6 +1286,7 @@ class AppliedPlan:
                 chain, options = with_offload(chain, options, speed)
             entry = _Entry(chain, x.numel(), tuple(x.shape), found.inplace, found.uses_rng, options, compiled, in_graph)
             entry.dropped = list(found.dropped)
+            entry.fixed = list(found.fixed)
             entry.bridge_outputs = outputs
             entry.side_gradients = _side_gradient_bytes(call)
             entry.side_kept = _captured_kept_bytes(calls, self._bridges)
@@ -1313,6 +1317,7 @@ class AppliedPlan:
         uses_rng: list[bool] = []
         options: list[list[NamedPolicy | None]] = []
         dropped: list[tuple[int, str, str]] = []
+        fixed: list[dict[str, int] | None] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
         for a, e in zip(starts, ends):
@@ -1354,16 +1359,18 @@ class AppliedPlan:
                 inplace.append(False)
                 uses_rng.append(False)
                 options.append([None])
+                fixed.append(None)
             records += d["stages"]
             inplace += found.inplace
             uses_rng += found.uses_rng
             options += found.options
+            fixed += found.fixed or [None] * len(d["stages"])
             dropped += [(i + a - 1, n, why) for i, n, why in found.dropped]
         assert base is not None
         metadata = dict(base.get("metadata") or {})
         metadata["writes_input"] = [l for l, changes in enumerate(inplace, 1) if changes]
         merged = dict(base, stages=records, metadata=metadata)
-        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped), outputs
+        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped, fixed), outputs
 
     def _with_bridges(self, chain: remat.Chain, entry: _Entry, numel: int) -> remat.Chain:
         """``chain`` (scaled to ``numel`` elements between blocks) with each
@@ -1392,7 +1399,11 @@ class AppliedPlan:
             entry.by_numel.clear()
 
     def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
-        stack = _scaled(entry.base, numel / entry.numel, self._weight_gradients) if numel != entry.numel else entry.base
+        stack = (
+            _scaled(entry.base, numel / entry.numel, self._weight_gradients, entry.fixed)
+            if numel != entry.numel
+            else entry.base
+        )
         stack = self._with_bridges(stack, entry, numel)
         stack = _with_derived_inputs(stack, entry.derived)
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
@@ -2918,7 +2929,12 @@ def _grown(shape: Sequence[int], profiled: Sequence[int]) -> bool:
     return len(shape) == len(profiled) and any(n > p for n, p in zip(shape[1:], profiled[1:]))
 
 
-def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> remat.Chain:
+def _scaled(
+    chain: remat.Chain,
+    factor: float,
+    fixed: Sequence[int] = (),
+    measured: Sequence[dict[str, int] | None] = (),
+) -> remat.Chain:
     """The chain with every size and time multiplied by ``factor`` (an input with
     ``factor`` times the elements between blocks), except that up to
     ``fixed[l-1]`` bytes of stage l's backward transient (the gradient of its
@@ -2926,13 +2942,29 @@ def _scaled(chain: remat.Chain, factor: float, fixed: Sequence[int] = ()) -> rem
     shrinking with the input: the larger of the two readings is kept, so that
     neither direction predicts low. (A ResNet profiled at batch 4 and run at
     batch 2 was predicted up to 57% low: its last blocks' backward transient is
-    a 9 MiB weight gradient.)"""
+    a 9 MiB weight gradient.)
+
+    Where the profile measured a stage on half its batch too (``measured``:
+    what of each size does not grow with the batch, a batch norm's
+    per-channel statistics among them), each size is read off that line
+    too, the largest of the readings kept; an option's sizes keep at most
+    its stage's part. O(stages)."""
     d = chain.to_dict()
-    for s, c in zip(d["stages"], fixed):
+    for i, s in enumerate(d["stages"]):
+        c = fixed[i] if i < len(fixed) else 0
+        known = measured[i] if i < len(measured) else None
         for part in [s, *(s.get("options") or [])]:
+            # Divided back: every size is multiplied by ``factor`` below.
+            readings: dict[str, float] = {}
             if "backward_overhead" in part:
-                # Divided back: every size is multiplied by ``factor`` below.
-                part["backward_overhead"] = math.ceil(_scaled_keeping(part["backward_overhead"], c, factor) / factor)
+                readings["backward_overhead"] = _scaled_keeping(part["backward_overhead"], c, factor)
+            for k, keep in (known or {}).items():
+                if part.get(k):
+                    v = int(part[k])
+                    line = min(v, keep) + (v - min(v, keep)) * factor
+                    readings[k] = max(readings.get(k, v * factor), line)
+            for k, value in readings.items():
+                part[k] = math.ceil(value / factor)
     sizes = (
         "output_size",
         "saved_size",

@@ -327,6 +327,11 @@ class Profiled:
     #: Options a stage could not run, dropped for it: (stage index from 0,
     #: policy name, the first line of the error it raised).
     dropped: list[tuple[int, str, str]] = field(default_factory=list)
+    #: Per stage, the bytes of each size field that do not grow with the
+    #: batch (a batch norm's per-channel statistics, a weight's gradient),
+    #: from a second measurement on half the batch; None where not measured
+    #: (side inputs, compiled stages, a batch of one). See :func:`fixed_parts`.
+    fixed: list[dict[str, int] | None] = field(default_factory=list)
 
 
 def profile_calls(
@@ -373,6 +378,7 @@ def profile_calls(
     uses_rng: list[bool] = []
     options: list[list[NamedPolicy | None]] = []
     dropped: list[tuple[int, str, str]] = []
+    fixed: list[dict[str, int] | None] = []
     measured: dict[
         tuple[Any, ...],
         tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
@@ -409,7 +415,9 @@ def profile_calls(
                 record, changes_input, rng, out_meta, kept, failed = seen
                 y = None
             dropped += [(i, name, why) for name, why in failed]
-            records.append(dict(record, name=labels[i]))
+            rec = dict(record, name=labels[i])
+            fixed.append(rec.pop("_fixed", None))
+            records.append(rec)
             inplace.append(changes_input)
             uses_rng.append(rng)
             options.append(kept)
@@ -452,7 +460,7 @@ def profile_calls(
             "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed)
 
 
 def _side_signature(call: Call) -> tuple[Any, ...]:
@@ -683,9 +691,7 @@ def _profile_stage(
         # are all alive when the graph returns, then dropped. F_ck and F_none
         # have one transient in the model, so it is the larger of the two.
         forward_overhead = max(forward_overhead, meter.value(holder_run) - out_bytes)
-    for p in params:
-        p.grad = None
-    return {
+    record: dict[str, Any] = {
         # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
         "forward_time": min(fwd_ms),
         "backward_time": min(bwd_ms),
@@ -697,6 +703,91 @@ def _profile_stage(
         "forward_overhead": forward_overhead,
         "recording_overhead": max(0, fwd_peak - saved_bytes),
         "backward_overhead": max(0, bwd_peak - in_grad_bytes),
+    }
+    batch = int(x.shape[0]) if x.dim() > 1 else 0
+    if batch >= 2 and not runner.compiled and not runner.call.side_tensors():
+        try:
+            half = _memory_figures(run, x[: batch // 2], meter, own, needs_input_grad, fresh_grads)
+        except Exception as e:  # a stage that cannot run on half the batch (batch norm on one value)
+            _log.debug("%s: not measured on half its batch (%s); sizes scale whole", runner.label, e)
+        else:
+            record["_fixed"] = fixed_parts(record, half, (batch // 2) / batch)
+    for p in params:
+        p.grad = None
+    return record
+
+
+#: The size fields a profile measures, whose part that does not grow with the
+#: batch :func:`fixed_parts` finds.
+SIZE_FIELDS = (
+    "output_size",
+    "saved_size",
+    "gradient_size",
+    "forward_overhead",
+    "recording_overhead",
+    "backward_overhead",
+)
+
+
+def fixed_parts(full: dict[str, Any], part: dict[str, Any], share: float) -> dict[str, int]:
+    """For each size field, the bytes that do not grow with the batch, from
+    its figure on the whole batch and on ``share`` of it (a line through the
+    two: ``v(share) = fixed + (v(1) - fixed) * share``), within 0 and the
+    whole batch's figure. O(fields)."""
+    found: dict[str, int] = {}
+    for k in SIZE_FIELDS:
+        v, h = int(full.get(k, 0)), int(part.get(k, 0))
+        found[k] = max(0, min(v, int((h - share * v) / (1 - share))))
+    return found
+
+
+def _memory_figures(
+    run: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    meter: _Meter,
+    own: set[Any],
+    needs_input_grad: bool,
+    fresh_grads: Callable[[], None],
+) -> dict[str, int]:
+    """The size fields of a stage on input ``x``, measured as
+    :func:`_profile_stage` measures them (one forward without autograd, one
+    recording forward and its backward), times left out."""
+    with torch.no_grad():
+        run(x)  # its shape's one-time allocations, outside the window
+    with torch.no_grad(), meter.window():
+        y = run(x)
+        nograd_mark = meter.mark()
+    out_bytes = output_bytes(y, x)
+    del y
+    fresh_grads()
+    xl = x.detach().requires_grad_(needs_input_grad)
+    in_grad = 0
+    b_mark = None
+    with torch.enable_grad(), meter.window():
+        y, saved = _saved_storages(run, xl, own | {storage_key(xl)})
+        f_mark = meter.mark()
+        saved[storage_key(y)] = output_bytes(y, x)
+        saved_bytes = sum(saved.values())
+        grad_bytes = y.numel() * y.element_size()
+        if y.requires_grad:
+            root, one = _root(y)
+            meter.mark()
+            del y
+            root.backward(one)
+            b_mark = meter.mark()
+            if xl.grad is not None:
+                in_grad = xl.grad.numel() * xl.grad.element_size()
+            del root, one
+        else:
+            del y
+    del xl
+    return {
+        "output_size": out_bytes,
+        "saved_size": max(saved_bytes, out_bytes),
+        "gradient_size": grad_bytes,
+        "forward_overhead": max(0, meter.value(nograd_mark) - out_bytes),
+        "recording_overhead": max(0, meter.value(f_mark) - saved_bytes),
+        "backward_overhead": max(0, meter.value(b_mark) - in_grad) if b_mark is not None else 0,
     }
 
 
