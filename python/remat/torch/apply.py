@@ -308,6 +308,10 @@ class _Outside:
     #: gradient is part of the head's and the embeddings' backward peaks, and
     #: does not grow or shrink with the input (see _scaled).
     fixed: int = 0
+    #: Of ``pre``, what is gone when the stack's backward starts beyond what
+    #: the part after it leaves (the embeddings' inputs, which the model's
+    #: code holds until its forward returns): counted in the forward only.
+    released: int = 0
 
     def scaled(self, numel: int) -> _Outside:
         f = numel / self.activation
@@ -322,6 +326,7 @@ class _Outside:
             numel,
             peak(self.pre_backward),
             self.fixed,
+            int(self.released * f),
         )
 
 
@@ -1088,7 +1093,7 @@ class AppliedPlan:
                 self._step = None
                 return original(*args, **kwargs)
             if self._measure is not None:
-                self._measure.stack_starts(x)
+                self._measure.stack_starts(x, call.side_tensors())
             try:
                 with self._measure.paused() if self._measure is not None else contextlib.nullcontext():
                     ex = self._prepare(call, self._compiled(compiling), compiling and self._compiled(compiling))
@@ -1411,6 +1416,11 @@ class AppliedPlan:
         kept = math.ceil(entry.side_kept * numel / entry.numel)
         stack = _with_more_transient(stack, side)
         stack = _with_more_transient(stack, self._shared_gradients, forwards=True)
+        if outside is not None and outside.released:
+            # What is before the stack and gone by its backward is set aside
+            # for the forward phase only: in the forwards' transients (a
+            # recomputation's too, an over-count there) and the loss's.
+            stack = _with_more_transient(stack, outside.released, forwards=True, backwards=False, last=True)
         if self.output_gradient_held:
             stack = _with_held_output_gradient(stack)
         chain = _with_loss(stack, outside) if outside is not None else stack
@@ -1423,7 +1433,7 @@ class AppliedPlan:
         # One solve per loss option, the fastest plan that fits kept: exact,
         # since the loss runs once, its forward and backward back to back
         # (docs/model.md, "Ways to compute the loss").
-        total = budget + side + (0 if outside is None else outside.pre + outside.post_after)
+        total = budget + side + (0 if outside is None else outside.pre - outside.released + outside.post_after)
         best: tuple[float, int, remat.Chain, remat.Schedule, _Outside | None, int] | None = None
         failed: list[tuple[remat.InfeasibleError, int, int]] = []
         # Under torch.compile the head runs whole (as the model writes it).
@@ -1440,8 +1450,8 @@ class AppliedPlan:
                     pre_backward=max(0, outside.pre_backward - held),
                 )
                 option = _with_loss(stack, there)
-                room = total - there.pre - there.post_after - side
-            fixed = side + (0 if there is None else there.pre + there.post_after)
+                room = total - there.pre + there.released - there.post_after - side
+            fixed = side + (0 if there is None else there.pre - there.released + there.post_after)
             floor = 0 if there is None else there.pre_backward
             if room <= 0 or floor > total:
                 # No room for the stack, or less than the part before it takes
@@ -1602,13 +1612,15 @@ class AppliedPlan:
         stack, and less ``side``, the gradients of the blocks' side inputs
         (held through the stack's backward: set aside for the whole of it, an
         over-count in the forward). O(store-all's simulation) for a share."""
-        fixed = side + kept + (0 if outside is None else outside.pre + outside.post_after)
+        fixed = side + kept + (0 if outside is None else outside.pre - outside.released + outside.post_after)
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
             else f"before the stack {_fmt(outside.pre)} (its own backward {_fmt(outside.pre_backward)}), held after "
             f"it through the backward {_fmt(outside.post_after)}"
         )
+        if outside is not None and outside.released:
+            fixed_note += f", of what is before it {_fmt(outside.released)} gone by the stack's backward"
         if side:
             fixed_note += f", the gradients of the blocks' side inputs {_fmt(side)} (through the stack's backward)"
         if kept:
@@ -2004,6 +2016,8 @@ class _Measure:
         self.base = 0
         self.pre = 0
         self.at_end = 0
+        #: The first block's side inputs counted in ``pre``, weakly, with their bytes.
+        self.side: list[tuple[weakref.ref[Any], int]] = []
         #: The tensors blocks returned besides the carried one, weakly, with their bytes.
         self.returned: list[tuple[weakref.ref[Any], int]] = []
         self.numel = 1
@@ -2098,9 +2112,11 @@ class _Measure:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.gpu_peak_aside = max(self.gpu_peak_aside, before)
 
-    def stack_starts(self, x: torch.Tensor) -> None:
+    def stack_starts(self, x: torch.Tensor, side: Sequence[torch.Tensor] = ()) -> None:
         own = x.untyped_storage().nbytes() if (self.live is None or self.live.tracks(x)) else 0
         self.pre = max(0, self._now() - own)
+        counted = [t for t in side if self.live is None or self.live.tracks(t)]
+        self.side = [(ref, n) for _, ref, n in _side_storages(x, counted)]
         self.numel = x.numel()
         self.input_gradient = x.requires_grad
         if x.requires_grad:
@@ -2228,6 +2244,10 @@ class _Measure:
         # step. Credited to the head, the prediction came out that much low.
         returned = _distinct_alive(self.returned, out, last_input)
         self.returned = []
+        # The blocks' side inputs made before the stack (an attention mask),
+        # freed by then in this step, are kept by the executor in a step that
+        # runs blocks again: never counted as released.
+        side = [(ref, n) for ref, n in self.side if ref() is not None]
 
         def freed(held: tuple[weakref.ref[Any], int] | None) -> int:
             return held[1] if held is not None and held[0]() is None else 0
@@ -2240,11 +2260,13 @@ class _Measure:
             # a^{L-1} went before the head ran, so before its peak too; a^L,
             # freed in the head's backward, is counted as the chain says.
             dropped = freed(before) + sum(n for ref, n in returned if ref() is None)
+            dropped += sum(freed(held) for held in side)
             # What stays includes the gradient of a weight the head shares with
             # the embeddings (an LM's tied word embeddings), which autograd holds
             # until the embeddings' backward adds theirs: real memory of the step
             # (not yet a .grad), so the budget counts it.
-            post_after = max(0, now + freed(output) + dropped - self.at_end - grad_bytes)
+            raw = now + freed(output) + dropped - self.at_end - grad_bytes
+            post_after = max(0, raw)
             post_peak = max(post_after, peak + dropped - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
             # when the backward ends, so LiveBytes stops tracking now and is
@@ -2252,7 +2274,11 @@ class _Measure:
             self.recording = False
             if self.live is not None and not self.borrowed and not self.input_gradient:
                 self.live.tracking = False
-            outside = _Outside(self.pre, post_peak, post_after, self.numel, fixed=self.plan._outside_weight_gradient)
+            # More freed than left (raw < 0): of what was before the stack.
+            released = min(self.pre, max(0, -raw))
+            outside = _Outside(
+                self.pre, post_peak, post_after, self.numel, fixed=self.plan._outside_weight_gradient, released=released
+            )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
         out.register_hook(gradient_arrives)
@@ -2294,6 +2320,8 @@ class _TracedMeasure:
         self.p_input: int | None = None
         self.held: tuple[Any, ...] = ()
         self.freed: list[int] = []
+        #: As _Measure.side, with each one's probe at the stack's start.
+        self.side: list[tuple[weakref.ref[Any], int, int]] = []
         #: As _Measure.returned, with a probe each; then those freed when delta^L arrived.
         self.returned: list[tuple[weakref.ref[Any], int, int]] = []
         self.finishing = False
@@ -2333,9 +2361,10 @@ class _TracedMeasure:
         """Work the step's figures leave out: the trace paused (see paused())."""
         return self.paused()
 
-    def stack_starts(self, x: torch.Tensor) -> None:
+    def stack_starts(self, x: torch.Tensor, side: Sequence[torch.Tensor] = ()) -> None:
         if not self.open:
             return
+        self.side = [(ref, n, self.trace.probe(t)) for t, ref, n in _side_storages(x, side)]
         self.p_input = self.trace.probe(x)  # pre is what was made before, x not included
         self.m_start = self.p_input
         self.own = x.untyped_storage().nbytes()
@@ -2423,6 +2452,7 @@ class _TracedMeasure:
             held.append((last_input, self.trace.probe(last_input)))
         self.held = tuple((weakref.ref(t.untyped_storage()), t.untyped_storage().nbytes(), p) for t, p in held)
         probes = {id(ref): p for ref, _, p in self.returned}
+        side = [(ref, n, p) for ref, n, p in self.side if ref() is not None]
         returned = [
             (ref, n, probes[id(ref)])
             for ref, n in _distinct_alive([(ref, n) for ref, n, _ in self.returned], out, last_input)
@@ -2434,6 +2464,7 @@ class _TracedMeasure:
             self.m_grad = self.trace.mark()
             self.freed = [n if ref() is None else 0 for ref, n, _ in self.held]
             self.returned = [(ref, n, p) for ref, n, p in returned if ref() is None]
+            self.side = [(ref, n, p) for ref, n, p in side if ref() is None]
             self._finish_later()
 
         out.register_hook(gradient_arrives)
@@ -2478,17 +2509,26 @@ class _TracedMeasure:
         output_freed = freed[0]
         dropped = freed[1] if len(freed) > 1 else 0
         dropped += sum(n for _, n, p in self.returned if t.found(p))  # see _Measure.stack_ends
+        dropped += sum(n for _, n, p in self.side if t.found(p))
         now = t.alive(self.m_grad)
         peak = at_end + t.peak(self.m_end, self.m_grad)
-        post_after = max(0, now + output_freed + dropped - at_end - self.grad_bytes)
+        raw = now + output_freed + dropped - at_end - self.grad_bytes
+        post_after = max(0, raw)
         post_peak = max(post_after, peak + dropped - at_end)
+        released = min(pre, max(0, -raw))  # see _Measure.stack_ends
         # From the stack's input gradient to the end: the part before the
         # stack runs its own backward (the embeddings' gradients).
         pre_backward = t.alive(self.m_in) + t.peak(self.m_in, end) if self.m_in is not None else 0
         self._settle_bridges()
         self.plan._measured(
             _Outside(
-                pre, post_peak, post_after, self.numel, max(0, pre_backward), fixed=self.plan._outside_weight_gradient
+                pre,
+                post_peak,
+                post_after,
+                self.numel,
+                max(0, pre_backward),
+                fixed=self.plan._outside_weight_gradient,
+                released=released,
             )
         )
 
@@ -2721,6 +2761,23 @@ def _ptr(ref: weakref.ref[Any]) -> int | None:
     return None if st is None else int(st.data_ptr())
 
 
+def _side_storages(x: torch.Tensor, side: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, weakref.ref[Any], int]]:
+    """The distinct storages of ``side`` other than ``x``'s: a tensor of each,
+    the storage weakly, and its bytes. O(len(side))."""
+    seen = {x.untyped_storage().data_ptr()}
+    found: list[tuple[torch.Tensor, weakref.ref[Any], int]] = []
+    for t in side:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue  # a tensor subclass without storage of its own
+        if st.data_ptr() in seen or st.nbytes() == 0:
+            continue
+        seen.add(st.data_ptr())
+        found.append((t, weakref.ref(st), st.nbytes()))
+    return found
+
+
 def _returned_besides(y: object) -> list[torch.Tensor]:
     """The tensors a block returned besides the one the next block takes (a
     Hugging Face layer's attention weights), one level deep. O(len(y))."""
@@ -2844,7 +2901,9 @@ def _with_held_output_gradient(chain: remat.Chain) -> remat.Chain:
     return remat.Chain.from_dict(d)
 
 
-def _with_more_transient(chain: remat.Chain, extra: int, *, forwards: bool = False) -> remat.Chain:
+def _with_more_transient(
+    chain: remat.Chain, extra: int, *, forwards: bool = False, backwards: bool = True, last: bool = False
+) -> remat.Chain:
     """``chain`` with ``extra`` bytes more in the backward transient of every
     stage but the last, each option's too, and with ``forwards`` in every
     forward's and recording's transient as well. O(stages). For what autograd
@@ -2860,11 +2919,12 @@ def _with_more_transient(chain: remat.Chain, extra: int, *, forwards: bool = Fal
     if extra <= 0:
         return chain
     d = chain.to_dict()
-    for s in d["stages"][:-1]:
+    for s in d["stages"] if last else d["stages"][:-1]:
         if forwards:
             s["recording_overhead"] = int(s.get("recording_overhead", s.get("forward_overhead", 0)) or 0) + extra
         for part in [s, *(s.get("options") or [])]:
-            part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + extra
+            if backwards:
+                part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + extra
             if forwards:
                 part["forward_overhead"] = int(part.get("forward_overhead", 0) or 0) + extra
     return remat.Chain.from_dict(d)
@@ -3015,7 +3075,13 @@ def _with_loss(chain: remat.Chain, outside: _Outside) -> remat.Chain:
     d = chain.to_dict()
     transient = max(0, outside.post_peak - outside.post_after)
     grad = d["stages"][-1].get("gradient_size", d["stages"][-1]["output_size"])
-    d["loss"] = dict(d.get("loss") or {}, forward_overhead=transient, backward_overhead=max(0, transient - grad))
+    # What is before the stack and gone by its backward (_Outside.released)
+    # may still be there in the head's backward.
+    d["loss"] = dict(
+        d.get("loss") or {},
+        forward_overhead=transient + outside.released,
+        backward_overhead=max(0, transient - grad) + outside.released,
+    )
     return remat.Chain.from_dict(d)
 
 
