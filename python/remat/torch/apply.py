@@ -164,9 +164,12 @@ def find_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]
     """The stacks of ``model`` in the order its forward calls them: a Hugging
     Face encoder-decoder (``config.is_encoder_decoder``, with ``get_encoder()``
     and ``get_decoder()``) has two, the encoder's (:func:`find_blocks` of the
-    encoder) then the decoder's; any other model the one :func:`find_blocks`
-    finds. Each stack is (where, its blocks with their qualified names).
-    O(number of modules).
+    encoder) then the decoder's; a two-tower model (CLIP, SigLIP: a
+    ``vision_model`` and a ``text_model``) has two, in the order its
+    ``forward``'s code first names them (or the ``get_image_features`` and
+    ``get_text_features`` that call them); any other model the one
+    :func:`find_blocks` finds. Each stack is (where, its blocks with their
+    qualified names). O(number of modules), and a parse of ``forward``.
 
     Raises:
         ValueError: no stack was found.
@@ -205,7 +208,52 @@ def find_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]
                 stacks.append((f"{base}.{where}", [(f"{base}.{n}", m) for n, m in blocks]))
             if len(stacks) == 2:
                 return stacks
+    towers = _towers(model)
+    if towers is not None:
+        return towers
     return [find_blocks(model)]
+
+
+#: The attributes a two-tower model's forward names for each tower: the tower
+#: itself, and the Hugging Face helper that runs it.
+_TOWER_NAMES = {
+    "vision_model": ("vision_model", "get_image_features"),
+    "text_model": ("text_model", "get_text_features"),
+}
+
+
+def _towers(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]]] | None:
+    """The stacks of a model with a ``vision_model`` and a ``text_model``, in
+    the order its ``forward``'s code first names them; None where it has not
+    both, its source cannot be read, or a tower has no stack."""
+    import ast
+    import inspect
+    import textwrap
+
+    parts = {k: getattr(model, k, None) for k in _TOWER_NAMES}
+    if not all(isinstance(m, nn.Module) for m in parts.values()):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(model).forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    first: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            for tower, names in _TOWER_NAMES.items():
+                if node.attr in names:
+                    at = (node.lineno, node.col_offset)
+                    first[tower] = min(first.get(tower, at), at)
+    if len(first) != len(_TOWER_NAMES):
+        return None
+    stacks = []
+    for tower in sorted(first, key=first.__getitem__):
+        try:
+            where, blocks = find_blocks(parts[tower])  # type: ignore[arg-type]
+        except ValueError:
+            return None
+        stacks.append((f"{tower}.{where}", [(f"{tower}.{n}", m) for n, m in blocks]))
+    return stacks
 
 
 def _resolve_stacks(
