@@ -7,7 +7,7 @@
 # 1. `cargo test` (the library, the command line, the examples of the README
 #    and of docs/guide.md);
 # 2. a virtualenv ($REMAT_VENV, default .venv) with maturin, pytest, ruff,
-#    mypy, torch, transformers, accelerate and torchvision, each installed from the package registry only when
+#    mypy, torch, transformers, accelerate, torchvision and diffusers, each installed from the package registry only when
 #    missing (pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for
 #    PyTorch's CPU-only wheels);
 # 3. `pip install .`: the package as a user gets it, remat._core built by
@@ -59,6 +59,7 @@ missing=()
 "$py" -c 'import transformers' 2>/dev/null || missing+=("transformers")
 "$py" -c 'import accelerate' 2>/dev/null || missing+=("accelerate")  # HF's Trainer needs it
 "$py" -c 'import torchvision' 2>/dev/null || missing+=("torchvision")
+"$py" -c 'import diffusers' 2>/dev/null || missing+=("diffusers")  # a U-Net's two stacks
 if [ ${#missing[@]} -gt 0 ]; then
     "$py" -m pip install --quiet --upgrade pip
     echo "installing: ${missing[*]}"

@@ -167,7 +167,9 @@ def find_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]
     encoder) then the decoder's; a two-tower model (CLIP, SigLIP: a
     ``vision_model`` and a ``text_model``) has two, in the order its
     ``forward``'s code first names them (or the ``get_image_features`` and
-    ``get_text_features`` that call them); any other model the one
+    ``get_text_features`` that call them); a U-Net (diffusers': its
+    ``down_blocks`` then its ``up_blocks``, which read the skip connections
+    the down blocks made) has two; any other model the one
     :func:`find_blocks` finds. Each stack is (where, its blocks with their
     qualified names). O(number of modules), and a parse of ``forward``.
 
@@ -211,6 +213,12 @@ def find_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]
     towers = _towers(model)
     if towers is not None:
         return towers
+    down, up = getattr(model, "down_blocks", None), getattr(model, "up_blocks", None)
+    if isinstance(down, nn.ModuleList) and isinstance(up, nn.ModuleList) and len(down) and len(up):
+        return [
+            ("down_blocks", [(f"down_blocks.{i}", m) for i, m in enumerate(down)]),
+            ("up_blocks", [(f"up_blocks.{i}", m) for i, m in enumerate(up)]),
+        ]
     return [find_blocks(model)]
 
 
