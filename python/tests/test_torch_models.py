@@ -278,6 +278,39 @@ def test_hf_swin_stages_train_with_their_own_input_dimensions() -> None:
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
 
+def _planned_lm_peak(model: nn.Module, ids: torch.Tensor, memory: int | str) -> tuple[rt.AppliedPlan, int]:
+    """``model`` (a causal LM) applied at ``memory`` on steady figures (the
+    plan follows no measured time), three steps, then a step's peak by the
+    allocator."""
+    with steady_profiles():
+        plan = rt.apply(model, memory=memory)
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+        return plan, allocator_step(model, ids)
+
+
+def _at_the_smallest_budget(
+    make: Callable[[], nn.Module], step: Callable[[nn.Module], object]
+) -> tuple[rt.AppliedPlan, nn.Module, int | str]:
+    """A fresh ``make()`` applied at 50%, or at the smallest budget each
+    InfeasibleError names (as a user would raise ``memory=``), three steps
+    run on steady figures; the plan, the model and the memory it runs at."""
+    memory: int | str = "50%"
+    with steady_profiles():
+        for _ in range(4):
+            model = make()
+            plan = rt.apply(model, memory=memory)
+            try:
+                for _ in range(3):
+                    step(model)
+                return plan, model, memory
+            except remat.InfeasibleError as e:
+                assert e.min_budget is not None
+                memory = int(e.min_budget)
+    pytest.fail(f"no budget found: {memory}")
+
+
 def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     """GPT-Neo at 50% of storing everything: three blocks recorded under the
     input option. The step measured 5.9% above the prediction (3,283,560 B
@@ -300,12 +333,7 @@ def test_gpt_neo_under_the_input_option_is_predicted_within_2_percent() -> None:
     torch.manual_seed(0)
     model = transformers.GPTNeoForCausalLM(config).train()
     ids = IDS % 256
-    with steady_profiles():  # the plan follows no measured time
-        plan = rt.apply(model, memory="50%")
-        for _ in range(3):
-            model.zero_grad(set_to_none=True)
-            model(input_ids=ids, labels=ids).loss.backward()
-        peak = allocator_step(model, ids)
+    plan, peak = _planned_lm_peak(model, ids, "50%")
     assert plan.peak_memory is not None
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
@@ -325,12 +353,7 @@ def test_bloom_counts_its_tied_gradient_and_not_the_attention_weights_as_room() 
     model = transformers.BloomForCausalLM(config).train()
     ids = IDS % 256
     budget = allocator_step(model, ids) // 2
-    with steady_profiles():  # the plan follows no measured time
-        plan = rt.apply(model, memory=budget)
-        for _ in range(3):
-            model.zero_grad(set_to_none=True)
-            model(input_ids=ids, labels=ids).loss.backward()
-        peak = allocator_step(model, ids)
+    plan, peak = _planned_lm_peak(model, ids, budget)
     assert plan.peak_memory is not None
     assert peak <= budget, (peak, budget)
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
@@ -359,12 +382,7 @@ def test_opt_sets_aside_the_embeddings_inputs_for_the_forward_only() -> None:
     model = transformers.OPTForCausalLM(config).train()
     ids = IDS % 256
     budget = allocator_step(model, ids) // 2
-    with steady_profiles():  # the plan follows no measured time
-        plan = rt.apply(model, memory=budget)
-        for _ in range(3):
-            model.zero_grad(set_to_none=True)
-            model(input_ids=ids, labels=ids).loss.backward()
-        peak = allocator_step(model, ids)
+    plan, peak = _planned_lm_peak(model, ids, budget)
     assert plan.peak_memory is not None
     assert plan._last is not None and plan._last[0].outside is not None and plan._last[0].outside.released > 0
     assert peak <= budget, (peak, budget)
@@ -403,18 +421,8 @@ def test_two_towers_are_found_in_the_order_the_model_calls_them() -> None:
     plain = make()
     assert [w for w, _ in rt.find_stacks(plain)] == ["vision_model.encoder.layers", "text_model.encoder.layers"]
     plain_loss, plain_peak = _live_step(plain, **batch)
-    memory: int | str = "50%"
+    plan, ours, memory = _at_the_smallest_budget(make, lambda m: _live_step(m, **batch))
     with steady_profiles():
-        for _ in range(4):
-            ours = make()
-            plan = rt.apply(ours, memory=memory)
-            try:
-                for _ in range(3):
-                    _live_step(ours, **batch)
-                break
-            except remat.InfeasibleError as e:
-                assert e.min_budget is not None
-                memory = int(e.min_budget)
         loss, peak = _live_step(ours, **batch)
     assert len(plan.stacks) == 2
     assert peak <= 0.6 * plain_peak, (peak, plain_peak, memory)
@@ -461,18 +469,8 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
     plain = make()
     assert [w for w, _ in rt.find_stacks(plain)] == ["down_blocks", "up_blocks"]
     plain_loss, plain_peak = step(plain)
-    memory: int | str = "50%"
+    plan, ours, memory = _at_the_smallest_budget(make, step)
     with steady_profiles():
-        for _ in range(4):
-            ours = make()
-            plan = rt.apply(ours, memory=memory)
-            try:
-                for _ in range(3):
-                    step(ours)
-                break
-            except remat.InfeasibleError as e:
-                assert e.min_budget is not None
-                memory = int(e.min_budget)
         loss, peak = step(ours)
     assert len(plan.stacks) == 2 and plan.peak_memory is not None
     assert peak <= plan.peak_memory and (memory == "50%" or peak <= memory), (peak, memory)

@@ -61,7 +61,7 @@ from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
-from .profile import Profiled, _Meter, _signature, preserved_state, profile_calls
+from .profile import SIZE_FIELDS, Profiled, _Meter, _signature, preserved_state, profile_calls
 from .stages import Call, carried_output
 
 __all__ = ["AppliedPlan", "apply", "find_blocks", "find_stacks"]
@@ -3081,18 +3081,10 @@ def _scaled(
                     readings[k] = max(readings.get(k, v * factor), line)
             for k, value in readings.items():
                 part[k] = math.ceil(value / factor)
-    sizes = (
-        "output_size",
-        "saved_size",
-        "gradient_size",
-        "forward_overhead",
-        "recording_overhead",
-        "backward_overhead",
-    )
     parts = [*d["stages"], d.get("loss") or {}]
     parts += [o for s in parts for o in s.get("options") or []]
     for s in parts:
-        for k in sizes:
+        for k in SIZE_FIELDS:
             if k in s:
                 s[k] = math.ceil(s[k] * factor)
         for k in ("forward_time", "backward_time", "recompute_time"):

@@ -606,22 +606,10 @@ def _profile_stage(
         # runs it), made inside the measured window: the copy is its overhead.
         return runner(inp.clone() if changes_input else inp)
 
-    # Forward without autograd (F_ck, F_none): peak beyond the output it leaves.
-    # A first run, not measured, keeps one-time allocations (a GPU library's
-    # workspace, lazily initialised state, compiling) out of the figures.
-    with torch.no_grad():
-        run(x)
-    with torch.no_grad(), meter.window():
-        y = run(x)
-        nograd_mark = meter.mark()
-    out_bytes = output_bytes(y, x)
-    del y
     holder_run = _holder_run(run, x, meter, needs_input_grad) if runner.compiled else None
 
     fwd_ms: list[float] = []
     bwd_ms: list[float] = []
-    saved_bytes = grad_bytes = in_grad_bytes = 0
-    f_mark = b_mark = None
 
     def fresh_grads() -> None:
         for p in params:
@@ -652,58 +640,20 @@ def _profile_stage(
         if k:
             fwd_ms.append(f_ms)
             bwd_ms.append(b_ms)
-        if k != 1:
-            continue
-        # Memory, once after the warm-up (the figures are deterministic): a
-        # recording forward, then its backward, in one window so that the
-        # backward's figure sees the saved tensors it frees.
-        fresh_grads()
-        xl = x.detach().requires_grad_(needs_input_grad)
-        with torch.enable_grad(), meter.window():
-            y, saved = _saved_storages(run, xl, own | {storage_key(xl)})
-            f_mark = meter.mark()
-            saved[storage_key(y)] = output_bytes(y, x)
-            saved_bytes = sum(saved.values())
-            grad_bytes = y.numel() * y.element_size()
-            if y.requires_grad:
-                # As in a step, and as the options below: the output is let go
-                # of before the backward, and autograd owns the only reference
-                # to its gradient, so that it can sum a residual's gradients
-                # into that buffer in place instead of into a new one.
-                root, one = _root(y)
-                meter.mark()
-                del y
-                root.backward(one)
-                b_mark = meter.mark()
-                if xl.grad is not None:
-                    in_grad_bytes = xl.grad.numel() * xl.grad.element_size()
-                del root, one
-            else:
-                del y
-        del xl
-    fwd_peak = meter.value(f_mark) if f_mark is not None else 0
-    bwd_peak = meter.value(b_mark) if b_mark is not None else 0
-    nograd_peak = meter.value(nograd_mark)
-    forward_overhead = max(0, nograd_peak - out_bytes)
+    # Memory, once after the warm-up (the figures are deterministic).
+    record: dict[str, Any] = {
+        # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
+        "forward_time": min(fwd_ms),
+        "backward_time": min(bwd_ms),
+        **_memory_figures(run, x, meter, own, needs_input_grad, fresh_grads),
+    }
     if holder_run is not None:
         # A compiled block the forward runs unrecorded still runs its training
         # graph (the backward's rerun fills what it saved): its saved tensors
         # are all alive when the graph returns, then dropped. F_ck and F_none
         # have one transient in the model, so it is the larger of the two.
-        forward_overhead = max(forward_overhead, meter.value(holder_run) - out_bytes)
-    record: dict[str, Any] = {
-        # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
-        "forward_time": min(fwd_ms),
-        "backward_time": min(bwd_ms),
-        "output_size": out_bytes,
-        "saved_size": max(saved_bytes, out_bytes),
-        "gradient_size": grad_bytes,
-        # A plain forward (F_ck, F_none) frees its intermediates as it goes; a
-        # recording one (F_all) keeps them in saved_size: two transients.
-        "forward_overhead": forward_overhead,
-        "recording_overhead": max(0, fwd_peak - saved_bytes),
-        "backward_overhead": max(0, bwd_peak - in_grad_bytes),
-    }
+        held = meter.value(holder_run) - record["output_size"]
+        record["forward_overhead"] = max(record["forward_overhead"], held)
     batch = int(x.shape[0]) if x.dim() > 1 else 0
     if batch >= 2 and not runner.compiled and not runner.call.side_tensors():
         try:
@@ -749,11 +699,14 @@ def _memory_figures(
     needs_input_grad: bool,
     fresh_grads: Callable[[], None],
 ) -> dict[str, int]:
-    """The size fields of a stage on input ``x``, measured as
-    :func:`_profile_stage` measures them (one forward without autograd, one
-    recording forward and its backward), times left out."""
+    """The size fields of a stage on input ``x``: a forward without autograd
+    (``F_ck``, ``F_none``: its peak beyond the output it leaves), then a
+    recording forward and its backward in one window, so that the backward's
+    figure sees the saved tensors it frees."""
+    # A first run, not measured, keeps one-time allocations (a GPU library's
+    # workspace, lazily initialised state, compiling, this shape's) out.
     with torch.no_grad():
-        run(x)  # its shape's one-time allocations, outside the window
+        run(x)
     with torch.no_grad(), meter.window():
         y = run(x)
         nograd_mark = meter.mark()
@@ -770,6 +723,10 @@ def _memory_figures(
         saved_bytes = sum(saved.values())
         grad_bytes = y.numel() * y.element_size()
         if y.requires_grad:
+            # As in a step, and as the options': the output is let go of
+            # before the backward, and autograd owns the only reference to
+            # its gradient, so that it can sum a residual's gradients into
+            # that buffer in place instead of into a new one.
             root, one = _root(y)
             meter.mark()
             del y
