@@ -56,7 +56,8 @@ pub struct StageOption {
     /// w_abar^l\[o\]: bytes `F_all^l[o]` keeps for the backward, a^l included.
     pub saved_size: u64,
     /// r^l\[o\]: time `B^l` spends recomputing what this option did not keep
-    /// (added to `backward_time`).
+    /// (added to `backward_time`). At least `-backward_time`: negative where a
+    /// compiler makes keeping less faster than keeping everything.
     pub recompute_time: f64,
     /// o_f^l\[o\]: transient bytes while `F_all^l[o]` runs.
     pub forward_overhead: u64,
@@ -177,6 +178,19 @@ pub enum ChainError {
         field: &'static str,
         /// The value found.
         value: f64,
+    },
+    /// An option's recompute_time is not finite, or takes its `B^l` below 0.
+    #[error(
+        "{stage}: options[].recompute_time is {value}; it must be finite and at least -backward_time \
+         ({min}): B^l may be faster under an option, never take less than no time"
+    )]
+    BadRecomputeTime {
+        /// The stage (`stage 3 (conv2)`).
+        stage: String,
+        /// The value found.
+        value: f64,
+        /// -backward_time, the least it may be.
+        min: f64,
     },
     /// The times add up to more than a makespan may hold: (L+2) times the sum
     /// of all times must stay below [`MAX_TIME_TOTAL`], so that no makespan,
@@ -643,8 +657,11 @@ impl Chain {
             if stage.option_count() > MAX_OPTIONS {
                 return Err(ChainError::TooManyOptions { stage: label, count: stage.option_count() });
             }
-            if let Some(bad) = stage.options.iter().map(|o| o.recompute_time).find(|t| !t.is_finite() || *t < 0.0) {
-                return Err(ChainError::BadTime { stage: label, field: "options[].recompute_time", value: bad });
+            // Negative where a compiler makes keeping less faster; B^l itself never takes less than 0.
+            if let Some(bad) =
+                stage.options.iter().map(|o| o.recompute_time).find(|t| !t.is_finite() || *t < -stage.backward_time)
+            {
+                return Err(ChainError::BadRecomputeTime { stage: label, value: bad, min: -stage.backward_time });
             }
             // A stage is recorded with one option at a time: its dearest one bounds the makespan.
             let recompute = stage.options.iter().map(|o| o.recompute_time).fold(0.0, f64::max);
@@ -936,12 +953,19 @@ mod tests {
         s.options.push(StageOption {
             name: None,
             saved_size: 1,
-            recompute_time: -1.0,
+            recompute_time: -1.5,
             forward_overhead: 0,
             backward_overhead: 0,
         });
         let e = Chain::new("x", 1, vec![s.clone()], Stage::zero_loss()).unwrap_err().to_string();
-        assert!(e.contains("stage 1: options[].recompute_time is -1"), "{e}");
+        assert!(
+            e.contains("stage 1: options[].recompute_time is -1.5") && e.contains("at least -backward_time (-1)"),
+            "{e}"
+        );
+        // Faster than option 0 (a compiled stage), B^l still at least 0: valid.
+        s.options[0].recompute_time = -1.0;
+        let c = Chain::new("x", 1, vec![s.clone()], Stage::zero_loss()).unwrap();
+        assert_eq!(c.stages[0].recording(1).backward_time, 0.0);
         s.options[0].recompute_time = 0.0;
         s.options = vec![s.options[0].clone(); MAX_OPTIONS];
         let e = Chain::new("x", 1, vec![s], Stage::zero_loss()).unwrap_err().to_string();

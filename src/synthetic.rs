@@ -67,7 +67,8 @@ pub fn small_chain(rng: &mut Rng, len: usize, max_size: u64, max_time: u64) -> C
 /// `chain` with up to `max_options - 1` more recording options on each stage
 /// (the loss keeps none), at random: a saved size between the output and the
 /// stage's own `saved_size` (sometimes above it, an option no solver should
-/// want), a recompute time in `0..=max_time`, and overheads that differ from the
+/// want), a recompute time in `0..=max_time` (one in four times negative,
+/// down to `-backward_time`: faster than option 0), and overheads that differ from the
 /// stage's half of the time. The instances the option-aware solvers are
 /// checked against exhaustive search on. O(L max_options).
 pub fn with_options(rng: &mut Rng, chain: &Chain, max_options: usize, max_time: u64) -> Chain {
@@ -80,7 +81,12 @@ pub fn with_options(rng: &mut Rng, chain: &Chain, max_options: usize, max_time: 
             s.options.push(crate::chain::StageOption {
                 name: None,
                 saved_size,
-                recompute_time: rng.range(0, max_time) as f64,
+                // Now and then faster than option 0, as a compiled stage can be.
+                recompute_time: if rng.chance(1, 4) {
+                    -(rng.range(0, s.backward_time as u64) as f64)
+                } else {
+                    rng.range(0, max_time) as f64
+                },
                 forward_overhead: if rng.chance(1, 2) {
                     rng.range(0, s.forward_overhead + 3)
                 } else {

@@ -231,3 +231,19 @@ def test_what_does_not_grow_with_the_batch_is_measured_and_kept_when_scaled() ->
         assert scaled[k] >= measured[k], k
     # Scaled whole, as before: the statistics halve, and the prediction is low.
     assert stages(apply_module._scaled(chain, 0.5))[0]["saved_size"] < measured["saved_size"]
+
+
+def test_an_options_recompute_time_eager_is_floored_and_compiled_may_be_negative() -> None:
+    from remat.torch.profile import _recompute_time
+
+    # Eager: the fastest under the option less the fastest of option 0, never
+    # below the floor (its share of the forward's work): noise that makes an
+    # option look free or faster is not believed.
+    assert _recompute_time([12.0, 11.0, 13.0], [10.0, 10.5, 9.0], compiled=False, floor=0.5, backward_time=4) == 2.0
+    assert _recompute_time([9.0, 9.5, 9.2], [10.0, 10.5, 9.6], compiled=False, floor=0.5, backward_time=4) == 0.5
+    # Compiled: the median of the rounds' paired differences, either sign: a
+    # round run under load slows both variants alike.
+    assert _recompute_time([8.0, 18.0, 8.5], [10.0, 19.0, 10.0], compiled=True, floor=0.5, backward_time=4) == -1.5
+    assert _recompute_time([12.0, 30.0, 11.0], [10.0, 10.0, 10.0], compiled=True, floor=0.5, backward_time=4) == 2.0
+    # ... never taking B^l's time to 0 or below (the chain would refuse it).
+    assert _recompute_time([1.0, 1.0, 1.0], [10.0, 10.0, 10.0], compiled=True, floor=0.5, backward_time=4) == -3.6

@@ -52,7 +52,9 @@ fn check_chain(chain: &Chain) -> (usize, usize, usize) {
         let lo = class.iter().map(|p| rank(p, k)).min().unwrap();
         let hi = class.iter().map(|p| rank(p, k)).max().unwrap();
         for i in 0..10u64 {
-            let budget = lo - 1 + (hi + 1 - (lo - 1)) * i / 9;
+            // From one byte below the least (none below 0: a chain of empty stages).
+            let below = lo.saturating_sub(1);
+            let budget = below + (hi + 1 - below) * i / 9;
             cases += 1;
             let best = class.iter().filter(|p| rank(p, k) <= budget).map(|p| p.2).min_by(f64::total_cmp);
             let exact = SolveOptions { in_flight: in_flight(k), ..SolveOptions::default() };

@@ -2786,7 +2786,7 @@ def _explain_options(
     seen: set[str] = set()
     for l, s in enumerate(stages, 1):
         described = ", ".join(
-            f"{o.get('name') or f'option {i}'} keeps {_fmt(o['saved_size'])} for +{o.get('recompute_time', 0.0):.3f} ms"
+            f"{o.get('name') or f'option {i}'} keeps {_fmt(o['saved_size'])} for {o.get('recompute_time', 0.0):+.3f} ms"
             for i, o in enumerate(s.get("options") or [], 1)
         )
         if described and described not in seen:

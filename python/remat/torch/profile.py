@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -822,7 +823,9 @@ def _profile_options(
       interleaved (a busy machine only adds time, to both alike), and never
       below the policy's share of the forward's work times the forward's time
       (:func:`_recomputed_share`: what it does not keep must be computed
-      again, so noise cannot make an option look free). On a GPU each figure
+      again, so noise cannot make an option look free); compiled, the
+      median of the rounds' paired differences, which may be negative
+      (:func:`_recompute_time`). On a GPU each figure
       is the mean of 4 runs back to back between two events, queued while the
       device sleeps: the device's time, as in a step where the host runs ahead.
       The model has one forward time per stage, so a slower recording forward
@@ -913,7 +916,8 @@ def _profile_options(
                     once(ex)
             if k:
                 totals[v].append(meter.ms / inner)
-    shares = _recomputed_share(runner, x, policies)
+    # The eager floor's figures (compiled, the measured difference stands alone).
+    shares = [0.0] * len(policies) if runner.compiled else _recomputed_share(runner, x, policies)
     found: list[tuple[dict[str, Any], NamedPolicy]] = []
     for v, policy in enumerate(policies, 1):
         fresh_grads()
@@ -953,12 +957,17 @@ def _profile_options(
 
             held = meter.value(_holder_run(run, x, meter, needs_input_grad))
             record["forward_overhead"] = max(record["forward_overhead"], held - record["output_size"])
-        measured = min(totals[v]) - min(totals[0])
-        floor = shares[v - 1] * record["forward_time"]
+        recompute = _recompute_time(
+            totals[v],
+            totals[0],
+            compiled=runner.compiled,
+            floor=shares[v - 1] * record["forward_time"],
+            backward_time=record["backward_time"],
+        )
         option = {
             "name": policy.name,
             "saved_size": saved,
-            "recompute_time": max(measured, floor),
+            "recompute_time": recompute,
             "forward_overhead": max(0, f_peak - saved),
             "backward_overhead": max(0, b_peak - in_grad),
         }
@@ -973,6 +982,7 @@ def _profile_options(
             min(totals[0]),
             [(o["name"], o["saved_size"], round(o["recompute_time"], 3)) for o, _ in found],
         )
+        _log.debug("%s: rounds (ms) %s", runner.label, [[round(t, 3) for t in ts] for ts in totals])
     if failed:
         _log.info("%s: options it cannot run, dropped: %s", runner.label, failed)
     found.sort(key=lambda f: f[0]["recompute_time"])
@@ -983,6 +993,30 @@ def _profile_options(
             kept.append((option, policy))
             least = option["saved_size"]
     return kept, failed
+
+
+def _recompute_time(
+    option: Sequence[float], base: Sequence[float], *, compiled: bool, floor: float, backward_time: float
+) -> float:
+    """An option's ``recompute_time`` from the rounds' times of (forward +
+    backward) under it (``option``) and under option 0 (``base``), round k of
+    each run back to back. O(rounds).
+
+    - Eager: the fastest of one less the fastest of the other, at least
+      ``floor`` (its share of the forward's work times the forward's time):
+      recomputing adds work, and under load the difference of two noisy
+      figures fell to 0, which made an option look free (issue 34).
+    - Compiled: the median of the rounds' paired differences, either sign
+      (a round's load slows both alike), kept above ``-0.9 * backward_time``
+      so that ``B^l`` keeps a time (docs/model.md, Options). Inductor fuses
+      what an option recomputes into the backward's kernels, which can cost
+      less than reading it back: a compiled GPT-2 block keeping only its
+      matrix products' outputs ran 8% faster than keeping everything, so the
+      eager floor does not hold there."""
+    if compiled:
+        paired = [t - t0 for t, t0 in zip(option, base)]
+        return max(statistics.median(paired), -0.9 * backward_time)
+    return max(min(option) - min(base), floor)
 
 
 def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
