@@ -2468,17 +2468,9 @@ class _TracedMeasure:
             return
         self.trace.exclude_parameter_gradients(plan.model.parameters())
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """Stops the trace (profiling inside runs profilers of its own)."""
-        if not self.open:
-            yield
-            return
-        self.trace.pause()
-        try:
-            yield
-        finally:
-            self.trace.resume()
+        return self.trace.paused() if self.open else contextlib.nullcontext()
 
     def aside(self) -> contextlib.AbstractContextManager[None]:
         """Work the step's figures leave out: the trace paused (see paused())."""
@@ -2718,17 +2710,9 @@ class _Verify:
     def done(self) -> bool:
         return self.open and self.end is not None
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """Stops the trace (a profile of a new shape runs profilers of its own)."""
-        if not self.open or self.trace is None:
-            yield
-            return
-        self.trace.pause()
-        try:
-            yield
-        finally:
-            self.trace.resume()
+        return self.trace.paused() if self.open and self.trace is not None else contextlib.nullcontext()
 
     def aside(self) -> contextlib.AbstractContextManager[None]:
         return self.paused()

@@ -18,8 +18,9 @@ them (they live as long as the parameters, like optimizer state).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -363,6 +364,16 @@ class AllocatorTrace:
     def resume(self) -> None:
         if self._open and not self._running:
             self._start()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """:meth:`pause` around a block, :meth:`resume` after it (a profile
+        run inside a measured step, with profilers of its own)."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
 
     def _replay(self) -> None:
         from torch._C._profiler import _EventType
