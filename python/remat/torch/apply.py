@@ -1025,14 +1025,15 @@ class AppliedPlan:
             # By the allocator wherever compiled code runs: the model's own
             # (torch.compile(model)) or the blocks' (compile=).
             self._measure = _measure(self, compiled=compiling or self._compiled(compiling))
-        elif compiling and torch.is_grad_enabled() and self._verifying and self._in_graph and self._measure is None:
-            self._measure = _Verify(self)
         elif (
             torch.is_grad_enabled()
-            and self._verifying_executor
             and self._measure is None
-            and (compiling or self._compiled(compiling))
+            and (
+                (compiling and self._verifying and self._in_graph)
+                or (self._verifying_executor and (compiling or self._compiled(compiling)))
+            )
         ):
+            # The final plan's first step (inside the graph, or by the executor).
             self._measure = _Verify(self)
 
     def _verified_step(self, peak: int | None) -> None:
@@ -1049,9 +1050,9 @@ class AppliedPlan:
         the step took above it (twice that from the fourth plan), and measured
         again, warning if the last of ``_EXECUTOR_TRIES`` plans is still above.
         The chain's figures are each block's compiled variants measured alone;
-        a step of many reruns
-        held more (torchvision's ResNet-50 compiled, at 40% of plain's peak:
-        61.08 MiB against a prediction of 58.79 and a budget of 59.02)."""
+        a step of many reruns held more (torchvision's ResNet-50 compiled, at
+        40% of plain's peak: 61.08 MiB against a prediction of 58.79 and a
+        budget of 59.02)."""
         self._verifying_executor = False
         if peak is None or self._last is None:
             self._verifying_executor = peak is None  # the user's profiler ran: a later step
