@@ -820,3 +820,11 @@ def test_a_compiled_plan_the_executor_runs_is_measured_and_solved_again_below_it
     assert not plan._verifying_executor and plan._verified is not None
     assert plan._verified[0] <= plan._verified[1] == before.total
     assert "below the budget: earlier plans' compiled steps took that much above it" in plan.explain()
+    # The last plan allowed still above its budget: no further plan, a warning that says what to do.
+    import importlib
+
+    plan._executor_tries = importlib.import_module("remat.torch.apply")._EXECUTOR_TRIES - 1
+    excess = plan._executor_excess
+    with pytest.warns(RuntimeWarning, match=r"above its budget .* lower memory= by the difference"):
+        plan._verified_executor(before.total + 4096)
+    assert plan._executor_excess == excess and not plan._verifying_executor
