@@ -676,25 +676,24 @@ def test_in_flight_plans_a_pipeline_rank() -> None:
 def test_an_option_may_be_faster_but_never_takes_the_backward_below_zero() -> None:
     # docs/model.md, Options: recompute_time down to -backward_time (a
     # compiled block can run faster keeping less), not below.
+    stage: dict[str, Any] = {
+        "forward_time": 1,
+        "backward_time": 2,
+        "output_size": 4,
+        "saved_size": 8,
+        "options": [{"saved_size": 4, "recompute_time": -1}],
+    }
     d = {
         "name": "x",
         "input_size": 4,
-        "stages": [
-            {
-                "forward_time": 1,
-                "backward_time": 2,
-                "output_size": 4,
-                "saved_size": 8,
-                "options": [{"saved_size": 4, "recompute_time": -1}],
-            }
-        ],
+        "stages": [stage],
         "loss": {"forward_time": 0, "backward_time": 0, "output_size": 0, "saved_size": 0},
     }
     chain = remat.Chain.from_dict(d)
     schedule = remat.solve(chain, 1 << 40)
     assert any(o for _, _, o in schedule.operations_with_options)  # the faster option is taken
     assert remat.simulate(chain, schedule).makespan == schedule.makespan == 1 + 1
-    d["stages"][0]["options"][0]["recompute_time"] = -3
+    stage["options"][0]["recompute_time"] = -3
     bound = r"stage 1: options\[\]\.recompute_time is -3; .* at least -backward_time \(-2\)"
     with pytest.raises(ValueError, match=bound):
         remat.Chain.from_dict(d)
