@@ -365,14 +365,27 @@ class _Outside:
     activation: int = 1  # elements of the activation between blocks then
     pre_backward: int = 0  # the most the step holds from the stack's input gradient to the end
 
-    #: Bytes of the largest trainable parameter outside the stack: its
-    #: gradient is part of the head's and the embeddings' backward peaks, and
-    #: does not grow or shrink with the input (see _scaled).
+    #: Bytes of the trainable parameters outside the stack: their gradients
+    #: are part of the head's and the embeddings' backward peaks, and do not
+    #: grow or shrink with the input (see _scaled): an upper bound on what of
+    #: those peaks does not scale.
     fixed: int = 0
     #: Of ``pre``, what is gone when the stack's backward starts beyond what
     #: the part after it leaves (the embeddings' inputs, which the model's
     #: code holds until its forward returns): counted in the forward only.
     released: int = 0
+    #: Bytes of the stack's input where the caller made it before the step
+    #: (the model's own input: a CNN whose stem is its first block). The
+    #: chain counts a^0 throughout; the step's peak, measured above what the
+    #: step starts with, does not: the step holds that much less than the chain.
+    given: int = 0
+
+    def held(self) -> int:
+        """What the step holds beyond the chain, throughout it: the part before
+        the stack (less what is gone by its backward) and what the part after
+        it leaves through the backward, less the input the caller holds. May
+        be negative."""
+        return self.pre - self.released + self.post_after - self.given
 
     def scaled(self, numel: int) -> _Outside:
         f = numel / self.activation
@@ -388,6 +401,7 @@ class _Outside:
             peak(self.pre_backward),
             self.fixed,
             int(self.released * f),
+            math.ceil(self.given * f),
         )
 
 
@@ -598,6 +612,10 @@ class AppliedPlan:
         #: block's backward (a pipeline stage that receives it from the next
         #: rank): that backward cannot sum a residual's gradients into it.
         self.output_gradient_held = False
+        #: Whether the stack's input is the step's own memory even where the
+        #: step did not make it: a pipeline stage's, which the pipeline
+        #: received and holds for each micro-batch (see _Outside.given).
+        self.input_in_step = False
         #: While _capture runs: the carried output of the block it last ran,
         #: and the blocks whose input was something else.
         self._captured_output: torch.Tensor | None = None
@@ -636,9 +654,13 @@ class AppliedPlan:
             if p.requires_grad
         )
         inside = {id(p) for m in self.modules for p in m.parameters()}
-        self._outside_weight_gradient = max(
-            (p.numel() * p.element_size() for p in model.parameters() if p.requires_grad and id(p) not in inside),
-            default=0,
+        # All of them, not the largest: a layer's backward makes its weight's
+        # and its bias's gradients together, and a step's scalars do not
+        # shrink either (MobileNet-V3's classifier at half the batch took 3 KiB
+        # above its 2.25 MiB weight's gradient, against 1 KiB at the batch
+        # profiled: predicted low, over its budget).
+        self._outside_weight_gradient = sum(
+            p.numel() * p.element_size() for p in model.parameters() if p.requires_grad and id(p) not in inside
         )
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         #: The head and the loss as remat may compute them (a Hugging Face
@@ -1035,6 +1057,17 @@ class AppliedPlan:
         ):
             # The final plan's first step (inside the graph, or by the executor).
             self._measure = _Verify(self)
+
+    def _given(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is (a view of) a tensor the model's forward was given,
+        made before the step (see :attr:`_Outside.given`). O(the inputs)."""
+        if self._inputs is None:
+            return False
+        args, kwargs = self._inputs
+        ptr = x.untyped_storage().data_ptr()
+        return any(
+            isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr for v in [*args, *kwargs.values()]
+        )
 
     def _verified_step(self, peak: int | None) -> None:
         """A step measured by :class:`_Verify`: an in-graph plan's, or a
@@ -1551,7 +1584,7 @@ class AppliedPlan:
         # One solve per loss option, the fastest plan that fits kept: exact,
         # since the loss runs once, its forward and backward back to back
         # (docs/model.md, "Ways to compute the loss").
-        total = budget + side + (0 if outside is None else outside.pre - outside.released + outside.post_after)
+        total = budget + side + (0 if outside is None else outside.held())
         best: tuple[float, int, remat.Chain, remat.Schedule, _Outside | None, int] | None = None
         failed: list[tuple[remat.InfeasibleError, int, int]] = []
         # Under torch.compile the head runs whole (as the model writes it).
@@ -1570,10 +1603,10 @@ class AppliedPlan:
                     pre_backward=max(0, outside.pre_backward - held),
                 )
                 option = _with_loss(stack, there)
-                room = total - there.pre + there.released - there.post_after - side - below
+                room = total - there.held() - side - below
             # What a named smallest budget adds to the stack's: the parts
             # outside it, and what a compiled step measured above its plan.
-            fixed = side + (0 if there is None else there.pre - there.released + there.post_after) + below
+            fixed = side + (0 if there is None else there.held()) + below
             floor = 0 if there is None else there.pre_backward
             if room <= 0 or floor > total:
                 # No room for the stack, or less than the part before it takes
@@ -1734,13 +1767,15 @@ class AppliedPlan:
         stack, and less ``side``, the gradients of the blocks' side inputs
         (held through the stack's backward: set aside for the whole of it, an
         over-count in the forward). O(store-all's simulation) for a share."""
-        fixed = side + kept + (0 if outside is None else outside.pre - outside.released + outside.post_after)
+        fixed = side + kept + (0 if outside is None else outside.held())
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
             else f"before the stack {_fmt(outside.pre)} (its own backward {_fmt(outside.pre_backward)}), held after "
             f"it through the backward {_fmt(outside.post_after)}"
         )
+        if outside is not None and outside.given:
+            fixed_note += f", the stack's input {_fmt(outside.given)} made before the step (not in its peak)"
         if outside is not None and outside.released:
             fixed_note += f", of what is before it {_fmt(outside.released)} gone by the stack's backward"
         if side:
@@ -2139,6 +2174,7 @@ class _Measure:
         self.device: torch.device | None = None
         self.base = 0
         self.pre = 0
+        self.given = 0  # see _Outside.given
         self.at_end = 0
         #: The first block's side inputs counted in ``pre``, weakly, with their bytes.
         self.side: list[tuple[weakref.ref[Any], int]] = []
@@ -2237,8 +2273,10 @@ class _Measure:
             self.gpu_peak_aside = max(self.gpu_peak_aside, before)
 
     def stack_starts(self, x: torch.Tensor, side: Sequence[torch.Tensor] = ()) -> None:
-        own = x.untyped_storage().nbytes() if (self.live is None or self.live.tracks(x)) else 0
+        made = self.live.tracks(x) if self.live is not None else not self.plan._given(x)
+        own = x.untyped_storage().nbytes() if made else 0
         self.pre = max(0, self._now() - own)
+        self.given = 0 if made or self.plan.input_in_step else x.numel() * x.element_size()
         counted = [t for t in side if self.live is None or self.live.tracks(t)]
         self.side = [(ref, n) for _, ref, n in _side_storages(x, counted)]
         self.numel = x.numel()
@@ -2401,7 +2439,13 @@ class _Measure:
             # More freed than left (raw < 0): of what was before the stack.
             released = min(self.pre, max(0, -raw))
             outside = _Outside(
-                self.pre, post_peak, post_after, self.numel, fixed=self.plan._outside_weight_gradient, released=released
+                self.pre,
+                post_peak,
+                post_after,
+                self.numel,
+                fixed=self.plan._outside_weight_gradient,
+                released=released,
+                given=self.given,
             )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
@@ -2439,6 +2483,7 @@ class _TracedMeasure:
         self.open = True
         self.numel = 1
         self.own = 0
+        self.given = 0  # the stack input's bytes, not in the step's peak where the trace did not make it
         self.grad_bytes = 0
         self.m_start = self.m_end = self.m_grad = self.m_in = None
         self.p_input: int | None = None
@@ -2484,6 +2529,7 @@ class _TracedMeasure:
         self.p_input = self.trace.probe(x)  # pre is what was made before, x not included
         self.m_start = self.p_input
         self.own = x.untyped_storage().nbytes()
+        self.given = x.numel() * x.element_size()
         self.numel = x.numel()
         if x.requires_grad:
             x.register_hook(self._input_gradient_arrives)
@@ -2618,7 +2664,8 @@ class _TracedMeasure:
         t = self.trace
         if self.m_start is None or self.m_end is None or self.m_grad is None:
             return
-        own = self.own if t.found(self.m_start) else 0
+        made = t.found(self.m_start)
+        own = self.own if made else 0
         pre = max(0, t.alive(self.m_start) - own)
         at_end = t.alive(self.m_end)
         freed = [n if t.found(p) else 0 for (_, _, p), n in zip(self.held, self.freed)]
@@ -2645,6 +2692,7 @@ class _TracedMeasure:
                 max(0, pre_backward),
                 fixed=self.plan._outside_weight_gradient,
                 released=released,
+                given=0 if made or self.plan.input_in_step else self.given,
             )
         )
 

@@ -434,6 +434,7 @@ def apply_stage(
     # A rank but the last gets its output's gradient from the next one, in a
     # buffer the pipeline holds through the stage's backward.
     plan.output_gradient_held = stage_index != num_stages - 1
+    plan.input_in_step = True  # received and held by the pipeline: the rank's memory
     sp = StagePlan(plan, kind, stage_index, num_stages, n_microbatches, n, total)
     if example_args is None:
         return sp
