@@ -172,3 +172,25 @@ def test_memory_after_every_operation_is_the_simulators(make_case: Callable[[], 
     out_shape = torch.Size(case.target.shape) if case.target.is_floating_point() else torch.Size([len(case.x), 10])
     bound = criterion_bytes(case, out_shape) + d["stages"][-1]["gradient_size"]
     assert live.peak + input_bytes <= replay.peak_memory + bound
+
+
+def test_the_allocator_trace_reads_what_a_stretch_made_apart_from_what_it_freed() -> None:
+    """``made(i, j)``: the bytes alive at mark j that were allocated after mark
+    i, whatever the stretch freed of what was there before (its net change,
+    ``alive(j) - alive(i)``, hides them: the loss of a step whose head freed
+    more than it left)."""
+    from remat.torch.memory import AllocatorTrace
+
+    with AllocatorTrace() as trace:
+        old = torch.empty(4096, dtype=torch.uint8)
+        i = trace.mark()
+        del old  # the stretch frees 4096 bytes made before it
+        new = torch.empty(8, dtype=torch.uint8)
+        j = trace.mark(births=True)
+        plain = trace.mark()
+        del new
+    assert trace.alive(j) - trace.alive(i) == 8 - 4096
+    assert trace.made(i, j) == 8
+    assert trace.made(0, j) == 8  # the start's mark: everything then alive was made after it
+    with pytest.raises(ValueError, match="births=True"):
+        trace.made(i, plain)

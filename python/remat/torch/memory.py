@@ -209,6 +209,9 @@ class AllocatorTrace:
         self._alive: list[int] = []  # per note: bytes alive just then
         self._peak_to: list[int] = []  # per note: the most alive since the previous note
         self._found: list[bool] = []  # per note: a probe's pointer was counted then
+        #: Per mark made with ``births=True``: the bytes alive then, by the
+        #: note after which each was allocated (see :meth:`made`).
+        self._births: dict[int, dict[int, int]] = {}
         self._hooks: list[Any] = []
         self._open = False
         self._running = False
@@ -318,9 +321,10 @@ class AllocatorTrace:
             torch.empty(_MARK + i, dtype=torch.uint8, device="cpu")
         return i
 
-    def mark(self) -> int:
-        """Marks this point; returns its index for :meth:`alive` and :meth:`peak`."""
-        return self._note("mark", 0)
+    def mark(self, births: bool = False) -> int:
+        """Marks this point; returns its index for :meth:`alive` and :meth:`peak`
+        (and :meth:`made`, where ``births``: O(allocations alive) to read)."""
+        return self._note("mark", 1 if births else 0)
 
     def probe(self, t: torch.Tensor) -> int:
         """Marks this point and whether ``t``'s memory is counted then
@@ -383,6 +387,7 @@ class AllocatorTrace:
         self._peak_to = [0] * n
         self._found = [False] * n
         live: dict[int, int] = {}  # ptr -> bytes, allocations counted
+        born: dict[int, int] = {}  # ptr -> the next note when it was allocated
         marks: set[int] = set()  # pointers of the marks' allocations, whose frees are not counted
         ignored: set[int] = set()  # allocated while compiling: never counted, nor their frees
         compiling = 0
@@ -412,6 +417,11 @@ class AllocatorTrace:
                         kind = self._notes[expected][0]
                         compiling += 1 if kind == "ignore" else -1 if kind == "heed" and compiling else 0
                         current -= self._apply(expected, live)
+                        if kind == "mark" and self._notes[expected][1]:
+                            by: dict[int, int] = {}
+                            for q, b in live.items():
+                                by[born.get(q, 0)] = by.get(born.get(q, 0), 0) + b
+                            self._births[expected] = by
                         self._peak_to[expected] = peak
                         self._alive[expected] = current
                         peak = current
@@ -423,6 +433,7 @@ class AllocatorTrace:
                     # A block freed while paused, whose address comes back.
                     current -= live.pop(ptr, 0)
                     live[ptr] = size
+                    born[ptr] = expected
                     current += size
                     peak = max(peak, current)
                 elif ptr in marks:
@@ -460,6 +471,17 @@ class AllocatorTrace:
         """Whether the probe ``i``'s tensor was counted at that point."""
         self._check(i)
         return self._found[i]
+
+    def made(self, i: int, j: int) -> int:
+        """Bytes alive at mark ``j`` (made with ``births=True``) that were
+        allocated after mark ``i`` (``i < j``): what that stretch left, whatever
+        it freed of what was there before. O(distinct notes)."""
+        self._check(i)
+        self._check(j)
+        if self._notes[j] != ("mark", 1):
+            raise ValueError(f"AllocatorTrace: mark {j} was not made with births=True")
+        # A mark made while paused saw nothing (as alive() reads 0 there).
+        return sum(b for k, b in self._births.get(j, {}).items() if k > i)
 
     def peak(self, i: int, j: int) -> int:
         """The most bytes alive between marks ``i`` and ``j`` (``i < j``), less
