@@ -13,21 +13,25 @@ storing everything. For each model:
    solves, measures the parts outside the stack), more warm-up steps while the
    plan is not settled (at most three in all, as ``plan_on`` does), then the
    predicted peak (``plan.peak_memory``) and the whole step's budget are read,
-   and a measured step runs on B;
+   and a measured step runs on B (the steps before it are not measured by the
+   census: remat measures them with a profiler of its own);
 4. gradients of A and B compared with ``torch.equal`` (and the losses);
-5. a step at a second shape (another sequence length, or batch for images and
-   fixed-length inputs) without a new profile (``plan.profiles`` must stay 1),
-   its measured peak against the plan's prediction for it.
+5. two steps at a second shape (another sequence length, or batch for images
+   and fixed-length inputs) without a new profile (``plan.profiles`` must stay
+   1), the second one's measured peak against the plan's prediction for it.
 
 The budget is the whole step's, as ``plan.explain()``'s "budget:" line writes
 it (``memory='50%' of storing everything (X) = Y``: Y, exactly). Peaks are
-``remat.torch.LiveBytes``' (live tensor bytes, parameter gradients
-excluded, as remat's budget excludes them), as ``python/tests/torch_models.py``'s
-``lm_step`` measures them. A failure of one model (an exception, a timeout) is
+the allocator's (``torch.profiler``'s memory events, read by
+``remat.torch.memory.AllocatorTrace``: what every operator allocates,
+workspaces included, parameter gradients excluded as remat's budget
+excludes them), above what the step starts with; ``--live-bytes`` reads
+``remat.torch.LiveBytes``' live tensor bytes instead (the census' measure
+before 2026-11-28). A failure of one model (an exception, a timeout) is
 recorded and the census goes on.
 
     PYTHONPATH=python .venv/bin/python benchmarks/census.py [--json FILE] [--only a,b] [--timeout 120]
-        [--larger-second] [--steady] [--list]
+        [--larger-second] [--steady] [--live-bytes] [--list]
 
 Inputs: batch 4, sequence 64 (images 64x64, audio 8000 samples); the second
 shape batch 2 / sequence 48 / 6000 samples (``--larger-second``: 8 / 96 / 12000).
@@ -619,23 +623,46 @@ class Caught(logging.Handler):
         log.setLevel(self._level)
 
 
-def step(model: nn.Module, inputs: Inputs, loss_of: Callable[[Any], torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """One step from a fixed RNG state: the loss and LiveBytes' peak (parameter
-    gradients excluded), as torch_models.lm_step measures it."""
+#: How a measured step's peak is read: by the allocator (torch.profiler's
+#: memory events, what every kernel allocates), or by LiveBytes (a dispatch
+#: mode: tensors only, not what an operator allocates inside itself).
+MEASURE = "allocator"
+
+
+def step(
+    model: nn.Module, inputs: Inputs, loss_of: Callable[[Any], torch.Tensor], measured: bool = True
+) -> tuple[torch.Tensor, int]:
+    """One step from a fixed RNG state: the loss and its peak above what the
+    step starts with (parameter gradients excluded), by :data:`MEASURE`; not
+    measured (0) where ``measured`` is False: a step in which remat measures
+    its plan with a profiler of its own, which cannot nest in another."""
     args, kwargs = inputs
     model.zero_grad(set_to_none=True)
     torch.manual_seed(SEED)
     np.random.seed(SEED)  # wav2vec2's SpecAugment masks draw from NumPy
     random.seed(SEED)
-    with rt.LiveBytes() as live:
-        live.exclude_parameter_gradients(model.parameters())
+
+    def run() -> torch.Tensor:
         out = model(*args, **kwargs)
         loss = loss_of(out)
         del out
         loss.backward()  # type: ignore[no-untyped-call]
-        value = loss.detach()
-        del loss
-    return value, live.peak
+        return loss.detach()
+
+    if not measured:
+        return run(), 0
+    if MEASURE == "live-bytes":
+        with rt.LiveBytes() as live:
+            live.exclude_parameter_gradients(model.parameters())
+            value = run()
+        return value, live.peak
+    from remat.torch.memory import AllocatorTrace
+
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        value = run()
+        end = trace.mark()
+    return value, trace.peak(0, end)
 
 
 def same_gradients(a: nn.Module, b: nn.Module) -> tuple[bool, str]:
@@ -706,11 +733,11 @@ def run_case(case: Case, timeout: int, memory: int | str = "50%") -> dict[str, A
             plan = rt.apply(b, memory=memory)
             rec["where"], rec["blocks"] = plan.where, len(plan.blocks)
             phase = "first step"
-            step(b, main, case.loss)
+            step(b, main, case.loss, measured=False)
             warm = 1
             while not settled(plan) and warm < 3:
                 phase = f"warm-up step {warm + 1}"
-                step(b, main, case.loss)
+                step(b, main, case.loss, measured=False)
                 warm += 1
             rec["warmup_steps"] = warm
             phase = "plan"
@@ -730,6 +757,9 @@ def run_case(case: Case, timeout: int, memory: int | str = "50%") -> dict[str, A
                 rec["status"] = "over budget"
             phase = "second shape"
             try:
+                # The plan for this shape is solved in its first step, which
+                # remat may measure (a new kind of input is profiled).
+                step(b, other, case.loss, measured=False)
                 _, rec["measured2"] = step(b, other, case.loss)
                 rec["predicted2"] = plan.peak_memory
                 rec["budget2"] = whole_budget(plan, plan.explain())
@@ -939,7 +969,15 @@ def main() -> None:
         help="solve on fixed times (python/tests/torch_models.py's steady_profiles): plans that do not depend on "
         "the machine's load; bytes stay as measured",
     )
+    parser.add_argument(
+        "--live-bytes",
+        action="store_true",
+        help="measure peaks with remat.torch.LiveBytes (tensors only) instead of the allocator's events",
+    )
     args = parser.parse_args()
+    if args.live_bytes:
+        global MEASURE
+        MEASURE = "live-bytes"
     if args.larger_second:
         global BATCH2, SEQ2, SAMPLES2
         BATCH2, SEQ2, SAMPLES2 = 2 * BATCH, SEQ + SEQ // 2, SAMPLES + SAMPLES // 2
@@ -956,6 +994,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {torch.get_num_threads()} thread(s) of {__import__('os').cpu_count()} CPUs",
         "versions": versions(),
         "memory": "50%",
+        "measure": MEASURE,
         "git": git_state(),
     }
     rows: list[dict[str, Any]] = []
@@ -973,7 +1012,10 @@ def main() -> None:
         "samples2": SAMPLES2,
     }
     times = "fixed times (--steady)" if args.steady else "measured times"
-    print(f'remat.torch.apply census, memory="50%", {times}, {meta["date"]}, {meta["machine"]}, git {meta["git"]},')
+    print(
+        f'remat.torch.apply census, memory="50%", {times}, peaks by {MEASURE}, {meta["date"]}, {meta["machine"]}, '
+        f"git {meta['git']},"
+    )
     print(", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "\n")
     print(table(rows))
     print()

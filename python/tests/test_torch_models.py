@@ -457,19 +457,27 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(3))
     t = torch.tensor(10)
 
-    def step(m: nn.Module) -> tuple[torch.Tensor, int]:
+    def run(m: nn.Module) -> torch.Tensor:
         m.zero_grad(set_to_none=True)
         torch.manual_seed(7)
-        with rt.LiveBytes() as live:
-            live.exclude_parameter_gradients(m.parameters())
-            loss = m(x, t).sample.square().mean()
-            loss.backward()
-        return loss.detach(), live.peak
+        loss = m(x, t).sample.square().mean()
+        loss.backward()
+        return loss.detach()
+
+    def step(m: nn.Module) -> tuple[torch.Tensor, int]:
+        """A step's loss and its peak by the allocator (parameter gradients excluded)."""
+        from remat.torch.memory import AllocatorTrace
+
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients(m.parameters())
+            loss = run(m)
+            end = trace.mark()
+        return loss, trace.peak(0, end)
 
     plain = make()
     assert [w for w, _ in rt.find_stacks(plain)] == ["down_blocks", "up_blocks"]
     plain_loss, plain_peak = step(plain)
-    plan, ours, memory = _at_the_smallest_budget(make, step)
+    plan, ours, memory = _at_the_smallest_budget(make, run)
     with steady_profiles():
         loss, peak = step(ours)
     assert len(plan.stacks) == 2 and plan.peak_memory is not None
@@ -503,14 +511,23 @@ def test_generate_runs_without_remat() -> None:
     assert out.shape == (1, 12)
 
 
-def vision_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+def vision_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, measured: bool = True) -> int:
+    """A step and its peak by the allocator (parameter gradients excluded);
+    not measured (0) where remat measures the step itself (two profilers
+    cannot nest)."""
+    from remat.torch.memory import AllocatorTrace
+
     model.zero_grad(set_to_none=True)
-    with rt.LiveBytes() as live:
-        live.exclude_parameter_gradients(model.parameters())
+    if not measured:
+        nn.functional.cross_entropy(model(x), y).backward()
+        return 0
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         del loss
-    return live.peak
+        end = trace.mark()
+    return trace.peak(0, end)
 
 
 @pytest.mark.parametrize("name", ["resnet50", "densenet121"])
@@ -524,7 +541,7 @@ def test_torchvision_model_with_no_hand_split(name: str, deterministic: Any) -> 
     plain, ours = make(), make()
     plan = rt.apply(ours, memory="50%")
     assert plan.where == {"resnet50": "layer1..layer4", "densenet121": "features"}[name]
-    vision_step(ours, x, y)
+    vision_step(ours, x, y, measured=False)
     for _ in range(2):
         vision_step(plain, x, y)
     peak = vision_step(ours, x, y)
@@ -695,7 +712,9 @@ def test_a_plan_before_training_keeps_batchnorm_statistics() -> None:
     model = torchvision.models.resnet18(num_classes=10)
     x = torch.randn(2, 3, 64, 64)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    plan = rt.apply(model, memory="90%", example_inputs=x, example_loss=lambda out: out.square().mean())
+    # Its convolutions' backward workspaces (the allocator's count) make 91%
+    # of storing everything its smallest budget at this batch.
+    plan = rt.apply(model, memory="95%", example_inputs=x, example_loss=lambda out: out.square().mean())
     assert plan.schedule is not None and plan.peak_memory is not None
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())  # running stats, batches tracked
 

@@ -604,7 +604,9 @@ def test_an_option_a_block_cannot_run_is_dropped_for_it(deterministic: None) -> 
     x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(1))
     plain, ours = make(), make()
     with steady_profiles():
-        plan = rt.apply(ours, memory="60%", blocks=list(ours)[:4])
+        # Its convolutions' backward workspaces (the allocator's count) make
+        # 74% of storing everything its smallest budget.
+        plan = rt.apply(ours, memory="80%", blocks=list(ours)[:4])
         for m in (plain, ours):
             for _ in range(2):
                 m.zero_grad(set_to_none=True)

@@ -483,6 +483,14 @@ class _Planned:
     #: The parts outside the stack as this plan's loss option has them (None
     #: before they are measured).
     outside: _Outside | None = None
+    #: The stack's predicted peak (the schedule's, less the over-count of
+    #: what is gone by the stack's backward in its recomputations); None:
+    #: the schedule's.
+    peak: int | None = None
+
+    @property
+    def stack_peak(self) -> int:
+        return self.schedule.peak_memory if self.peak is None else self.peak
 
 
 class AppliedPlan:
@@ -1131,7 +1139,7 @@ class AppliedPlan:
         # The compiler's one graph held more than the chain predicts for the
         # plan (tensors the blocks share, kept across them: the attention
         # mask, expanded): plan again that much lower, and measure again.
-        predicted = planned.schedule.peak_memory + planned.total - planned.budget
+        predicted = planned.stack_peak + planned.total - planned.budget
         self._in_graph_excess = max(self._in_graph_excess, peak - predicted)
         self._in_graph = {}
         refused = (
@@ -1567,13 +1575,17 @@ class AppliedPlan:
         kept = math.ceil(entry.side_kept * numel / entry.numel)
         stack = _with_more_transient(stack, side)
         stack = _with_more_transient(stack, self._shared_gradients, forwards=True)
-        if outside is not None and outside.released:
+        released = outside.released if outside is not None else 0
+        bare = stack
+        if released:
             # What is before the stack and gone by its backward is set aside
             # for the forward phase only: in the forwards' transients (a
-            # recomputation's too, an over-count there) and the loss's.
-            stack = _with_more_transient(stack, outside.released, forwards=True, backwards=False, last=True)
+            # recomputation's too, an over-count there, which the predicted
+            # peak leaves out: _forward_phase_peak) and the loss's.
+            stack = _with_more_transient(stack, released, forwards=True, backwards=False, last=True)
         if self.output_gradient_held:
             stack = _with_held_output_gradient(stack)
+            bare = _with_held_output_gradient(bare)
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device, side, kept)
@@ -1693,7 +1705,10 @@ class AppliedPlan:
             bridges=sorted(self._bridges),
         )
         self._infeasible = None
-        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside)
+        peak = schedule.peak_memory
+        if released and outside is not None:
+            peak = min(peak, _forward_phase_peak(_with_loss(bare, outside), schedule, released))
+        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside, peak)
 
     def _provisional(
         self, chain: remat.Chain, failed: list[tuple[remat.InfeasibleError, int, int]], note: str, extra: dict[str, Any]
@@ -1935,9 +1950,7 @@ class AppliedPlan:
         outside = c.outside
         # With micro-batches in flight, the rank's peak: (in_flight - 1) x residue + peak.
         schedule = c.schedule
-        peak = (
-            int(getattr(schedule, "rank_peak", schedule.peak_memory)) if self.in_flight != 1 else schedule.peak_memory
-        )
+        peak = int(getattr(schedule, "rank_peak", schedule.peak_memory)) if self.in_flight != 1 else c.stack_peak
         if outside is None:
             return peak
         # What the budget set aside: the outside parts, and the side inputs'
@@ -2066,7 +2079,7 @@ class AppliedPlan:
             _explain_compiled(self, c),
             f"schedule ({schedule.algorithm}): "
             + _explain_forward(ops[:split], L, has_options, d["stages"], self._bridges),
-            f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(schedule.peak_memory)}), time "
+            f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(c.stack_peak)}), time "
             f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
         if has_options:
@@ -2623,7 +2636,7 @@ class _TracedMeasure:
         def gradient_arrives(g: torch.Tensor) -> None:
             if not self.open or self.m_grad is not None:
                 return
-            self.m_grad = self.trace.mark()
+            self.m_grad = self.trace.mark(births=True)
             self.freed = [n if ref() is None else 0 for ref, n, _ in self.held]
             self.returned = [(ref, n, p) for ref, n, p in returned if ref() is None]
             self.side = [(ref, n, p) for ref, n, p in side if ref() is None]
@@ -2676,9 +2689,14 @@ class _TracedMeasure:
         now = t.alive(self.m_grad)
         peak = at_end + t.peak(self.m_end, self.m_grad)
         raw = now + output_freed + dropped - at_end - self.grad_bytes
-        post_after = max(0, raw)
+        # What the part after the stack made and left (the loss, the seed of
+        # its gradient, a tied weight's gradient), read apart from what it
+        # freed of what was there before: a net figure let a frees of 160 KiB
+        # hide the loss's 8 bytes (timm's ConvNeXt 8 B above its budget).
+        post_after = max(0, raw, t.made(self.m_end, self.m_grad) - self.grad_bytes)
         post_peak = max(post_after, peak + dropped - at_end)
-        released = min(pre, max(0, -raw))  # see _Measure.stack_ends
+        # Of what it freed, that of the part before the stack (see _Measure.stack_ends).
+        released = min(pre, max(0, post_after - raw))
         # From the stack's input gradient to the end: the part before the
         # stack runs its own backward (the embeddings' gradients).
         pre_backward = t.alive(self.m_in) + t.peak(self.m_in, end) if self.m_in is not None else 0
@@ -3216,6 +3234,24 @@ def _scaled(
                 s[k] = s[k] * factor
     d["input_size"] = math.ceil(d["input_size"] * factor)
     return remat.Chain.from_dict(d)
+
+
+def _forward_phase_peak(chain: remat.Chain, schedule: remat.Schedule, extra: int) -> int:
+    """The peak of ``schedule`` replayed on ``chain`` with ``extra`` bytes more
+    in every stage's forward before the loss's backward (the forward phase),
+    none in the recomputations after it: what is before the stack and gone by
+    its backward (the chain the solver saw counts it in every forward, a
+    recomputation's too). ``chain``'s loss counts it already. O(operations)."""
+    replay = remat.simulate(chain, schedule)
+    last = len(chain.to_dict()["stages"]) + 1
+    peak, forward = 0, True
+    for st in replay.steps:
+        kind, l = st["op"][0], int(st["op"][1])
+        during = int(st["during"]["total"])
+        peak = max(peak, during + (extra if forward and kind != Op.B.value and l != last else 0))
+        if kind == Op.B.value and l == last:
+            forward = False
+    return peak
 
 
 def _with_derived_inputs(chain: remat.Chain, derived: set[int]) -> remat.Chain:

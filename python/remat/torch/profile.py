@@ -98,11 +98,20 @@ def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]
                 p.grad = g
 
 
+def _by_allocator(runner: _StageRunner) -> bool:
+    """Whether a stage's bytes are measured by the allocator's events: always,
+    but where eager code runs while a profiler of the caller's does (a
+    compiled stage needs them, and raises then)."""
+    return runner.compiled or not torch.autograd.profiler._is_profiler_enabled
+
+
 class _Meter:
     """Times blocks and measures peaks of bytes: CUDA events and allocator
-    statistics on a GPU, perf_counter on the CPU with :class:`LiveBytes` for
-    eager blocks or the allocator's events (:class:`AllocatorTrace`) for
-    compiled ones, whose kernels allocate without dispatching an operator.
+    statistics on a GPU, perf_counter on the CPU with the allocator's events
+    (:class:`AllocatorTrace`, ``allocator=True``: what kernels and operators
+    allocate inside themselves, compiled or not) or :class:`LiveBytes`
+    (tensors that dispatch an operator: where a profiler of the caller's
+    already runs, since two cannot nest).
 
     Inside :meth:`window`, :meth:`mark` notes the largest number of bytes alive
     since the previous mark (or the window's start) above the number alive
@@ -283,8 +292,11 @@ def profile(
     (``ReLU(inplace=True)`` first) is measured, and later run, on a copy of its
     input; the copy is part of its forward overhead.
 
-    On the CPU the bytes come from :class:`~remat.torch.memory.LiveBytes`, on a
-    GPU from ``torch.cuda.max_memory_allocated``. The module's state is left as
+    On the CPU the bytes come from the allocator's events
+    (:class:`~remat.torch.memory.AllocatorTrace`: what an operator allocates
+    inside itself counts, a convolution's workspace among them), or from
+    :class:`~remat.torch.memory.LiveBytes` (tensors only) while a profiler of
+    the caller's runs; on a GPU from ``torch.cuda.max_memory_allocated``. The module's state is left as
     it was: RNG state, buffers (BatchNorm statistics) and ``.grad`` are
     restored. The chain's loss stage is zero (the criterion is outside the
     module) and its metadata records the device, dtype, batch size and input
@@ -598,7 +610,7 @@ def _profile_stage(
 ) -> dict[str, Any]:
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params, allocator=runner.compiled)
+    meter = _Meter(device, params, allocator=_by_allocator(runner))
     needs_input_grad = x.is_floating_point() or x.is_complex()
     own = {storage_key(t) for t in [*stage.parameters(), *stage.buffers(), *runner.call.side_tensors(), x]}
 
@@ -839,7 +851,7 @@ def _profile_options(
     """
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params, allocator=runner.compiled)
+    meter = _Meter(device, params, allocator=_by_allocator(runner))
     needs_input_grad = x.is_floating_point() or x.is_complex()
     names = [runner.label]
     variants_of = runner.variants
