@@ -3219,7 +3219,10 @@ def _scaled(
             for k, keep in (known or {}).items():
                 if part.get(k):
                     v = int(part[k])
-                    line = min(v, keep) + (v - min(v, keep)) * factor
+                    # The stage's own line may rise as the input shrinks
+                    # (fixed_parts); an option keeps at most its own figure.
+                    kept = keep if part is s else min(v, keep)
+                    line = kept + (v - kept) * factor
                     readings[k] = max(readings.get(k, v * factor), line)
             for k, value in readings.items():
                 part[k] = math.ceil(value / factor)

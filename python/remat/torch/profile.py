@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -695,12 +696,15 @@ SIZE_FIELDS = (
 def fixed_parts(full: dict[str, Any], part: dict[str, Any], share: float) -> dict[str, int]:
     """For each size field, the bytes that do not grow with the batch, from
     its figure on the whole batch and on ``share`` of it (a line through the
-    two: ``v(share) = fixed + (v(1) - fixed) * share``), within 0 and the
-    whole batch's figure. O(fields)."""
+    two: ``v(share) = fixed + (v(1) - fixed) * share``), at least 0. Above
+    the whole batch's figure where the figure is larger on the smaller batch
+    (a backward whose workspace grows as the batch shrinks: ConvNeXt-tiny's
+    last blocks, 264 KiB more at half the batch), so that the line reads
+    that figure there. O(fields)."""
     found: dict[str, int] = {}
     for k in SIZE_FIELDS:
         v, h = int(full.get(k, 0)), int(part.get(k, 0))
-        found[k] = max(0, min(v, int((h - share * v) / (1 - share))))
+        found[k] = max(0, math.ceil((h - share * v) / (1 - share)))
     return found
 
 
