@@ -96,3 +96,77 @@ def test_data_parallel_gradients_equal_one_process(wrap: str) -> None:
     assert got["grads"].keys() == want.keys()
     for n, g in want.items():
         torch.testing.assert_close(got["grads"][n], g, rtol=1e-5, atol=1e-7, msg=n)
+
+
+def make_t5() -> Any:
+    config = transformers.T5Config(
+        vocab_size=64,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=3,
+        num_decoder_layers=3,
+        num_heads=4,
+        dropout_rate=0.0,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    return transformers.T5ForConditionalGeneration(config).train()
+
+
+SRC = torch.randint(1, 64, (4, 12), generator=torch.Generator().manual_seed(2))
+TGT = torch.randint(1, 64, (4, 10), generator=torch.Generator().manual_seed(3))
+
+
+def t5_worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        from torch.distributed.fsdp import fully_shard
+
+        model = make_t5()
+        plan = rt.apply(model, memory="60%")
+        for block in [*model.encoder.block, *model.decoder.block]:
+            fully_shard(block)
+        wrapped = fully_shard(model)
+        src, tgt = SRC.chunk(world)[rank], TGT.chunk(world)[rank]
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            wrapped(input_ids=src, labels=tgt).loss.backward()
+        grads = {}
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                grads[n] = g.detach().clone()
+        assert plan.schedule is not None
+        L = len(plan.modules)
+        ops = plan.schedule.operations_with_options
+        recomputed = sum(1 for k, l, _ in ops if k != "B" and l <= L) - L + sum(1 for _, _, o in ops if o)
+        if rank == 0:
+            torch.save({"grads": grads, "stacks": [w for w, _ in plan.stacks], "recomputed": recomputed}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_around_an_encoder_decoder_plans_both_stacks() -> None:
+    """T5 under FSDP2 (each block of both stacks and the model): the decoder's
+    input is seen by running the model's forward once more up to its last
+    block, which reshards each block after its forward; remat puts back what
+    was gathered when it began. Both stacks are planned together, and the
+    gradients equal one process's on the whole batch. Before, several stacks
+    under FSDP2 raised an error naming one stack to plan instead."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "grads.pt")
+        mp.spawn(t5_worker, args=(2, free_port(), out), nprocs=2, join=True)
+        got = torch.load(out)
+    assert got["stacks"] == ["encoder.block", "decoder.block"] and got["recomputed"] > 0
+    model = make_t5()
+    model(input_ids=SRC, labels=TGT).loss.backward()
+    want = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert got["grads"].keys() == want.keys()
+    for n, g in want.items():
+        torch.testing.assert_close(got["grads"][n], g, rtol=1e-5, atol=1e-6, msg=n)

@@ -1360,9 +1360,7 @@ class AppliedPlan:
         forward, or where that forward raised (the profile then gives every
         block the first block's side inputs, as before). O(one forward)."""
         inputs = self._inputs
-        if inputs is None or len(self.modules) < 2 or _fully_sharded(self.model):
-            # FSDP2 reshards a module after its forward: a block's second
-            # forward inside its first would leave its parameters sharded.
+        if inputs is None or len(self.modules) < 2:
             return None
         args, kwargs = inputs
         found: list[Call | None] = [None] * len(self.modules)
@@ -1377,6 +1375,7 @@ class AppliedPlan:
         try:
             with (
                 preserved_state([self.model], devices),
+                _fsdp_state_kept(self.model),
                 torch.autograd.graph.saved_tensors_hooks(_drop, _never),
             ):
                 self.model.forward(*args, **kwargs)
@@ -1493,7 +1492,7 @@ class AppliedPlan:
                         f"remat: {self.where} are {len(self.stacks)} stacks planned together, and their inputs are "
                         f"seen by running {type(self.model).__name__}'s forward once more up to the last block, which "
                         "did not reach stack "
-                        f"{starts.index(a) + 1} here (under FSDP2, or a forward that cannot run twice: see the "
+                        f"{starts.index(a) + 1} here (a forward that cannot run twice: see the "
                         "warning); plan one stack with apply(..., blocks=...), e.g. blocks="
                         f"{self.stacks[-1][0]!r}"
                     )
@@ -1512,6 +1511,7 @@ class AppliedPlan:
                 name=name,
                 policies=self.policies,
                 compiled=variant if compiled else None,
+                around=lambda i, a=a: _gathered(self.modules[i + a - 1]),
             )
             d = chain.to_dict()
             if base is None:
@@ -3014,13 +3014,79 @@ def _without_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple
     return args, kwargs
 
 
-def _fully_sharded(model: nn.Module) -> bool:
-    """Whether a module of ``model`` is FSDP2's (``fully_shard``). O(modules)."""
+@contextlib.contextmanager
+def _fsdp_state_kept(model: nn.Module) -> Iterator[None]:
+    """FSDP2's state of ``model``'s modules, put back after a forward run
+    inside the step's forward (:meth:`AppliedPlan._capture`): each module's
+    forward there reshards its parameters after it, and the modules whose
+    forward is running (the first block, a stack's wrapper) would go on
+    sharded; it also records each forward for the backward's prefetching and
+    marks the state idle. Gathered parameters are gathered again, the
+    records and the training state put back. Reads FSDP2's private state: if
+    that is not there, only what the public ``unshard()`` does is put back.
+    O(FSDP modules)."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a build without torch.distributed
-        return False
-    return any(isinstance(m, FSDPModule) for m in model.modules())
+        yield
+        return
+    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if not modules:
+        yield
+        return
+    kept: list[tuple[Any, Any, bool, int, Any]] = []  # (state, group, gathered, records, group's training state)
+    orders: dict[int, tuple[list[Any], int]] = {}
+    for m in modules:
+        try:
+            state = m._get_fsdp_state()
+            for g in state._fsdp_param_groups:
+                kept.append((state, g, bool(g.is_unsharded), len(g._post_forward_indices), g._training_state))
+                order = g.comm_ctx.post_forward_order
+                orders.setdefault(id(order), (order, len(order)))
+        except AttributeError:
+            continue
+    states = {id(st): (st, st._training_state) for st, *_ in kept}
+    try:
+        yield
+    finally:
+        for _, g, gathered, records, training in kept:
+            del g._post_forward_indices[records:]
+            g._training_state = training
+            if gathered and not g.is_unsharded:
+                g.unshard()
+                g.wait_for_unshard()
+        for st, training in states.values():
+            st._training_state = training
+        for order, n in orders.values():
+            del order[n:]
+
+
+@contextlib.contextmanager
+def _gathered(module: nn.Module) -> Iterator[None]:
+    """FSDP2's parameters of ``module`` gathered while the profile runs it
+    (without its module hooks, which gather them in a step) and sharded again
+    after, where they were sharded (the block whose forward is running is
+    gathered already). O(1) but the gathering."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a build without torch.distributed
+        yield
+        return
+    if not isinstance(module, FSDPModule):
+        yield
+        return
+    try:
+        sharded = not all(g.is_unsharded for g in module._get_fsdp_state()._fsdp_param_groups)
+    except AttributeError:
+        sharded = True
+    if not sharded:
+        yield
+        return
+    module.unshard()
+    try:
+        yield
+    finally:
+        module.reshard()
 
 
 def _bridge_stage(name: str, output: int, held: int = 0, transient: int = 0, backward: int = 0) -> dict[str, Any]:

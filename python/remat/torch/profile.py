@@ -360,6 +360,7 @@ def profile_calls(
     policies: Sequence[Any] = (),
     compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
     calls: Sequence[Call | None] | None = None,
+    around: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
@@ -376,7 +377,11 @@ def profile_calls(
 
     With ``compiled`` (``compiled(i, policy)``: how the executor calls stage
     i + 1's compiled variant for ``policy``, None for option 0), the compiled
-    variants are what is measured, bytes by the allocator's events."""
+    variants are what is measured, bytes by the allocator's events.
+
+    ``around(i)``, where given, is entered while stage i + 1 is measured and
+    run (FSDP2 gathers a block's parameters there: the stages are called
+    without their module hooks)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     named = resolve_policies(policies)
@@ -400,60 +405,61 @@ def profile_calls(
     cuda_devices = [device] if device.type == "cuda" else []
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
-            mine = own[i] if i < len(own) and own[i] is not None else call
-            runner = _StageRunner(stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call)
-            key = (
-                _signature(stages[i]),
-                tuple(x.shape),
-                x.dtype,
-                x.device,
-                x.requires_grad,
-                _side_signature(mine),
-            )
-            seen = measured.get(key)
-            if seen is None:
-                changes_input, rng = runner.probe(x)
-                record = _profile_stage(runner, x, repeat, device, changes_input)
-                kept: list[NamedPolicy | None] = [None]
-                failed: list[tuple[str, str]] = []
-                if named:
-                    found, failed = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
-                    if found:
-                        record["options"] = [o for o, _ in found]
-                        kept += [p for _, p in found]
-                with torch.no_grad():
-                    y = runner(x.clone() if changes_input else x)
-                out_meta = (tuple(y.shape), y.dtype, y.device)
-                measured[key] = (record, changes_input, rng, out_meta, kept, failed)
-            else:
-                record, changes_input, rng, out_meta, kept, failed = seen
-                y = None
-            dropped += [(i, name, why) for name, why in failed]
-            rec = dict(record, name=labels[i])
-            fixed.append(rec.pop("_fixed", None))
-            records.append(rec)
-            inplace.append(changes_input)
-            uses_rng.append(rng)
-            options.append(kept)
-            # The next stage's input: identical stages whose output has the
-            # input's shape need not run (a stack of equal blocks runs one).
-            last = i + 1 == len(stages)
-            if y is None and not last:
-                following = own[i + 1] if i + 1 < len(own) and own[i + 1] is not None else call
-                nxt = (
-                    _signature(stages[i + 1]),
+            with around(i) if around is not None else contextlib.nullcontext():
+                mine = own[i] if i < len(own) and own[i] is not None else call
+                runner = _StageRunner(stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call)
+                key = (
+                    _signature(stages[i]),
                     tuple(x.shape),
                     x.dtype,
                     x.device,
                     x.requires_grad,
-                    _side_signature(following),
+                    _side_signature(mine),
                 )
-                if out_meta == (tuple(x.shape), x.dtype, x.device) and nxt in measured:
-                    continue
-                with torch.no_grad():
-                    y = runner(x.clone() if changes_input else x)
-            if y is not None:
-                x = y.detach()
+                seen = measured.get(key)
+                if seen is None:
+                    changes_input, rng = runner.probe(x)
+                    record = _profile_stage(runner, x, repeat, device, changes_input)
+                    kept: list[NamedPolicy | None] = [None]
+                    failed: list[tuple[str, str]] = []
+                    if named:
+                        found, failed = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
+                        if found:
+                            record["options"] = [o for o, _ in found]
+                            kept += [p for _, p in found]
+                    with torch.no_grad():
+                        y = runner(x.clone() if changes_input else x)
+                    out_meta = (tuple(y.shape), y.dtype, y.device)
+                    measured[key] = (record, changes_input, rng, out_meta, kept, failed)
+                else:
+                    record, changes_input, rng, out_meta, kept, failed = seen
+                    y = None
+                dropped += [(i, name, why) for name, why in failed]
+                rec = dict(record, name=labels[i])
+                fixed.append(rec.pop("_fixed", None))
+                records.append(rec)
+                inplace.append(changes_input)
+                uses_rng.append(rng)
+                options.append(kept)
+                # The next stage's input: identical stages whose output has the
+                # input's shape need not run (a stack of equal blocks runs one).
+                last = i + 1 == len(stages)
+                if y is None and not last:
+                    following = own[i + 1] if i + 1 < len(own) and own[i + 1] is not None else call
+                    nxt = (
+                        _signature(stages[i + 1]),
+                        tuple(x.shape),
+                        x.dtype,
+                        x.device,
+                        x.requires_grad,
+                        _side_signature(following),
+                    )
+                    if out_meta == (tuple(x.shape), x.dtype, x.device) and nxt in measured:
+                        continue
+                    with torch.no_grad():
+                        y = runner(x.clone() if changes_input else x)
+                if y is not None:
+                    x = y.detach()
     chain = {
         "name": name,
         "input_size": sample.numel() * sample.element_size(),
