@@ -1287,3 +1287,25 @@ def test_a_cnn_whose_stem_is_its_first_block() -> None:
         assert plan.profiles == 1 and current is not None and plan.peak_memory is not None
         assert peak <= current.total, (peak, current.total)
         assert peak <= plan.peak_memory, (peak, plan.peak_memory)
+
+
+def test_a_first_step_under_the_users_own_profiler() -> None:
+    """remat measures a first step by the allocator's events, which need a
+    profiler of its own; where the user's ``torch.profiler`` runs through that
+    step (two cannot nest), the blocks and the rest of the step are measured
+    by ``LiveBytes`` instead, nothing raises, the step trains with plain
+    training's gradients, and the plan holds its budget by that measure."""
+    plain, ours = gpt2(), gpt2()
+    lm_step(plain)
+    with steady_profiles():
+        plan = rt.apply(ours, memory="50%")
+        with torch.profiler.profile(profile_memory=True):
+            lm_step(ours)
+        lm_step(ours)
+        _, peak = lm_step(ours)
+    assert plan.profiles == 1 and plan.peak_memory is not None
+    current = plan._current()
+    assert current is not None and peak <= current.total, (peak, current.total)
+    assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
+    lm_step(plain)
+    assert_same_gradients(plain, ours)
