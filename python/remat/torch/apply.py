@@ -1562,7 +1562,7 @@ class AppliedPlan:
         for entry in self._entries.values():
             entry.by_numel.clear()
 
-    def _solve(self, entry: _Entry, numel: int, device: torch.device) -> _Planned:
+    def _solve(self, entry: _Entry, numel: int, device: torch.device, at_least: int = 0) -> _Planned:
         stack = (
             _scaled(entry.base, numel / entry.numel, self._weight_gradients, entry.fixed)
             if numel != entry.numel
@@ -1588,7 +1588,7 @@ class AppliedPlan:
             bare = _with_held_output_gradient(bare)
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
-        budget, note = self._budget(chain, outside, device, side, kept)
+        budget, note = self._budget(chain, outside, device, side, kept, at_least)
         side += kept  # both set aside from here on
         # in_flight is passed only when above 1, so that a plan of one
         # micro-batch calls the solver exactly as before pipelining.
@@ -1668,6 +1668,22 @@ class AppliedPlan:
                 f"{f' ({least} bytes)' if least is not None else ''}{why}: raise memory= to at least that"
             )
             err.min_budget, err.algorithm, err.budget = least, failed[0][0].algorithm, total
+            larger = [p.total for n, p in entry.by_numel.items() if n > numel]
+            if least is not None and not at_least and isinstance(self.memory, str) and larger:
+                if least <= max(larger):
+                    # A share of storing everything at a smaller input (the last
+                    # batch of an epoch) that a part which does not shrink (a
+                    # convolution's workspace) makes impossible: the memory a
+                    # larger input was planned within holds this one.
+                    warnings.warn(
+                        f"remat: memory={self.memory!r} has no schedule at this smaller input ({_fmt(total)}; "
+                        f"a part that does not shrink with the input, such as a convolution's workspace, needs "
+                        f"more): it runs at its smallest budget, {_fmt(least)}, within the {_fmt(max(larger))} "
+                        "planned for a larger input",
+                        RuntimeWarning,
+                        stacklevel=5,
+                    )
+                    return self._solve(entry, numel, device, at_least=least)
             raise err from failed[0][0]
         _, chunks, chain, schedule, outside, budget = best
         if chunks != 1:
@@ -1776,7 +1792,13 @@ class AppliedPlan:
         return schedule, tuple(o for _, _, o in forward[:L])
 
     def _budget(
-        self, chain: remat.Chain, outside: _Outside | None, device: torch.device, side: int = 0, kept: int = 0
+        self,
+        chain: remat.Chain,
+        outside: _Outside | None,
+        device: torch.device,
+        side: int = 0,
+        kept: int = 0,
+        at_least: int = 0,
     ) -> tuple[int, str]:
         """The chain's budget: ``memory`` less what the step holds outside the
         stack, and less ``side``, the gradients of the blocks' side inputs
@@ -1810,6 +1832,9 @@ class AppliedPlan:
             whole = max(store_all + fixed, outside.pre_backward if outside is not None else 0)
             total = int(share * whole)
             how = f"memory={m!r} of storing everything ({_fmt(whole)}) = {_fmt(total)}"
+        if at_least > total:
+            how += f", raised to {_fmt(at_least)}, the least this input needs (within a larger input's budget)"
+            total = at_least
         # At most 0 left for the stack, or less than the part before it takes
         # in its backward: _solve names the smallest budget for the step.
         budget = total - fixed
