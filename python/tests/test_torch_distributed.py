@@ -55,26 +55,32 @@ def worker(rank: int, world: int, port: int, wrap: str, out: str) -> None:
         for _ in range(2):  # the first step measures, the second runs the final plan
             model.zero_grad(set_to_none=True)
             wrapped(ids, labels=ids).loss.backward()
-        # Below storing everything every plan recomputes: an extra forward, or a
-        # block recorded under an option, which its backward reruns. Which of
-        # the two the solver picks follows the measured times (counting extra
-        # forwards alone failed under load, issue 36).
-        assert plan.schedule is not None
-        L = len(plan.modules)
-        ops = plan.schedule.operations_with_options
-        recomputed = sum(1 for k, l, _ in ops if k != "B" and l <= L) - L + sum(1 for _, _, o in ops if o)
-        grads = {}
-        for n, p in model.named_parameters():
-            g = p.grad
-            if g is None:
-                continue
-            if hasattr(g, "full_tensor"):
-                g = g.full_tensor()
-            grads[n] = g.detach().clone()
+        grads = full_gradients(model)  # every rank: FSDP2 gathers them together
         if rank == 0:
-            torch.save({"grads": grads, "recomputed": recomputed}, out)
+            torch.save({"grads": grads, "recomputed": recomputed(plan)}, out)
     finally:
         dist.destroy_process_group()
+
+
+def recomputed(plan: rt.AppliedPlan) -> int:
+    """How much the plan recomputes. Below storing everything every plan
+    does: an extra forward, or a block recorded under an option, which its
+    backward reruns. Which of the two the solver picks follows the measured
+    times (counting extra forwards alone failed under load, issue 36)."""
+    assert plan.schedule is not None
+    L = len(plan.modules)
+    ops = plan.schedule.operations_with_options
+    return sum(1 for k, l, _ in ops if k != "B" and l <= L) - L + sum(1 for _, _, o in ops if o)
+
+
+def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Each parameter's gradient, whole (FSDP2's are sharded DTensors)."""
+    grads = {}
+    for n, p in model.named_parameters():
+        g = p.grad
+        if g is not None:
+            grads[n] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+    return grads
 
 
 def free_port() -> int:
@@ -135,17 +141,9 @@ def t5_worker(rank: int, world: int, port: int, out: str) -> None:
         for _ in range(3):
             model.zero_grad(set_to_none=True)
             wrapped(input_ids=src, labels=tgt).loss.backward()
-        grads = {}
-        for n, p in model.named_parameters():
-            if p.grad is not None:
-                g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-                grads[n] = g.detach().clone()
-        assert plan.schedule is not None
-        L = len(plan.modules)
-        ops = plan.schedule.operations_with_options
-        recomputed = sum(1 for k, l, _ in ops if k != "B" and l <= L) - L + sum(1 for _, _, o in ops if o)
+        grads = full_gradients(model)  # every rank: FSDP2 gathers them together
         if rank == 0:
-            torch.save({"grads": grads, "stacks": [w for w, _ in plan.stacks], "recomputed": recomputed}, out)
+            torch.save({"grads": grads, "stacks": [w for w, _ in plan.stacks], "recomputed": recomputed(plan)}, out)
     finally:
         dist.destroy_process_group()
 
