@@ -401,7 +401,7 @@ class _Outside:
             peak(self.pre_backward),
             self.fixed,
             int(self.released * f),
-            math.ceil(self.given * f),
+            int(self.given * f),  # subtracted: rounded down
         )
 
 
@@ -1360,7 +1360,8 @@ class AppliedPlan:
         forward, or where that forward raised (the profile then gives every
         block the first block's side inputs, as before). O(one forward)."""
         inputs = self._inputs
-        if inputs is None or len(self.modules) < 2:
+        if inputs is None or len(self.modules) < 2 or not _fsdp_state_readable(self.model):
+            # FSDP2 whose state remat cannot put back (see _fsdp_state_kept).
             return None
         args, kwargs = inputs
         found: list[Call | None] = [None] * len(self.modules)
@@ -1722,7 +1723,9 @@ class AppliedPlan:
         )
         self._infeasible = None
         peak = schedule.peak_memory
-        if released and outside is not None:
+        if released and outside is not None and self.in_flight == 1:
+            # (With micro-batches in flight, later ones' forwards follow the
+            # first loss's backward: the schedule's figure stays.)
             peak = min(peak, _forward_phase_peak(_with_loss(bare, outside), schedule, released))
         return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside, peak)
 
@@ -2466,6 +2469,9 @@ class _Measure:
             # until the embeddings' backward adds theirs: real memory of the step
             # (not yet a .grad), so the budget counts it.
             raw = now + freed(output) + dropped - self.at_end - grad_bytes
+            # A net figure: without the allocator's history (a GPU's
+            # statistics, LiveBytes) what the head made and left is not read
+            # apart from what it freed, as _TracedMeasure reads it (made()).
             post_after = max(0, raw)
             post_peak = max(post_after, peak + dropped - self.at_end)
             # Not left here: the engine restores the thread's dispatch modes
@@ -3039,49 +3045,82 @@ def _without_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple
     return args, kwargs
 
 
+def _is_fsdp(module: nn.Module) -> bool:
+    """Whether ``module`` is FSDP2's (``fully_shard``). O(1)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a build without torch.distributed
+        return False
+    return isinstance(module, FSDPModule)
+
+
+def _fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """``model``'s FSDP2 modules. O(modules)."""
+    return [m for m in model.modules() if _is_fsdp(m)]
+
+
+def _fsdp_groups(module: nn.Module) -> tuple[Any, list[Any]] | None:
+    """An FSDP2 module's state and parameter groups (FSDP2's private state:
+    a list in recent releases, one group in older ones); None where neither
+    is there. O(1)."""
+    try:
+        state = module._get_fsdp_state()  # type: ignore[operator]
+    except AttributeError:
+        return None
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        one = getattr(state, "_fsdp_param_group", None)
+        if one is None and not hasattr(state, "_fsdp_param_group"):
+            return None
+        groups = [] if one is None else [one]
+    return state, list(groups)
+
+
+def _fsdp_state_readable(model: nn.Module) -> bool:
+    """Whether :func:`_fsdp_state_kept` can put back the state of every FSDP2
+    module of ``model`` (no FSDP2 at all: trivially). O(modules)."""
+    return all(_fsdp_groups(m) is not None for m in _fsdp_modules(model))
+
+
 @contextlib.contextmanager
 def _fsdp_state_kept(model: nn.Module) -> Iterator[None]:
     """FSDP2's state of ``model``'s modules, put back after a forward run
     inside the step's forward (:meth:`AppliedPlan._capture`): each module's
     forward there reshards its parameters after it, and the modules whose
     forward is running (the first block, a stack's wrapper) would go on
-    sharded; it also records each forward for the backward's prefetching and
-    marks the state idle. Gathered parameters are gathered again, the
-    records and the training state put back. Reads FSDP2's private state: if
-    that is not there, only what the public ``unshard()`` does is put back.
-    O(FSDP modules)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a build without torch.distributed
-        yield
-        return
-    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    if not modules:
-        yield
-        return
-    kept: list[tuple[Any, Any, bool, int, Any]] = []  # (state, group, gathered, records, group's training state)
+    sharded; the last block's is gathered and not resharded (the run stops
+    in its call); it also records each forward for the backward's
+    prefetching and marks the state idle. What was gathered is gathered
+    again, what was not is sharded again, the records and the training
+    states put back. Reads FSDP2's private state (the caller checks
+    :func:`_fsdp_state_readable` first). O(FSDP modules)."""
+    modules = _fsdp_modules(model)
+    kept: list[tuple[Any, bool, int, Any]] = []  # (group, gathered, records, group's training state)
+    states: list[tuple[Any, Any]] = []  # (module's state, its training state)
     orders: dict[int, tuple[list[Any], int]] = {}
     for m in modules:
-        try:
-            state = m._get_fsdp_state()
-            for g in state._fsdp_param_groups:
-                kept.append((state, g, bool(g.is_unsharded), len(g._post_forward_indices), g._training_state))
-                order = g.comm_ctx.post_forward_order
-                orders.setdefault(id(order), (order, len(order)))
-        except AttributeError:
+        found = _fsdp_groups(m)
+        if found is None:
             continue
-    states = {id(st): (st, st._training_state) for st, *_ in kept}
+        state, groups = found
+        states.append((state, state._training_state))
+        for g in groups:
+            kept.append((g, bool(g.is_unsharded), len(g._post_forward_indices), g._training_state))
+            order = g.comm_ctx.post_forward_order
+            orders.setdefault(id(order), (order, len(order)))
     try:
         yield
     finally:
-        for _, g, gathered, records, training in kept:
+        for g, gathered, records, training in kept:
             del g._post_forward_indices[records:]
             g._training_state = training
             if gathered and not g.is_unsharded:
                 g.unshard()
                 g.wait_for_unshard()
-        for st, training in states.values():
-            st._training_state = training
+            elif not gathered and g.is_unsharded:
+                g.reshard()
+        for state, training in states:
+            state._training_state = training
         for order, n in orders.values():
             del order[n:]
 
@@ -3091,27 +3130,17 @@ def _gathered(module: nn.Module) -> Iterator[None]:
     """FSDP2's parameters of ``module`` gathered while the profile runs it
     (without its module hooks, which gather them in a step) and sharded again
     after, where they were sharded (the block whose forward is running is
-    gathered already). O(1) but the gathering."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a build without torch.distributed
+    gathered already); nothing where FSDP2's state cannot be read. O(1) but
+    the gathering."""
+    found = _fsdp_groups(module) if _is_fsdp(module) else None
+    if found is None or all(g.is_unsharded for g in found[1]):
         yield
         return
-    if not isinstance(module, FSDPModule):
-        yield
-        return
-    try:
-        sharded = not all(g.is_unsharded for g in module._get_fsdp_state()._fsdp_param_groups)
-    except AttributeError:
-        sharded = True
-    if not sharded:
-        yield
-        return
-    module.unshard()
+    module.unshard()  # type: ignore[operator]
     try:
         yield
     finally:
-        module.reshard()
+        module.reshard()  # type: ignore[operator]
 
 
 def _bridge_stage(name: str, output: int, held: int = 0, transient: int = 0, backward: int = 0) -> dict[str, Any]:
