@@ -667,7 +667,7 @@ class AppliedPlan:
         # shrink either (MobileNet-V3's classifier at half the batch took 3 KiB
         # above its 2.25 MiB weight's gradient, against 1 KiB at the batch
         # profiled: predicted low, over its budget).
-        self._outside_weight_gradient = sum(
+        self._outside_gradients = sum(
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad and id(p) not in inside
         )
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
@@ -931,8 +931,7 @@ class AppliedPlan:
         with measure.aside() if measure is not None else contextlib.nullcontext():
             # By the allocator where no profiler runs (the step's own trace is
             # paused): what kernels allocate unseen by a dispatch mode counts.
-            allocator = not torch.autograd.profiler._is_profiler_enabled
-            meter = _Meter(hidden.device, list(self.model.parameters()), allocator=allocator)
+            meter = _Meter(hidden.device, list(self.model.parameters()), allocator=AllocatorTrace.available())
             self._head_measuring = True
             whole_grad: list[torch.Tensor] = []
             try:
@@ -1065,6 +1064,12 @@ class AppliedPlan:
         ):
             # The final plan's first step (inside the graph, or by the executor).
             self._measure = _Verify(self)
+
+    def _given_bytes(self, x: torch.Tensor) -> int:
+        """The bytes of the stack's input ``x`` that a step's peak leaves out
+        where the step did not make it (see :attr:`_Outside.given`): none for
+        a pipeline stage's, which the pipeline holds as the rank's memory."""
+        return 0 if self.input_in_step else x.numel() * x.element_size()
 
     def _given(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is (a view of) a tensor the model's forward was given,
@@ -1669,22 +1674,21 @@ class AppliedPlan:
                 f"{f' ({least} bytes)' if least is not None else ''}{why}: raise memory= to at least that"
             )
             err.min_budget, err.algorithm, err.budget = least, failed[0][0].algorithm, total
-            larger = [p.total for n, p in entry.by_numel.items() if n > numel]
-            if least is not None and not at_least and isinstance(self.memory, str) and larger:
-                if least <= max(larger):
-                    # A share of storing everything at a smaller input (the last
-                    # batch of an epoch) that a part which does not shrink (a
-                    # convolution's workspace) makes impossible: the memory a
-                    # larger input was planned within holds this one.
-                    warnings.warn(
-                        f"remat: memory={self.memory!r} has no schedule at this smaller input ({_fmt(total)}; "
-                        f"a part that does not shrink with the input, such as a convolution's workspace, needs "
-                        f"more): it runs at its smallest budget, {_fmt(least)}, within the {_fmt(max(larger))} "
-                        "planned for a larger input",
-                        RuntimeWarning,
-                        stacklevel=5,
-                    )
-                    return self._solve(entry, numel, device, at_least=least)
+            larger = max((p.total for n, p in entry.by_numel.items() if n > numel), default=None)
+            if least is not None and not at_least and isinstance(self.memory, str) and larger and least <= larger:
+                # A share of storing everything at a smaller input (the last
+                # batch of an epoch) that a part which does not shrink (a
+                # convolution's workspace) makes impossible: the memory a
+                # larger input was planned within holds this one.
+                warnings.warn(
+                    f"remat: memory={self.memory!r} has no schedule at this smaller input ({_fmt(total)}; "
+                    f"a part that does not shrink with the input, such as a convolution's workspace, needs "
+                    f"more): it runs at its smallest budget, {_fmt(least)}, within the {_fmt(larger)} "
+                    "planned for a larger input",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+                return self._solve(entry, numel, device, at_least=least)
             raise err from failed[0][0]
         _, chunks, chain, schedule, outside, budget = best
         if chunks != 1:
@@ -2317,7 +2321,7 @@ class _Measure:
         made = self.live.tracks(x) if self.live is not None else not self.plan._given(x)
         own = x.untyped_storage().nbytes() if made else 0
         self.pre = max(0, self._now() - own)
-        self.given = 0 if made or self.plan.input_in_step else x.numel() * x.element_size()
+        self.given = 0 if made else self.plan._given_bytes(x)
         counted = [t for t in side if self.live is None or self.live.tracks(t)]
         self.side = [(ref, n) for _, ref, n in _side_storages(x, counted)]
         self.numel = x.numel()
@@ -2487,7 +2491,7 @@ class _Measure:
                 post_peak,
                 post_after,
                 self.numel,
-                fixed=self.plan._outside_weight_gradient,
+                fixed=self.plan._outside_gradients,
                 released=released,
                 given=self.given,
             )
@@ -2527,7 +2531,7 @@ class _TracedMeasure:
         self.open = True
         self.numel = 1
         self.own = 0
-        self.given = 0  # the stack input's bytes, not in the step's peak where the trace did not make it
+        self.given = 0  # see _Outside.given
         self.grad_bytes = 0
         self.m_start = self.m_end = self.m_grad = self.m_in = None
         self.p_input: int | None = None
@@ -2573,7 +2577,7 @@ class _TracedMeasure:
         self.p_input = self.trace.probe(x)  # pre is what was made before, x not included
         self.m_start = self.p_input
         self.own = x.untyped_storage().nbytes()
-        self.given = x.numel() * x.element_size()
+        self.given = self.plan._given_bytes(x)  # where the trace did not make x
         self.numel = x.numel()
         if x.requires_grad:
             x.register_hook(self._input_gradient_arrives)
@@ -2739,9 +2743,9 @@ class _TracedMeasure:
                 post_after,
                 self.numel,
                 max(0, pre_backward),
-                fixed=self.plan._outside_weight_gradient,
+                fixed=self.plan._outside_gradients,
                 released=released,
-                given=0 if made or self.plan.input_in_step else self.given,
+                given=0 if made else self.given,
             )
         )
 
@@ -2847,7 +2851,7 @@ def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
     on_gpu = torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters())
     if on_gpu:
         return _Measure(plan)
-    if torch.autograd.profiler._is_profiler_enabled and not compiled:
+    if not AllocatorTrace.available() and not compiled:
         return _Measure(plan)
     return _TracedMeasure(plan)
 

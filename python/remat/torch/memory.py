@@ -248,6 +248,13 @@ class AllocatorTrace:
         if self._open and self._running:
             self._note("heed", 0)
 
+    @staticmethod
+    def available() -> bool:
+        """Whether a trace can start on this thread now: no other profiler
+        runs (two cannot nest; a remat trace whose step has ended gives way
+        when one is entered). O(1)."""
+        return not torch.autograd.profiler._is_profiler_enabled
+
     def __enter__(self) -> AllocatorTrace:
         # A trace whose owner's step has ended (its backward done, waiting for
         # the plan's next use to be read) gives way: read it now.
@@ -258,7 +265,7 @@ class AllocatorTrace:
                     settle()
                 except Exception:
                     other.close()
-        if torch.autograd.profiler._is_profiler_enabled:
+        if not AllocatorTrace.available():
             raise RuntimeError(
                 "remat: measuring memory by the allocator needs torch.profiler, which is already running on this "
                 "thread (two profilers cannot nest); stop it for the first training step"

@@ -103,7 +103,7 @@ def _by_allocator(runner: _StageRunner) -> bool:
     """Whether a stage's bytes are measured by the allocator's events: always,
     but where eager code runs while a profiler of the caller's does (a
     compiled stage needs them, and raises then)."""
-    return runner.compiled or not torch.autograd.profiler._is_profiler_enabled
+    return runner.compiled or AllocatorTrace.available()
 
 
 class _Meter:
