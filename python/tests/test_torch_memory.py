@@ -3,7 +3,11 @@ simulator predicts and against the plain module."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -194,3 +198,30 @@ def test_the_allocator_trace_reads_what_a_stretch_made_apart_from_what_it_freed(
     assert trace.made(0, j) == 8  # the start's mark: everything then alive was made after it
     with pytest.raises(ValueError, match="births=True"):
         trace.made(i, plain)
+
+
+def test_a_first_step_writes_nothing_to_stderr(tmp_path: Path) -> None:
+    """remat starts a profiler per block it profiles; torch 2.15's kineto
+    wrote two "USDT: ... profiler_start/stop" lines to stderr for each (3,780
+    lines in the census). A fresh process, since kineto reads its log level
+    once, when its first profiler starts."""
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "import remat.torch as rt\n"
+        "torch.manual_seed(0)\n"
+        "model = nn.Sequential(nn.Linear(8, 32), nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.GELU()) "
+        "for _ in range(4)]), nn.Linear(32, 1))\n"
+        "plan = rt.apply(model, memory='60%')\n"
+        "for _ in range(2):\n"
+        "    model(torch.randn(16, 8)).square().mean().backward()\n"
+        "assert plan.profiles == 1, plan.profiles\n"
+        "print('stepped')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(rt.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "stepped"
+    assert "profiler_start" not in done.stderr and "USDT" not in done.stderr, done.stderr[:2000]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -170,6 +171,17 @@ def _compile_callbacks() -> Any:
     return callback_handler
 
 
+def _quiet_kineto() -> None:
+    """Keeps the profiler's C++ library (kineto) from writing two lines to
+    stderr each time a profiler starts and stops ("USDT: ... profiler_start"
+    on torch 2.15): remat starts one per block it profiles, several thousand
+    lines in a census of 52 models. Kineto reads ``KINETO_LOG_LEVEL`` once,
+    when the first profiler of the process starts; its messages go up to
+    level 5, so 6 silences them. A value the user set is left as it is (set
+    ``KINETO_LOG_LEVEL`` before the first step to see kineto's log)."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 class AllocatorTrace:
     """Live bytes as the CPU allocator saw them, from ``torch.profiler``'s
     memory events: what compiled code allocates too, which a dispatch mode such
@@ -229,6 +241,7 @@ class AllocatorTrace:
         # session's results, and reading them then corrupts the heap (seen
         # under torch.compile). Without ranges the marks are allocations.
         torch._C._autograd._enable_record_function(False)
+        _quiet_kineto()
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         prof.__enter__()
         self._sessions.append(prof)
