@@ -6,6 +6,7 @@ import gc
 import importlib
 import json
 import weakref
+from typing import Any
 
 import pytest
 import torch
@@ -266,6 +267,38 @@ def test_a_figure_larger_on_half_the_batch_is_read_there() -> None:
     half = stages(apply_module._scaled(chain, 0.5, [], [fixed]))[0]
     assert half["backward_overhead"] == 1100
     assert half["options"][0]["backward_overhead"] == 300  # its own figure, kept: no more
+    # An option measured on half the batch reads its own line, which may rise
+    # too (ResNet-50's last blocks under "matmuls": 136 KiB above the line
+    # their stage's capped figure gave, a step 0.6% over its budget).
+    own = fixed_parts({"backward_overhead": 300}, {"backward_overhead": 350}, 0.5)
+    half = stages(apply_module._scaled(chain, 0.5, [], [dict(fixed, options=[own])]))[0]
+    assert half["backward_overhead"] == 1100
+    assert half["options"][0]["backward_overhead"] == 350
+
+
+def test_options_are_measured_on_half_the_batch_too() -> None:
+    """A stage's options get their own line through two batch sizes, as the
+    stage does: profiled at batch 8, each option's figures scaled to batch 4
+    are at least what the option measures at batch 4 on its own."""
+    from remat.torch.policies import SAVE_MATMULS
+    from remat.torch.profile import Call, profile_calls
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()) for _ in range(2)]
+    x = torch.randn(8, 8, 12, 12)
+
+    def profiled(inp: torch.Tensor) -> tuple[remat.Chain, Any]:
+        return profile_calls(blocks, Call((inp,), {}, 0), repeat=1, policies=[SAVE_MATMULS])
+
+    chain, found = profiled(x)
+    assert all(f is not None and len(f.get("options") or []) == 1 for f in found.fixed), found.fixed
+    apply_module = importlib.import_module("remat.torch.apply")
+    scaled = stages(apply_module._scaled(chain, 0.5, [], found.fixed))
+    small = stages(profiled(x[:4])[0])
+    for a, b in zip(scaled, small):
+        assert "options" in a and "options" in b
+        for k in ("saved_size", "forward_overhead", "backward_overhead"):
+            assert a["options"][0][k] >= b["options"][0][k], (k, a["options"][0], b["options"][0])
 
 
 def test_an_options_recompute_time_eager_is_floored_and_compiled_may_be_negative() -> None:

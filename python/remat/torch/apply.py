@@ -349,6 +349,10 @@ _IN_GRAPH_TRIES = 3
 #: ResNet-50 at 50% three plans ended 0.12% above the budget).
 _EXECUTOR_TRIES = 6
 
+#: Bytes of a step's scalars that do not shrink with the input (the loss, the
+#: seed of its gradient; a CPU allocation of a 0-d tensor is 4 to 8 bytes).
+_SCALARS = 64
+
 #: The devices whose blocks get the offload option (``apply(offload=True)``):
 #: on the CPU the host is the device, so it would move nothing (tests add "cpu"
 #: to run it there).
@@ -379,6 +383,11 @@ class _Outside:
     #: chain counts a^0 throughout; the step's peak, measured above what the
     #: step starts with, does not: the step holds that much less than the chain.
     given: int = 0
+    #: An upper bound on what of ``pre`` does not grow or shrink with the
+    #: input: per-channel statistics (a batch norm saves a mean and an
+    #: inverse deviation per channel: at most the 1-D parameters and buffers
+    #: outside the stack) and scalars.
+    fixed_pre: int = 0
 
     def held(self) -> int:
         """What the step holds beyond the chain, throughout it: the part before
@@ -393,15 +402,20 @@ class _Outside:
         def peak(v: int) -> int:
             return int(_scaled_keeping(v, self.fixed, f))
 
+        # What is added is rounded up and keeps its part that does not scale
+        # (ResNet-50's stem at half the batch: its batch norm's 512 B of
+        # statistics; the loss's scalars): predicted low, a step ran 260 B
+        # above its budget. What is subtracted is rounded down.
         return _Outside(
-            int(self.pre * f),
+            _part_scaled(self.pre, self.fixed_pre, f),
             peak(self.post_peak),
-            int(self.post_after * f),
+            _part_scaled(self.post_after, self.fixed + _SCALARS, f),
             numel,
             peak(self.pre_backward),
             self.fixed,
             int(self.released * f),
-            int(self.given * f),  # subtracted: rounded down
+            int(self.given * f),
+            self.fixed_pre,
         )
 
 
@@ -456,7 +470,7 @@ class _Entry:
     dropped: list[tuple[int, str, str]] = field(default_factory=list)
     #: Per stage, what of each size does not grow with the batch, where the
     #: profile measured it (see remat.torch.profile.fixed_parts).
-    fixed: list[dict[str, int] | None] = field(default_factory=list)
+    fixed: list[dict[str, Any] | None] = field(default_factory=list)
     #: Blocks (1-based) whose input is not the block before's output but what
     #: the model's code makes of it (``x = x + layer(x)`` around the blocks):
     #: a rerun of the block before cannot make it (see _with_derived_inputs).
@@ -669,6 +683,14 @@ class AppliedPlan:
         # profiled: predicted low, over its budget).
         self._outside_gradients = sum(
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad and id(p) not in inside
+        )
+        in_stack = {id(x) for b in self.modules for x in b.modules()}
+        self._outside_per_channel = _SCALARS + sum(
+            t.numel() * t.element_size()
+            for m in model.modules()
+            if id(m) not in in_stack
+            for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)]
+            if t.dim() == 1 and t.is_floating_point() and id(t) not in inside
         )
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         #: The head and the loss as remat may compute them (a Hugging Face
@@ -1486,7 +1508,7 @@ class AppliedPlan:
         uses_rng: list[bool] = []
         options: list[list[NamedPolicy | None]] = []
         dropped: list[tuple[int, str, str]] = []
-        fixed: list[dict[str, int] | None] = []
+        fixed: list[dict[str, Any] | None] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
         for a, e in zip(starts, ends):
@@ -2494,6 +2516,7 @@ class _Measure:
                 fixed=self.plan._outside_gradients,
                 released=released,
                 given=self.given,
+                fixed_pre=self.plan._outside_per_channel,
             )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
@@ -2746,6 +2769,7 @@ class _TracedMeasure:
                 fixed=self.plan._outside_gradients,
                 released=released,
                 given=0 if made else self.given,
+                fixed_pre=self.plan._outside_per_channel,
             )
         )
 
@@ -3193,6 +3217,13 @@ def _set_numpy_random_state(state: Any) -> None:
         numpy.random.set_state(state)
 
 
+def _part_scaled(v: int, fixed: int, factor: float) -> int:
+    """``v`` bytes scaled by ``factor``, rounded up, where up to ``fixed`` of
+    them may not scale: the larger of the two readings. O(1)."""
+    k = min(v, fixed)
+    return math.ceil(max(v * factor, k + (v - k) * factor))
+
+
 def _scaled_keeping(v: int, fixed: int, factor: float) -> float:
     """``v`` bytes scaled by ``factor`` where up to ``fixed`` of them may not
     scale (a weight's gradient): the largest of the readings, so that an
@@ -3315,7 +3346,7 @@ def _scaled(
     chain: remat.Chain,
     factor: float,
     fixed: Sequence[int] = (),
-    measured: Sequence[dict[str, int] | None] = (),
+    measured: Sequence[dict[str, Any] | None] = (),
 ) -> remat.Chain:
     """The chain with every size and time multiplied by ``factor`` (an input with
     ``factor`` times the elements between blocks), except that up to
@@ -3328,26 +3359,32 @@ def _scaled(
 
     Where the profile measured a stage on half its batch too (``measured``:
     what of each size does not grow with the batch, a batch norm's
-    per-channel statistics among them), each size is read off that line
-    too, the largest of the readings kept; an option's sizes keep at most
-    its stage's part. O(stages)."""
+    per-channel statistics among them; under ``"options"`` each option's),
+    each size is read off that line too, the largest of the readings kept;
+    an option measured on half the batch reads its own line, one that was
+    not keeps at most its stage's part. O(stages)."""
     d = chain.to_dict()
     for i, s in enumerate(d["stages"]):
         c = fixed[i] if i < len(fixed) else 0
         known = measured[i] if i < len(measured) else None
-        for part in [s, *(s.get("options") or [])]:
+        of_options = (known or {}).get("options") or []
+        for j, part in enumerate([s, *(s.get("options") or [])]):
             # Divided back: every size is multiplied by ``factor`` below.
             readings: dict[str, float] = {}
             if "backward_overhead" in part:
                 readings["backward_overhead"] = _scaled_keeping(part["backward_overhead"], c, factor)
-            for k, keep in (known or {}).items():
-                if part.get(k):
-                    v = int(part[k])
-                    # The stage's own line may rise as the input shrinks
-                    # (fixed_parts); an option keeps at most its own figure.
-                    kept = keep if part is s else min(v, keep)
-                    line = kept + (v - kept) * factor
-                    readings[k] = max(readings.get(k, v * factor), line)
+            own = known if j == 0 else (of_options[j - 1] if j - 1 < len(of_options) else None)
+            line_of = own if own is not None else known
+            for k in SIZE_FIELDS:
+                keep = (line_of or {}).get(k)
+                if keep is None or not part.get(k):
+                    continue
+                v = int(part[k])
+                # A measured line may rise as the input shrinks (fixed_parts);
+                # an option read off its stage's keeps at most its own figure.
+                kept = keep if own is not None else min(v, keep)
+                line = kept + (v - kept) * factor
+                readings[k] = max(readings.get(k, v * factor), line)
             for k, value in readings.items():
                 part[k] = math.ceil(value / factor)
     parts = [*d["stages"], d.get("loss") or {}]

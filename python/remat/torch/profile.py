@@ -345,7 +345,9 @@ class Profiled:
     #: batch (a batch norm's per-channel statistics, a weight's gradient),
     #: from a second measurement on half the batch; None where not measured
     #: (side inputs, compiled stages, a batch of one). See :func:`fixed_parts`.
-    fixed: list[dict[str, int] | None] = field(default_factory=list)
+    #: Under ``"options"``, each option's own (in the record's order; None
+    #: where not measured).
+    fixed: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 def profile_calls(
@@ -397,7 +399,7 @@ def profile_calls(
     uses_rng: list[bool] = []
     options: list[list[NamedPolicy | None]] = []
     dropped: list[tuple[int, str, str]] = []
-    fixed: list[dict[str, int] | None] = []
+    fixed: list[dict[str, Any] | None] = []
     measured: dict[
         tuple[Any, ...],
         tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
@@ -436,7 +438,14 @@ def profile_calls(
                     y = None
                 dropped += [(i, name, why) for name, why in failed]
                 rec = dict(record, name=labels[i])
-                fixed.append(rec.pop("_fixed", None))
+                stage_fixed: dict[str, Any] | None = rec.pop("_fixed", None)
+                if rec.get("options"):
+                    # Copies: a record measured once serves identical stages.
+                    rec["options"] = [dict(o) for o in rec["options"]]
+                    of = [o.pop("_fixed", None) for o in rec["options"]]
+                    if any(f is not None for f in of):
+                        stage_fixed = dict(stage_fixed or {}, options=of)
+                fixed.append(stage_fixed)
                 records.append(rec)
                 inplace.append(changes_input)
                 uses_rng.append(rng)
@@ -940,14 +949,15 @@ def _profile_options(
                 totals[v].append(meter.ms / inner)
     # The eager floor's figures (compiled, the measured difference stands alone).
     shares = [0.0] * len(policies) if runner.compiled else _recomputed_share(runner, x, policies)
-    found: list[tuple[dict[str, Any], NamedPolicy]] = []
-    for v, policy in enumerate(policies, 1):
+
+    def figures(ex: Executor, inp: torch.Tensor, output_size: int) -> dict[str, int]:
+        """The option's size fields on input ``inp``."""
         fresh_grads()
-        xl = x.detach().requires_grad_(needs_input_grad)
+        xl = inp.detach().requires_grad_(needs_input_grad)
         in_grad = 0
         b_mark = None
         with torch.enable_grad(), meter.window():
-            y = forward(variants[v], xl)
+            y = forward(ex, xl)
             f_mark = meter.mark()
             saved_mark = meter.alive()
             if y.requires_grad:
@@ -965,9 +975,30 @@ def _profile_options(
             else:
                 del y
         del xl
-        saved = max(meter.value(saved_mark), record["output_size"])
-        f_peak = meter.value(f_mark)
-        b_peak = meter.value(b_mark) if b_mark is not None else 0
+        saved = max(meter.value(saved_mark), output_size)
+        return {
+            "saved_size": saved,
+            "forward_overhead": max(0, meter.value(f_mark) - saved),
+            "backward_overhead": max(0, (meter.value(b_mark) if b_mark is not None else 0) - in_grad),
+        }
+
+    batch = int(x.shape[0]) if x.dim() > 1 else 0
+    halves = batch >= 2 and not runner.compiled and not runner.call.side_tensors()
+    found: list[tuple[dict[str, Any], NamedPolicy]] = []
+    for v, policy in enumerate(policies, 1):
+        sizes = figures(variants[v], x, record["output_size"])
+        half_fixed: dict[str, int] | None = None
+        if halves:
+            # As the stage's own figures (_profile_stage): an option's
+            # workspaces need not halve with the batch either (ResNet-50's
+            # last blocks under "matmuls" took 136 KiB more at half the batch
+            # than their whole-batch figures scaled).
+            try:
+                half = figures(variants[v], x[: batch // 2], math.ceil(record["output_size"] / 2))
+            except Exception as e:
+                _log.debug("%s: option %s not measured on half its batch (%s)", runner.label, policy.name, e)
+            else:
+                half_fixed = fixed_parts(sizes, half, (batch // 2) / batch)
         if runner.compiled:
             # Its unrecorded first run (see _profile_stage): the stage's F_ck
             # and F_none transient covers it.
@@ -986,13 +1017,9 @@ def _profile_options(
             floor=shares[v - 1] * record["forward_time"],
             backward_time=record["backward_time"],
         )
-        option = {
-            "name": policy.name,
-            "saved_size": saved,
-            "recompute_time": recompute,
-            "forward_overhead": max(0, f_peak - saved),
-            "backward_overhead": max(0, b_peak - in_grad),
-        }
+        option: dict[str, Any] = {"name": policy.name, "recompute_time": recompute, **sizes}
+        if half_fixed is not None:
+            option["_fixed"] = half_fixed
         found.append((option, policy))
     for p in params:
         p.grad = None
