@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import math
 import weakref
 from typing import Any
 
@@ -315,3 +316,43 @@ def test_an_options_recompute_time_eager_is_floored_and_compiled_may_be_negative
     assert _recompute_time([12.0, 30.0, 11.0], [10.0, 10.0, 10.0], compiled=True, floor=0.5, backward_time=4) == 2.0
     # ... never taking B^l's time to 0 or below (the chain would refuse it).
     assert _recompute_time([1.0, 1.0, 1.0], [10.0, 10.0, 10.0], compiled=True, floor=0.5, backward_time=4) == -3.6
+
+
+def test_the_fit_along_the_sequence_reads_a_square() -> None:
+    """:func:`_at_length` on figures that are ``c + a t + b t^2``: between the
+    two profiled lengths a stage's sizes are never below the curve, and above
+    it by at most c/8; past the shorter length never below it either (the
+    figure at T scaled as without a fit bounds it there). A curve without a
+    constant is read exactly. Options and times scale with the length, and a
+    stage whose output the two profiles do not cut alike scales linearly."""
+    apply_module = importlib.import_module("remat.torch.apply")
+
+    def curve(t: float) -> int:
+        return round(1000 + 40 * t + 3 * t * t)
+
+    def stage(t: int) -> dict[str, Any]:
+        return {
+            "forward_time": 1.0 * t,
+            "backward_time": 2.0 * t,
+            "output_size": 16 * t,
+            "saved_size": curve(t),
+            "backward_overhead": curve(t),
+            "options": [{"saved_size": 16 * t, "recompute_time": 0.5 * t, "backward_overhead": 8 * t}],
+        }
+
+    def chain(t: int, second_cut: bool = True) -> remat.Chain:
+        other = stage(t) if second_cut else dict(stage(64), saved_size=curve(t))
+        return remat.Chain.from_dict({"name": "fit", "input_size": 16 * t, "stages": [stage(t), other]})
+
+    full, half = chain(64), chain(32).to_dict()
+    for t in (60, 48, 40, 32):
+        got = stages(apply_module._at_length(full, half, t / 64, [1000, 1000]))
+        for k in ("saved_size", "backward_overhead"):
+            assert curve(t) <= got[0][k] <= curve(t) + 1000 / 8 + 1
+        assert got[0]["output_size"] == 16 * t  # no constant: exact
+        assert got[0]["options"][0]["saved_size"] == 16 * t and got[0]["forward_time"] == t
+    for t in (24, 16, 8):
+        got = stages(apply_module._at_length(full, half, t / 64, [1000, 1000]))
+        assert got[0]["saved_size"] >= curve(t) and got[0]["backward_overhead"] >= curve(t)
+    uncut = stages(apply_module._at_length(full, chain(32, second_cut=False).to_dict(), 0.5))
+    assert uncut[1]["saved_size"] == math.ceil(curve(64) / 2)

@@ -25,9 +25,11 @@ the loss with :func:`remat.torch.head.chunked_cross_entropy` and returns no
 logits (``chunked_loss=False``: the model's forward as it is).
 
 Plans are made per dtype, device, mode and autocast state, and profiled once:
-an input of another shape (another batch size or sequence length) scales the
-measured chain by the number of elements of the activation between blocks,
-and is solved again without profiling.
+an input of another batch size or a shorter sequence is solved again without
+profiling, the measured chain scaled along the batch and read off a fit along
+the sequence (a sequence model is also profiled at half its length on its
+first step, so that attention's T x T parts shrink as its square); a longer
+sequence is profiled again.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import logging
 import math
 import random
 import re
@@ -349,6 +352,12 @@ _IN_GRAPH_TRIES = 3
 #: ResNet-50 at 50% three plans ended 0.12% above the budget).
 _EXECUTOR_TRIES = 6
 
+_log = logging.getLogger("remat.torch")
+
+#: The shortest sequence remat also profiles at half its length, to fit the
+#: sizes that grow as its square (see AppliedPlan._profile_shorter).
+_SHORTEST_FITTED = 8
+
 #: Bytes of a step's scalars that do not shrink with the input (the loss, the
 #: seed of its gradient; a CPU allocation of a 0-d tensor is 4 to 8 bytes).
 _SCALARS = 64
@@ -388,6 +397,10 @@ class _Outside:
     #: inverse deviation per channel: at most the 1-D parameters and buffers
     #: outside the stack) and scalars.
     fixed_pre: int = 0
+    #: Bytes of the trainable parameters of the part after the stack (the
+    #: head; a weight it shares with the embeddings included): what of its
+    #: figures does not scale. -1 where not known (``fixed`` then).
+    fixed_post: int = -1
 
     def held(self) -> int:
         """What the step holds beyond the chain, throughout it: the part before
@@ -399,8 +412,10 @@ class _Outside:
     def scaled(self, numel: int) -> _Outside:
         f = numel / self.activation
 
-        def peak(v: int) -> int:
-            return int(_scaled_keeping(v, self.fixed, f))
+        def peak(v: int, fixed: int = self.fixed) -> int:
+            return int(_scaled_keeping(v, fixed, f))
+
+        post = self.fixed if self.fixed_post < 0 else self.fixed_post
 
         # What is added is rounded up and keeps its part that does not scale
         # (ResNet-50's stem at half the batch: its batch norm's 512 B of
@@ -408,14 +423,18 @@ class _Outside:
         # above its budget. What is subtracted is rounded down.
         return _Outside(
             _part_scaled(self.pre, self.fixed_pre, f),
-            peak(self.post_peak),
-            _part_scaled(self.post_after, self.fixed + _SCALARS, f),
+            # The head's own: the embeddings' gradient is not made before the
+            # stack's backward (a small Llama at 40 of 64 tokens was predicted
+            # 4.3% high with every outside parameter kept whole there).
+            peak(self.post_peak, post),
+            _part_scaled(self.post_after, post + _SCALARS, f),
             numel,
             peak(self.pre_backward),
             self.fixed,
             int(self.released * f),
             int(self.given * f),
             self.fixed_pre,
+            self.fixed_post,
         )
 
 
@@ -462,6 +481,12 @@ class _Entry:
     #: which plain training frees after the forward. Set aside throughout.
     side_kept: int = 0
     by_numel: dict[int, _Planned] = field(default_factory=dict)
+    #: The stacks profiled at half the sequence (see AppliedPlan._profile_shorter),
+    #: None where not: shorter sequences then scale linearly.
+    shorter: dict[str, Any] | None = None
+    #: For each plan of ``by_numel`` where ``shorter`` is known, the sequence
+    #: length it was solved for (as many elements at another length differ).
+    lengths: dict[int, int] = field(default_factory=dict)
     #: The bytes of each bridge stage's output (the next stack's input), with
     #: ``numel`` elements between blocks.
     bridge_outputs: dict[int, int] = field(default_factory=dict)
@@ -642,6 +667,7 @@ class AppliedPlan:
         #: and the blocks whose input was something else.
         self._captured_output: torch.Tensor | None = None
         self._captured_derived: set[int] = set()
+        self._captured_first: Call | None = None  # the first block's call, its carried tensor included
         #: The compiled graph a compiled recomputation runs inside the module's
         #: call (see _variant), for remat's forward to run once.
         self._body: Callable[..., Any] | None = None
@@ -692,6 +718,12 @@ class AppliedPlan:
             for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)]
             if t.dim() == 1 and t.is_floating_point() and id(t) not in inside
         )
+        self._in_stack = in_stack
+        #: Bytes of the trainable parameters of the modules the model's
+        #: forward does not call before its last block (the head, a weight it
+        #: shares with the embeddings included), found by :meth:`_capture`;
+        #: -1 until then (every parameter outside the stack is counted).
+        self._head_gradients = -1
         self.profiles = 0  # how many times the stack was profiled (one per kind of input)
         #: The head and the loss as remat may compute them (a Hugging Face
         #: causal LM's), their loss options once measured (the second training
@@ -1375,7 +1407,7 @@ class AppliedPlan:
 
     # -- each block's own call ------------------------------------------------
 
-    def _capture(self) -> list[Call | None] | None:
+    def _capture(self, quiet: bool = False) -> list[Call | None] | None:
         """Each block's own call in this step, without its carried tensor, for
         the profile (blocks whose side inputs differ: Swin's stages, T5's later
         blocks, a U-Net's up blocks): the model's forward run once more from
@@ -1385,7 +1417,8 @@ class AppliedPlan:
         it requires a gradient), every buffer, ``.grad`` and random generator
         (torch's, NumPy's, Python's) put back after. None outside the model's
         forward, or where that forward raised (the profile then gives every
-        block the first block's side inputs, as before). O(one forward)."""
+        block the first block's side inputs, as before, with a warning unless
+        ``quiet``). O(one forward)."""
         inputs = self._inputs
         if inputs is None or len(self.modules) < 2 or not _fsdp_state_readable(self.model):
             # FSDP2 whose state remat cannot put back (see _fsdp_state_kept).
@@ -1399,7 +1432,9 @@ class AppliedPlan:
         numpy_state = _numpy_random_state()
         python_state = random.getstate()
         self._capturing = found
-        self._captured_output, self._captured_derived = None, set()
+        self._captured_output, self._captured_derived, self._captured_first = None, set(), None
+        called: set[int] = set()
+        watch = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _: called.add(id(m)))
         try:
             with (
                 preserved_state([self.model], devices),
@@ -1408,8 +1443,11 @@ class AppliedPlan:
             ):
                 self.model.forward(*args, **kwargs)
         except _Captured:
-            pass
+            self._head_gradients = self._not_called(called)
         except Exception as e:  # any failure leaves the profile as it was
+            if quiet:
+                _log.debug("%s's forward failed again: %s", type(self.model).__name__, e)
+                return None
             warnings.warn(
                 f"remat: running {type(self.model).__name__}'s forward again to see each block's own side inputs "
                 f"failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); every block is profiled "
@@ -1418,11 +1456,28 @@ class AppliedPlan:
             )
             return None
         finally:
+            watch.remove()
             self._capturing = None
             self._captured_output = None
             random.setstate(python_state)
             _set_numpy_random_state(numpy_state)
         return found
+
+    def _not_called(self, called: set[int]) -> int:
+        """Bytes of the trainable parameters (each once) of the modules outside
+        the stack that are not in ``called``: those the model's forward runs
+        after the stack (a weight shared with a module it called included).
+        O(modules)."""
+        seen: set[int] = set()
+        total = 0
+        for m in self.model.modules():
+            if id(m) in called or id(m) in self._in_stack:
+                continue
+            for p in m.parameters(recurse=False):
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    total += p.numel() * p.element_size()
+        return total
 
     def _captured(
         self, stages: list[int], original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -1435,6 +1490,8 @@ class AppliedPlan:
         l = next((l for l in stages if found[l - 1] is None), stages[-1])
         try:
             call = Call.of(*_without_cache(args, kwargs))
+            if l == 1:
+                self._captured_first = call
             # A later stack's first block: its input is what the profile starts it from.
             found[l - 1] = call if l - 1 in self._bridges else call.without_carried()
             before = self._captured_output
@@ -1484,17 +1541,60 @@ class AppliedPlan:
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
+            if not compiled and self.scale_shapes and x.dim() == 3 and x.shape[1] >= _SHORTEST_FITTED:
+                entry.shorter = self._profile_shorter(int(x.shape[1]))
             self._entries[key] = entry
         numel = x.numel()
+        length = int(x.shape[1]) if entry.shorter is not None else 0
         planned = entry.by_numel.get(numel)
+        if planned is not None and entry.lengths.get(numel, length) != length:
+            planned = None  # as many elements, another length: other T x T parts
         if planned is None:
+            entry.lengths[numel] = length
             planned = self._solve(entry, numel, x.device)
             entry.by_numel[numel] = planned
         self._last = (entry, numel, x.device)
         return planned.executor
 
+    def _profile_shorter(self, length: int) -> dict[str, Any] | None:
+        """The stacks profiled at half the sequence (``length // 2``: the
+        model's own inputs cut along their second dimension where it is
+        ``length``, run up to the last block to see each block's calls), as
+        a chain's dict, its sizes alone (options' included): with the whole length's figures,
+        each size is fitted as ``c + a t + b t^2`` (attention's T x T scores,
+        its dropout mask), which :func:`_at_length` reads at a shorter
+        sequence. None where the model's inputs have no such dimension, its
+        forward fails on them, or its first block's input is not cut with
+        them. O(one forward and the distinct blocks' profile, without
+        options)."""
+        if self._inputs is None:
+            return None
+        halved = _halved_inputs(self._inputs, length)
+        if halved is None:
+            return None
+        kept, derived = self._inputs, self._captured_derived
+        self._inputs = halved
+        try:
+            calls = self._capture(quiet=True)
+        finally:
+            self._inputs, self._captured_derived = kept, derived
+        first, self._captured_first = self._captured_first, None
+        if calls is None or first is None or first.carried.dim() != 3 or first.carried.shape[1] != length // 2:
+            return None
+        try:
+            chain, _, _ = self._profile(first, calls, False, repeat=1, timed=False)
+        except Exception as e:  # the fit is a refinement: the plan scales linearly without it
+            _log.debug("%s at half the sequence: not profiled (%s)", type(self.model).__name__, e)
+            return None
+        return chain.to_dict()
+
     def _profile(
-        self, call: Call, calls: list[Call | None] | None, compiled: bool
+        self,
+        call: Call,
+        calls: list[Call | None] | None,
+        compiled: bool,
+        repeat: int | None = None,
+        timed: bool = True,
     ) -> tuple[remat.Chain, Profiled, dict[int, int]]:
         """The chain of the stacks, each profiled from its own first call (the
         first block's ``call``; a later stack's from ``calls``, what the model
@@ -1535,9 +1635,10 @@ class AppliedPlan:
                 calls=calls[a - 1 : e - 1] if calls is not None else None,
                 forwards=self._originals[a - 1 : e - 1],
                 names=self.names[a - 1 : e - 1],
-                repeat=self.repeat,
+                repeat=self.repeat if repeat is None else repeat,
                 name=name,
                 policies=self.policies,
+                timed=timed,
                 compiled=variant if compiled else None,
                 around=lambda i, a=a: _gathered(self.modules[i + a - 1]),
             )
@@ -1591,11 +1692,14 @@ class AppliedPlan:
             entry.by_numel.clear()
 
     def _solve(self, entry: _Entry, numel: int, device: torch.device, at_least: int = 0) -> _Planned:
-        stack = (
-            _scaled(entry.base, numel / entry.numel, self._weight_gradients, entry.fixed)
-            if numel != entry.numel
-            else entry.base
-        )
+        base, factor = entry.base, numel / entry.numel
+        length = entry.lengths.get(numel, 0)
+        if entry.shorter is not None and 0 < length < entry.shape[1]:
+            # A shorter sequence read off the fit, the rest (the batch) scaled.
+            r = length / entry.shape[1]
+            base = _at_length(entry.base, entry.shorter, r, self._weight_gradients)
+            factor /= r
+        stack = _scaled(base, factor, self._weight_gradients, entry.fixed) if abs(factor - 1) > 1e-12 else base
         stack = self._with_bridges(stack, entry, numel)
         stack = _with_derived_inputs(stack, entry.derived)
         outside = entry.outside.scaled(numel) if entry.outside is not None else None
@@ -2517,6 +2621,7 @@ class _Measure:
                 released=released,
                 given=self.given,
                 fixed_pre=self.plan._outside_per_channel,
+                fixed_post=self.plan._head_gradients,
             )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
@@ -2770,6 +2875,7 @@ class _TracedMeasure:
                 released=released,
                 given=0 if made else self.given,
                 fixed_pre=self.plan._outside_per_channel,
+                fixed_post=self.plan._head_gradients,
             )
         )
 
@@ -3215,6 +3321,90 @@ def _set_numpy_random_state(state: Any) -> None:
         import numpy
 
         numpy.random.set_state(state)
+
+
+def _halved_inputs(
+    inputs: tuple[tuple[Any, ...], dict[str, Any]], length: int
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The model's inputs with every tensor whose second dimension is
+    ``length`` (token ids, their mask, labels, positions) cut to its first
+    ``length // 2``; None where none is. O(inputs)."""
+    args, kwargs = inputs
+    cut = False
+
+    def half(v: Any) -> Any:
+        nonlocal cut
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == length:
+            cut = True
+            return v[:, : length // 2]
+        return v
+
+    found = (tuple(half(a) for a in args), {k: half(v) for k, v in kwargs.items()})
+    return found if cut else None
+
+
+def _at_length(chain: remat.Chain, shorter: dict[str, Any], r: float, weights: Sequence[int] = ()) -> remat.Chain:
+    """``chain`` (profiled at sequence length T) read at length ``r * T``
+    (``0 < r < 1``), the batch as it was. Each stage's size fields are read
+    off the curve ``c + a t + b t^2`` through its figures at T and in
+    ``shorter`` (the same stacks at length ``q * T``, half of it), so that
+    attention's T x T scores shrink as the square, with ``c = 0``: where the
+    true curve has a constant (a weight's gradient), the fitted one is above
+    it between the two lengths (by at most an eighth of the constant at
+    ``q = 1/2``) and below it past them, so for ``r < q`` each size is the
+    larger of the curve's and of the figure at T scaled as without a fit
+    (linearly, the gradient of the stage's largest weight, ``weights``, kept
+    whole in the backward's transient). Taking that gradient as ``c`` read
+    Phi-3's backward 8 KiB low at 48 of 64 tokens: its transient does not
+    hold it. Each option is fitted as its stage,
+    by name; an option ``shorter`` lacks, the input, the times and any stage
+    the two profiles do not cut alike (its output) scale by ``r``.
+    O(stages)."""
+    d = chain.to_dict()
+    short = shorter.get("stages") or []
+    q = 0.0
+    if short and d["stages"]:
+        q = int(short[0]["output_size"]) / max(1, int(d["stages"][0]["output_size"]))
+    for i, s in enumerate(d["stages"]):
+        h = short[i] if i < len(short) else None
+        matched = (
+            h is not None
+            and 0 < q < 1
+            and abs(int(h["output_size"]) - q * int(s["output_size"])) <= 0.01 * int(s["output_size"]) + 8
+        )
+        w = weights[i] if i < len(weights) else 0
+        for k in SIZE_FIELDS:
+            if k not in s:
+                continue
+            v1 = int(s[k])
+            linear = _scaled_keeping(v1, w, r) if k == "backward_overhead" else v1 * r
+            if not matched or h is None or k not in h:
+                s[k] = math.ceil(linear)
+                continue
+            s[k] = _fitted(v1, int(h[k]), q, r, linear)
+        half_options = {o.get("name"): o for o in (h or {}).get("options") or []} if matched else {}
+        for o in s.get("options") or []:
+            ho = half_options.get(o.get("name"))
+            for k in SIZE_FIELDS:
+                if k not in o:
+                    continue
+                v1 = int(o[k])
+                linear = _scaled_keeping(v1, w, r) if k == "backward_overhead" else v1 * r
+                o[k] = math.ceil(linear) if ho is None or k not in ho else _fitted(v1, int(ho[k]), q, r, linear)
+        for part in [s, *(s.get("options") or [])]:
+            for k in ("forward_time", "backward_time", "recompute_time"):
+                if k in part:
+                    part[k] = part[k] * r
+    d["input_size"] = math.ceil(d["input_size"] * r)
+    return remat.Chain.from_dict(d)
+
+
+def _fitted(v1: int, v2: int, q: float, r: float, linear: float) -> int:
+    """The curve ``a t + b t^2`` through ``v1`` at length 1 and ``v2`` at
+    ``q``, read at ``r``; below ``q`` at least ``linear``. O(1)."""
+    b = (v2 - q * v1) / (q * q - q)
+    fit = (v1 - b) * r + b * r * r
+    return max(0, math.ceil(fit if r >= q else max(fit, linear)))
 
 
 def _part_scaled(v: int, fixed: int, factor: float) -> int:

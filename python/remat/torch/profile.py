@@ -363,6 +363,7 @@ def profile_calls(
     compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
     calls: Sequence[Call | None] | None = None,
     around: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
+    timed: bool = True,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
@@ -425,7 +426,9 @@ def profile_calls(
                     kept: list[NamedPolicy | None] = [None]
                     failed: list[tuple[str, str]] = []
                     if named:
-                        found, failed = _profile_options(runner, x, repeat, device, changes_input, rng, named, record)
+                        found, failed = _profile_options(
+                            runner, x, repeat, device, changes_input, rng, named, record, timed=timed
+                        )
                         if found:
                             record["options"] = [o for o, _ in found]
                             kept += [p for _, p in found]
@@ -836,6 +839,7 @@ def _profile_options(
     uses_rng: bool,
     policies: Sequence[NamedPolicy],
     record: dict[str, Any],
+    timed: bool = True,
 ) -> tuple[list[tuple[dict[str, Any], NamedPolicy]], list[tuple[str, str]]]:
     """Measures the stage recorded under each policy, run by the executor as a
     schedule runs it (``F_all^1[o]``, then ``B^1`` with its rerun), and returns
@@ -864,7 +868,9 @@ def _profile_options(
       it: each ``F_all^l[o]`` has exactly one.
 
     An option that keeps no fewer bytes than option 0 or a cheaper option is
-    dropped. Cost: ``repeat + 2`` forwards and backwards per policy and
+    dropped. Not ``timed``: sizes alone, every option that runs kept, each
+    ``recompute_time`` 0 (a second profile that only fits sizes: see
+    remat.torch.apply's ``_at_length``). Cost: ``repeat + 2`` forwards and backwards per policy and
     ``repeat + 1`` of option 0 (4 times that on a GPU), run interleaved so
     that a busy machine slows them alike.
     """
@@ -933,7 +939,7 @@ def _profile_options(
     # a synchronisation each, that host time hid what recomputing less saves).
     inner = _BACK_TO_BACK if meter.cuda else 1
     totals: list[list[float]] = [[] for _ in variants]
-    for k in range(repeat + 1):  # round 0 warms up (and compiles)
+    for k in range(repeat + 1 if timed else 0):  # round 0 warms up (and compiles)
         for v, ex in enumerate(variants):
             if meter.cuda:
                 # The device first sleeps while the host queues the runs: the
@@ -948,7 +954,7 @@ def _profile_options(
             if k:
                 totals[v].append(meter.ms / inner)
     # The eager floor's figures (compiled, the measured difference stands alone).
-    shares = [0.0] * len(policies) if runner.compiled else _recomputed_share(runner, x, policies)
+    shares = [0.0] * len(policies) if runner.compiled or not timed else _recomputed_share(runner, x, policies)
 
     def figures(ex: Executor, inp: torch.Tensor, output_size: int) -> dict[str, int]:
         """The option's size fields on input ``inp``."""
@@ -1010,12 +1016,16 @@ def _profile_options(
 
             held = meter.value(_holder_run(run, x, meter, needs_input_grad))
             record["forward_overhead"] = max(record["forward_overhead"], held - record["output_size"])
-        recompute = _recompute_time(
-            totals[v],
-            totals[0],
-            compiled=runner.compiled,
-            floor=shares[v - 1] * record["forward_time"],
-            backward_time=record["backward_time"],
+        recompute = (
+            _recompute_time(
+                totals[v],
+                totals[0],
+                compiled=runner.compiled,
+                floor=shares[v - 1] * record["forward_time"],
+                backward_time=record["backward_time"],
+            )
+            if timed
+            else 0.0
         )
         option: dict[str, Any] = {"name": policy.name, "recompute_time": recompute, **sizes}
         if half_fixed is not None:
@@ -1023,6 +1033,8 @@ def _profile_options(
         found.append((option, policy))
     for p in params:
         p.grad = None
+    if not timed:
+        return found, failed
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug(
             "%s: option 0 keeps %d bytes, forward+backward %.3f ms (fastest); measured options: %s",
