@@ -356,3 +356,30 @@ def test_the_fit_along_the_sequence_reads_a_square() -> None:
         assert got[0]["saved_size"] >= curve(t) and got[0]["backward_overhead"] >= curve(t)
     uncut = stages(apply_module._at_length(full, chain(32, second_cut=False).to_dict(), 0.5))
     assert uncut[1]["saved_size"] == math.ceil(curve(64) / 2)
+
+
+def test_the_inputs_cut_for_half_the_sequence() -> None:
+    """The model's inputs the first step runs again at half the sequence: the
+    tensors whose second dimension is the blocks' length (ids, mask,
+    labels), else a raw signal longer than it (Wav2Vec2's samples, which its
+    convolutions turn into fewer frames); none for an image."""
+    halved = importlib.import_module("remat.torch.apply")._halved_inputs
+    ids, mask = torch.zeros(2, 64, dtype=torch.long), torch.ones(2, 64)
+    args, kwargs = halved(((ids,), {"attention_mask": mask, "labels": ids, "other": torch.zeros(2, 3)}), 64)
+    assert args[0].shape == (2, 32) and kwargs["attention_mask"].shape == (2, 32) and kwargs["labels"].shape == (2, 32)
+    assert kwargs["other"].shape == (2, 3)
+    args, _ = halved(((torch.zeros(2, 8000),), {}), 399)
+    assert args[0].shape == (2, 4000)
+    assert halved(((torch.zeros(2, 3, 64, 64),), {}), 197) is None
+
+
+def test_the_outside_scales_with_the_larger_of_the_two_ratios() -> None:
+    """The parts outside the stack grow with the model's inputs where those
+    grow faster than the activation between blocks (Wav2Vec2's feature
+    extractor: 6,000 of 8,000 samples make 299 of 399 frames; scaled by the
+    frames, its saved activations were predicted 17 KiB low)."""
+    outside_type = importlib.import_module("remat.torch.apply")._Outside
+    measured = outside_type(pre=8000, post_peak=4000, post_after=0, activation=399, inputs=8000)
+    assert measured.scaled(299).pre == math.ceil(8000 * 299 / 399)  # inputs unknown: by the frames
+    assert measured.scaled(299, inputs=6000).pre == 6000
+    assert measured.scaled(299, inputs=6000).inputs == 6000

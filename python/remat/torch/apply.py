@@ -401,6 +401,11 @@ class _Outside:
     #: head; a weight it shares with the embeddings included): what of its
     #: figures does not scale. -1 where not known (``fixed`` then).
     fixed_post: int = -1
+    #: Elements of the model's tensor inputs on the measured step (0: not
+    #: known): the parts outside the stack grow with them, which may be
+    #: faster than with the activation between blocks (Wav2Vec2's
+    #: convolutions turn 8,000 samples into 399 frames and 6,000 into 299).
+    inputs: int = 0
 
     def held(self) -> int:
         """What the step holds beyond the chain, throughout it: the part before
@@ -409,8 +414,13 @@ class _Outside:
         be negative."""
         return self.pre - self.released + self.post_after - self.given
 
-    def scaled(self, numel: int) -> _Outside:
+    def scaled(self, numel: int, inputs: int = 0) -> _Outside:
+        """The figures for ``numel`` elements between blocks (and ``inputs``
+        elements of the model's inputs, where known): scaled by the larger
+        of the two ratios. O(1)."""
         f = numel / self.activation
+        if inputs > 0 and self.inputs > 0:
+            f = max(f, inputs / self.inputs)
 
         def peak(v: int, fixed: int = self.fixed) -> int:
             return int(_scaled_keeping(v, fixed, f))
@@ -435,6 +445,7 @@ class _Outside:
             int(self.given * f),
             self.fixed_pre,
             self.fixed_post,
+            math.ceil(self.inputs * f),
         )
 
 
@@ -1463,6 +1474,14 @@ class AppliedPlan:
             _set_numpy_random_state(numpy_state)
         return found
 
+    def _input_elements(self) -> int:
+        """Elements of the tensors the model's forward was given on this step
+        (0 outside a training step's forward). O(inputs)."""
+        if self._inputs is None:
+            return 0
+        args, kwargs = self._inputs
+        return sum(v.numel() for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor))
+
     def _not_called(self, called: set[int]) -> int:
         """Bytes of the trainable parameters (each once) of the modules outside
         the stack that are not in ``called``: those the model's forward runs
@@ -1559,7 +1578,8 @@ class AppliedPlan:
     def _profile_shorter(self, length: int) -> dict[str, Any] | None:
         """The stacks profiled at half the sequence (``length // 2``: the
         model's own inputs cut along their second dimension where it is
-        ``length``, run up to the last block to see each block's calls), as
+        ``length``, or a raw signal to half its samples, see
+        :func:`_halved_inputs`; run up to the last block to see each block's calls), as
         a chain's dict, its sizes alone (options' included): with the whole length's figures,
         each size is fitted as ``c + a t + b t^2`` (attention's T x T scores,
         its dropout mask), which :func:`_at_length` reads at a shorter
@@ -1579,7 +1599,7 @@ class AppliedPlan:
         finally:
             self._inputs, self._captured_derived = kept, derived
         first, self._captured_first = self._captured_first, None
-        if calls is None or first is None or first.carried.dim() != 3 or first.carried.shape[1] != length // 2:
+        if calls is None or first is None or first.carried.dim() != 3 or not 0 < first.carried.shape[1] < length:
             return None
         try:
             chain, _, _ = self._profile(first, calls, False, repeat=1, timed=False)
@@ -1702,7 +1722,7 @@ class AppliedPlan:
         stack = _scaled(base, factor, self._weight_gradients, entry.fixed) if abs(factor - 1) > 1e-12 else base
         stack = self._with_bridges(stack, entry, numel)
         stack = _with_derived_inputs(stack, entry.derived)
-        outside = entry.outside.scaled(numel) if entry.outside is not None else None
+        outside = entry.outside.scaled(numel, self._input_elements()) if entry.outside is not None else None
         side = math.ceil(entry.side_gradients * numel / entry.numel)
         kept = math.ceil(entry.side_kept * numel / entry.numel)
         stack = _with_more_transient(stack, side)
@@ -2346,6 +2366,7 @@ class _Measure:
         self.base = 0
         self.pre = 0
         self.given = 0  # see _Outside.given
+        self.inputs = plan._input_elements()  # see _Outside.inputs
         self.at_end = 0
         #: The first block's side inputs counted in ``pre``, weakly, with their bytes.
         self.side: list[tuple[weakref.ref[Any], int]] = []
@@ -2622,6 +2643,7 @@ class _Measure:
                 given=self.given,
                 fixed_pre=self.plan._outside_per_channel,
                 fixed_post=self.plan._head_gradients,
+                inputs=self.inputs,
             )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
@@ -2660,6 +2682,7 @@ class _TracedMeasure:
         self.numel = 1
         self.own = 0
         self.given = 0  # see _Outside.given
+        self.inputs = plan._input_elements()  # see _Outside.inputs
         self.grad_bytes = 0
         self.m_start = self.m_end = self.m_grad = self.m_in = None
         self.p_input: int | None = None
@@ -2876,6 +2899,7 @@ class _TracedMeasure:
                 given=0 if made else self.given,
                 fixed_pre=self.plan._outside_per_channel,
                 fixed_post=self.plan._head_gradients,
+                inputs=self.inputs,
             )
         )
 
@@ -3328,19 +3352,26 @@ def _halved_inputs(
 ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The model's inputs with every tensor whose second dimension is
     ``length`` (token ids, their mask, labels, positions) cut to its first
-    ``length // 2``; None where none is. O(inputs)."""
+    ``length // 2``; where none is, every (batch, samples) tensor longer than
+    ``length`` (a raw signal the model turns into fewer frames: Wav2Vec2's
+    audio) cut to half its samples; None where neither is. O(inputs)."""
     args, kwargs = inputs
-    cut = False
+    tensors = [v for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor)]
+    if any(t.dim() >= 2 and t.shape[1] == length for t in tensors):
+
+        def cut(t: torch.Tensor) -> bool:
+            return t.dim() >= 2 and t.shape[1] == length
+    elif any(t.dim() == 2 and t.shape[1] > length for t in tensors):
+
+        def cut(t: torch.Tensor) -> bool:
+            return t.dim() == 2 and t.shape[1] > length
+    else:
+        return None
 
     def half(v: Any) -> Any:
-        nonlocal cut
-        if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == length:
-            cut = True
-            return v[:, : length // 2]
-        return v
+        return v[:, : v.shape[1] // 2] if isinstance(v, torch.Tensor) and cut(v) else v
 
-    found = (tuple(half(a) for a in args), {k: half(v) for k, v in kwargs.items()})
-    return found if cut else None
+    return (tuple(half(a) for a in args), {k: half(v) for k, v in kwargs.items()})
 
 
 def _at_length(chain: remat.Chain, shorter: dict[str, Any], r: float, weights: Sequence[int] = ()) -> remat.Chain:
