@@ -1579,14 +1579,14 @@ class AppliedPlan:
         """The stacks profiled at half the sequence (``length // 2``: the
         model's own inputs cut along their second dimension where it is
         ``length``, or a raw signal to half its samples, see
-        :func:`_halved_inputs`; run up to the last block to see each block's calls), as
-        a chain's dict, its sizes alone (options' included): with the whole length's figures,
-        each size is fitted as ``c + a t + b t^2`` (attention's T x T scores,
-        its dropout mask), which :func:`_at_length` reads at a shorter
-        sequence. None where the model's inputs have no such dimension, its
-        forward fails on them, or its first block's input is not cut with
-        them. O(one forward and the distinct blocks' profile, without
-        options)."""
+        :func:`_halved_inputs`; run up to the last block to see each block's
+        calls), as a chain's dict of sizes (each option's included, times not
+        measured): with the whole length's figures, each size is fitted as
+        ``a t + b t^2`` (attention's T x T scores, its dropout mask), which
+        :func:`_at_length` reads at a shorter sequence. None where the model's
+        inputs have no such dimension, its forward fails on them, or its first
+        block's input is not shorter with them. O(one forward, and the
+        distinct blocks' and options' sizes)."""
         if self._inputs is None:
             return None
         halved = _halved_inputs(self._inputs, length)
