@@ -134,6 +134,8 @@ def test_a_shorter_sequence_is_read_off_a_fit_of_its_square(make: Callable[[], n
         assert plan.profiles == 1
         entry = plan._last[0] if plan._last is not None else None
         assert entry is not None and entry.shorter is not None
+        # The captures keep no block input from one step to the next.
+        assert plan._captured_first is None
         short = IDS[:, :40]
         allocator_step(model, short)  # the plan at 40 tokens, solved
         peak = allocator_step(model, short)
@@ -1358,6 +1360,7 @@ def test_a_resnet_at_half_its_batch_holds_its_budget() -> None:
         peak = _allocated_peak(model, small)
     current = plan._current()
     assert plan.profiles == 1 and current is not None and plan.peak_memory is not None
+    assert plan._captured_first is None  # no block input kept from the capture (a whole activation)
     assert any("options" in s for s in current.chain.to_dict()["stages"])
     assert peak <= current.total, (peak, current.total)
     assert peak <= plan.peak_memory, (peak, plan.peak_memory)

@@ -1418,7 +1418,7 @@ class AppliedPlan:
 
     # -- each block's own call ------------------------------------------------
 
-    def _capture(self, quiet: bool = False) -> list[Call | None] | None:
+    def _capture(self, quiet: bool = False, keep_first: bool = False) -> list[Call | None] | None:
         """Each block's own call in this step, without its carried tensor, for
         the profile (blocks whose side inputs differ: Swin's stages, T5's later
         blocks, a U-Net's up blocks): the model's forward run once more from
@@ -1429,7 +1429,9 @@ class AppliedPlan:
         (torch's, NumPy's, Python's) put back after. None outside the model's
         forward, or where that forward raised (the profile then gives every
         block the first block's side inputs, as before, with a warning unless
-        ``quiet``). O(one forward)."""
+        ``quiet``). The first block's whole call (its input included) is
+        kept in ``_captured_first`` only where ``keep_first`` asks: it would
+        hold an activation from one step to the next. O(one forward)."""
         inputs = self._inputs
         if inputs is None or len(self.modules) < 2 or not _fsdp_state_readable(self.model):
             # FSDP2 whose state remat cannot put back (see _fsdp_state_kept).
@@ -1470,6 +1472,8 @@ class AppliedPlan:
             watch.remove()
             self._capturing = None
             self._captured_output = None
+            if not keep_first:
+                self._captured_first = None
             random.setstate(python_state)
             _set_numpy_random_state(numpy_state)
         return found
@@ -1595,7 +1599,7 @@ class AppliedPlan:
         kept, derived = self._inputs, self._captured_derived
         self._inputs = halved
         try:
-            calls = self._capture(quiet=True)
+            calls = self._capture(quiet=True, keep_first=True)
         finally:
             self._inputs, self._captured_derived = kept, derived
         first, self._captured_first = self._captured_first, None
