@@ -1296,6 +1296,15 @@ def _allocated_peak(model: nn.Module, x: torch.Tensor) -> int:
     return trace.peak(0, end)
 
 
+def _at_half_the_batch(model: nn.Module, x: torch.Tensor, peak_of: Callable[[nn.Module, torch.Tensor], int]) -> int:
+    """A step at half of ``x``'s batch (its plan solved there), then another
+    whose peak ``peak_of`` measures."""
+    small = x[: len(x) // 2].clone()
+    model.zero_grad(set_to_none=True)
+    model(small).square().mean().backward()
+    return peak_of(model, small)
+
+
 def test_a_cnn_whose_stem_is_its_first_block() -> None:
     """MobileNet-V3's stack is its ``features``, whose first block reads the
     model's input, made before the step: the chain counts that a^0
@@ -1327,10 +1336,7 @@ def test_a_cnn_whose_stem_is_its_first_block() -> None:
         assert peak <= current.total, (peak, current.total)
         assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory, (peak, plan.peak_memory)
 
-        small = x[:2].clone()
-        model.zero_grad(set_to_none=True)
-        model(small).square().mean().backward()  # the plan at batch 2, solved
-        peak = _live_peak(model, small)
+        peak = _at_half_the_batch(model, x, _live_peak)
         current = plan._current()
         assert plan.profiles == 1 and current is not None and plan.peak_memory is not None
         assert peak <= current.total, (peak, current.total)
@@ -1354,10 +1360,7 @@ def test_a_resnet_at_half_its_batch_holds_its_budget() -> None:
         for _ in range(3):
             model.zero_grad(set_to_none=True)
             model(x).square().mean().backward()
-        small = x[:2].clone()
-        model.zero_grad(set_to_none=True)
-        model(small).square().mean().backward()  # the plan at batch 2, solved
-        peak = _allocated_peak(model, small)
+        peak = _at_half_the_batch(model, x, _allocated_peak)
     current = plan._current()
     assert plan.profiles == 1 and current is not None and plan.peak_memory is not None
     assert plan._captured_first is None  # no block input kept from the capture (a whole activation)

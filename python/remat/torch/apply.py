@@ -1606,7 +1606,7 @@ class AppliedPlan:
         if calls is None or first is None or first.carried.dim() != 3 or not 0 < first.carried.shape[1] < length:
             return None
         try:
-            chain, _, _ = self._profile(first, calls, False, repeat=1, timed=False)
+            chain, _, _ = self._profile(first, calls, False, repeat=1, sizes_only=True)
         except Exception as e:  # the fit is a refinement: the plan scales linearly without it
             _log.debug("%s at half the sequence: not profiled (%s)", type(self.model).__name__, e)
             return None
@@ -1618,7 +1618,7 @@ class AppliedPlan:
         calls: list[Call | None] | None,
         compiled: bool,
         repeat: int | None = None,
-        timed: bool = True,
+        sizes_only: bool = False,
     ) -> tuple[remat.Chain, Profiled, dict[int, int]]:
         """The chain of the stacks, each profiled from its own first call (the
         first block's ``call``; a later stack's from ``calls``, what the model
@@ -1662,7 +1662,7 @@ class AppliedPlan:
                 repeat=self.repeat if repeat is None else repeat,
                 name=name,
                 policies=self.policies,
-                timed=timed,
+                sizes_only=sizes_only,
                 compiled=variant if compiled else None,
                 around=lambda i, a=a: _gathered(self.modules[i + a - 1]),
             )
@@ -3408,25 +3408,16 @@ def _at_length(chain: remat.Chain, shorter: dict[str, Any], r: float, weights: S
             and abs(int(h["output_size"]) - q * int(s["output_size"])) <= 0.01 * int(s["output_size"]) + 8
         )
         w = weights[i] if i < len(weights) else 0
-        for k in SIZE_FIELDS:
-            if k not in s:
-                continue
-            v1 = int(s[k])
-            linear = _scaled_keeping(v1, w, r) if k == "backward_overhead" else v1 * r
-            if not matched or h is None or k not in h:
-                s[k] = math.ceil(linear)
-                continue
-            s[k] = _fitted(v1, int(h[k]), q, r, linear)
         half_options = {o.get("name"): o for o in (h or {}).get("options") or []} if matched else {}
-        for o in s.get("options") or []:
-            ho = half_options.get(o.get("name"))
+        pairs = [(s, h if matched else None), *((o, half_options.get(o.get("name"))) for o in s.get("options") or [])]
+        for part, half in pairs:
             for k in SIZE_FIELDS:
-                if k not in o:
-                    continue
-                v1 = int(o[k])
-                linear = _scaled_keeping(v1, w, r) if k == "backward_overhead" else v1 * r
-                o[k] = math.ceil(linear) if ho is None or k not in ho else _fitted(v1, int(ho[k]), q, r, linear)
-        for part in [s, *(s.get("options") or [])]:
+                if k in part:
+                    v1 = int(part[k])
+                    linear = _scaled_keeping(v1, w, r) if k == "backward_overhead" else v1 * r
+                    part[k] = (
+                        math.ceil(linear) if half is None or k not in half else _fitted(v1, int(half[k]), q, r, linear)
+                    )
             for k in ("forward_time", "backward_time", "recompute_time"):
                 if k in part:
                     part[k] = part[k] * r

@@ -363,7 +363,7 @@ def profile_calls(
     compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
     calls: Sequence[Call | None] | None = None,
     around: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
-    timed: bool = True,
+    sizes_only: bool = False,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
@@ -384,7 +384,11 @@ def profile_calls(
 
     ``around(i)``, where given, is entered while stage i + 1 is measured and
     run (FSDP2 gathers a block's parameters there: the stages are called
-    without their module hooks)."""
+    without their module hooks).
+
+    ``sizes_only``: the sizes on this input alone, for a fit along another
+    dimension (remat.torch.apply's ``_at_length``): no half-batch lines (the
+    ``fixed`` found is empty), the options untimed and all kept."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     named = resolve_policies(policies)
@@ -422,12 +426,12 @@ def profile_calls(
                 seen = measured.get(key)
                 if seen is None:
                     changes_input, rng = runner.probe(x)
-                    record = _profile_stage(runner, x, repeat, device, changes_input)
+                    record = _profile_stage(runner, x, repeat, device, changes_input, sizes_only)
                     kept: list[NamedPolicy | None] = [None]
                     failed: list[tuple[str, str]] = []
                     if named:
                         found, failed = _profile_options(
-                            runner, x, repeat, device, changes_input, rng, named, record, timed=timed
+                            runner, x, repeat, device, changes_input, rng, named, record, sizes_only
                         )
                         if found:
                             record["options"] = [o for o, _ in found]
@@ -624,8 +628,22 @@ def _refusing(_: object) -> torch.Tensor:
     raise RuntimeError("remat: a profiling run whose saved tensors were dropped was run backward (a bug in remat)")
 
 
+def _half_batch(runner: _StageRunner, x: torch.Tensor) -> int:
+    """The batch a stage is measured on besides ``x``'s, to find what of its
+    sizes does not grow with the batch (see :func:`fixed_parts`): half of
+    it; 0 where it is not measured (a batch of one, a compiled stage, side
+    inputs, which would have to be cut alike). O(the call's arguments)."""
+    batch = int(x.shape[0]) if x.dim() > 1 else 0
+    return batch // 2 if batch >= 2 and not runner.compiled and not runner.call.side_tensors() else 0
+
+
 def _profile_stage(
-    runner: _StageRunner, x: torch.Tensor, repeat: int, device: torch.device, changes_input: bool
+    runner: _StageRunner,
+    x: torch.Tensor,
+    repeat: int,
+    device: torch.device,
+    changes_input: bool,
+    sizes_only: bool = False,
 ) -> dict[str, Any]:
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
@@ -686,14 +704,14 @@ def _profile_stage(
         # have one transient in the model, so it is the larger of the two.
         held = meter.value(holder_run) - record["output_size"]
         record["forward_overhead"] = max(record["forward_overhead"], held)
-    batch = int(x.shape[0]) if x.dim() > 1 else 0
-    if batch >= 2 and not runner.compiled and not runner.call.side_tensors():
+    half_batch = 0 if sizes_only else _half_batch(runner, x)
+    if half_batch:
         try:
-            half = _memory_figures(run, x[: batch // 2], meter, own, needs_input_grad, fresh_grads)
+            half = _memory_figures(run, x[:half_batch], meter, own, needs_input_grad, fresh_grads)
         except Exception as e:  # a stage that cannot run on half the batch (batch norm on one value)
             _log.debug("%s: not measured on half its batch (%s); sizes scale whole", runner.label, e)
         else:
-            record["_fixed"] = fixed_parts(record, half, (batch // 2) / batch)
+            record["_fixed"] = fixed_parts(record, half, half_batch / int(x.shape[0]))
     for p in params:
         p.grad = None
     return record
@@ -839,7 +857,7 @@ def _profile_options(
     uses_rng: bool,
     policies: Sequence[NamedPolicy],
     record: dict[str, Any],
-    timed: bool = True,
+    sizes_only: bool = False,
 ) -> tuple[list[tuple[dict[str, Any], NamedPolicy]], list[tuple[str, str]]]:
     """Measures the stage recorded under each policy, run by the executor as a
     schedule runs it (``F_all^1[o]``, then ``B^1`` with its rerun), and returns
@@ -868,9 +886,10 @@ def _profile_options(
       it: each ``F_all^l[o]`` has exactly one.
 
     An option that keeps no fewer bytes than option 0 or a cheaper option is
-    dropped. Not ``timed``: sizes alone, every option that runs kept, each
-    ``recompute_time`` 0 (a second profile that only fits sizes: see
-    remat.torch.apply's ``_at_length``). Cost: ``repeat + 2`` forwards and backwards per policy and
+    dropped. ``sizes_only``: the sizes on ``x`` alone (not on half the
+    batch), every option that runs kept, each ``recompute_time`` 0 (a second
+    profile that only fits sizes: see remat.torch.apply's ``_at_length``).
+    Cost: ``repeat + 2`` forwards and backwards per policy and
     ``repeat + 1`` of option 0 (4 times that on a GPU), run interleaved so
     that a busy machine slows them alike.
     """
@@ -939,7 +958,7 @@ def _profile_options(
     # a synchronisation each, that host time hid what recomputing less saves).
     inner = _BACK_TO_BACK if meter.cuda else 1
     totals: list[list[float]] = [[] for _ in variants]
-    for k in range(repeat + 1 if timed else 0):  # round 0 warms up (and compiles)
+    for k in range(0 if sizes_only else repeat + 1):  # round 0 warms up (and compiles)
         for v, ex in enumerate(variants):
             if meter.cuda:
                 # The device first sleeps while the host queues the runs: the
@@ -954,7 +973,7 @@ def _profile_options(
             if k:
                 totals[v].append(meter.ms / inner)
     # The eager floor's figures (compiled, the measured difference stands alone).
-    shares = [0.0] * len(policies) if runner.compiled or not timed else _recomputed_share(runner, x, policies)
+    shares = [0.0] * len(policies) if runner.compiled or sizes_only else _recomputed_share(runner, x, policies)
 
     def figures(ex: Executor, inp: torch.Tensor, output_size: int) -> dict[str, int]:
         """The option's size fields on input ``inp``."""
@@ -988,23 +1007,23 @@ def _profile_options(
             "backward_overhead": max(0, (meter.value(b_mark) if b_mark is not None else 0) - in_grad),
         }
 
-    batch = int(x.shape[0]) if x.dim() > 1 else 0
-    halves = batch >= 2 and not runner.compiled and not runner.call.side_tensors()
+    half_batch = 0 if sizes_only else _half_batch(runner, x)
     found: list[tuple[dict[str, Any], NamedPolicy]] = []
     for v, policy in enumerate(policies, 1):
         sizes = figures(variants[v], x, record["output_size"])
         half_fixed: dict[str, int] | None = None
-        if halves:
+        if half_batch:
             # As the stage's own figures (_profile_stage): an option's
             # workspaces need not halve with the batch either (ResNet-50's
             # last blocks under "matmuls" took 136 KiB more at half the batch
             # than their whole-batch figures scaled).
             try:
-                half = figures(variants[v], x[: batch // 2], math.ceil(record["output_size"] / 2))
+                share = half_batch / int(x.shape[0])
+                half = figures(variants[v], x[:half_batch], math.ceil(record["output_size"] / 2))
             except Exception as e:
                 _log.debug("%s: option %s not measured on half its batch (%s)", runner.label, policy.name, e)
             else:
-                half_fixed = fixed_parts(sizes, half, (batch // 2) / batch)
+                half_fixed = fixed_parts(sizes, half, share)
         if runner.compiled:
             # Its unrecorded first run (see _profile_stage): the stage's F_ck
             # and F_none transient covers it.
@@ -1024,7 +1043,7 @@ def _profile_options(
                 floor=shares[v - 1] * record["forward_time"],
                 backward_time=record["backward_time"],
             )
-            if timed
+            if not sizes_only
             else 0.0
         )
         option: dict[str, Any] = {"name": policy.name, "recompute_time": recompute, **sizes}
@@ -1033,7 +1052,7 @@ def _profile_options(
         found.append((option, policy))
     for p in params:
         p.grad = None
-    if not timed:
+    if sizes_only:
         return found, failed
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug(
