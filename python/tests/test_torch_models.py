@@ -511,13 +511,40 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
 
     plain = make()
     assert [w for w, _ in rt.find_stacks(plain)] == ["down_blocks", "up_blocks"]
+    skips: list[list[torch.Tensor]] = []
+    hooks = [
+        b.register_forward_pre_hook(
+            lambda _, a, kw: skips.append(list(kw.get("res_hidden_states_tuple", a[1:2] and a[1]))), with_kwargs=True
+        )
+        for b in plain.up_blocks
+    ]
+    out: list[torch.Tensor] = []
+    hooks.append(plain.down_blocks[-1].register_forward_hook(lambda _, a, y: out.append(y[0])))
     plain_loss, plain_peak = step(plain)
+    for h in hooks:
+        h.remove()
     plan, ours, memory = _at_the_smallest_budget(make, run)
     with steady_profiles():
         loss, peak = step(ours)
     assert len(plan.stacks) == 2 and plan.peak_memory is not None
     assert peak <= plan.peak_memory and (memory == "50%" or peak <= memory), (peak, memory)
-    assert abs(peak - plan.peak_memory) <= 0.03 * plan.peak_memory, (peak, plan.peak_memory)
+    # High by what the chain counts of the skip connections' gradients, set
+    # aside for the whole step (made in the up blocks' backwards): 8% on the
+    # census' U-Net. Not counted before (the skip connections come as a
+    # tuple), the step's peak was in an up block's backward, 870 KiB above
+    # the chain's figure for it there.
+    assert abs(peak - plan.peak_memory) <= 0.10 * plan.peak_memory, (peak, plan.peak_memory)
+    # The skip connections' gradients (nested in a tuple) are counted, the
+    # time embedding's too. Of the skip connections remat keeps all but the
+    # stack's input (conv_in's output, held by every schedule) and the down
+    # blocks' output (the middle block's input, which the chain holds).
+    nbytes = [t.numel() * t.element_size() for ts in skips for t in ts]
+    temb = 2 * plain.time_embedding.linear_2.out_features * 4
+    conv_in = 2 * plain.conv_in.out_channels * 16 * 16 * 4
+    down = out[0].numel() * out[0].element_size()
+    note = plan.explain()
+    assert f"the gradients of the blocks' side inputs {remat.format_size(sum(nbytes) + temb)}" in note, note
+    assert f"remat keeps to run blocks again {remat.format_size(sum(nbytes) - conv_in - down)}" in note, note
     assert peak < 0.75 * plain_peak, (peak, plain_peak)
     assert torch.equal(loss, plain_loss)
     assert_same_gradients(plain, ours)
