@@ -306,7 +306,10 @@ def bench(case_name: str, rounds: int) -> dict[str, Any]:
     for k, (_, _, plan, budget) in remats.items():
         rows[k].update(
             budget=budget,
+            # Once a compiled plan's first step is measured, remat states that
+            # measurement as the plan's peak; the chain's own prediction beside it.
             predicted=plan.peak_memory,
+            chain_predicted=plan.chain_peak_memory,
             schedule=str(plan.schedule),
             compiled=plan.compiled,
             in_graph=bool(plan._in_graph),
@@ -387,13 +390,14 @@ def table(result: dict[str, Any]) -> str:
         f"### {result['model']} (compiled plain's peak {mib(result['plain_peak'])}; load {result['load'][0]:.1f} / "
         f"{result['load'][1]:.1f}; {result['rounds']} rounds)",
         "",
-        "| variant | peak | predicted | step | x compiled plain |",
-        "|---|---|---|---|---|",
+        "| variant | peak | stated (predicted) | the chain's | step | x compiled plain |",
+        "|---|---|---|---|---|---|",
     ]
     for k, r in rows.items():
         name = f"{k} (in the graph)" if r.get("in_graph") else k
         lines.append(
-            f"| {name} | {mib(r['peak'])} | {mib(r.get('predicted'))} | {r['step_s'] * 1e3:.1f} ms | "
+            f"| {name} | {mib(r['peak'])} | {mib(r.get('predicted'))} | {mib(r.get('chain_predicted'))} | "
+            f"{r['step_s'] * 1e3:.1f} ms | "
             f"{r['x_plain']:.3f} |"
         )
     fs = result["first_steps"]

@@ -544,6 +544,13 @@ class _Planned:
     #: what is gone by the stack's backward in its recomputations); None:
     #: the schedule's.
     peak: int | None = None
+    #: A compiled plan's whole step as the allocator measured its first step,
+    #: within the budget (see AppliedPlan._verified_in_graph): the chain's
+    #: figures are each block's compiled variants measured alone, and one
+    #: graph (or many reruns) holds what none of them shows. Later steps of
+    #: the plan measure the same (tested). None: not measured (eager plans,
+    #: whose prediction holds).
+    measured: int | None = None
 
     @property
     def stack_peak(self) -> int:
@@ -1183,6 +1190,7 @@ class AppliedPlan:
         self._verified = (peak, planned.total)
         self._executor_tries += 1
         if peak <= planned.total:
+            planned.measured = peak
             return
         if self._executor_tries >= _EXECUTOR_TRIES:
             warnings.warn(
@@ -1213,6 +1221,7 @@ class AppliedPlan:
         self._verified = (peak, planned.total)
         self._in_graph_tries += 1
         if peak <= planned.total:
+            planned.measured = peak
             return
         # The compiler's one graph held more than the chain predicts for the
         # plan (tensors the blocks share, kept across them: the attention
@@ -2140,7 +2149,19 @@ class AppliedPlan:
     def peak_memory(self) -> int | None:
         """The predicted peak of the whole step in bytes (the schedule's peak plus
         what the outside parts hold throughout, and the gradients of the
-        blocks' side inputs); None before the first step."""
+        blocks' side inputs); None before the first step. Under
+        torch.compile, once the plan's first step is measured (within its
+        budget), that measurement: the chain's prediction of a compiled plan
+        is :attr:`chain_peak_memory`."""
+        c = self._current()
+        if c is not None and c.measured is not None:
+            return c.measured
+        return self.chain_peak_memory
+
+    @property
+    def chain_peak_memory(self) -> int | None:
+        """The whole step's peak as the chain predicts it (see
+        :attr:`peak_memory`); None before the first step."""
         c = self._current()
         if c is None or self._last is None:
             return None
@@ -2276,8 +2297,13 @@ class AppliedPlan:
             _explain_compiled(self, c),
             f"schedule ({schedule.algorithm}): "
             + _explain_forward(ops[:split], L, has_options, d["stages"], self._bridges),
-            f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(c.stack_peak)}), time "
-            f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
+            (
+                f"predicted peak {_fmt(self.peak_memory or 0)} (the stack {_fmt(c.stack_peak)}), time "
+                if c.measured is None
+                else f"peak {_fmt(c.measured)} (its first compiled step, measured; the chain predicts "
+                f"{_fmt(self.chain_peak_memory or 0)}, the stack {_fmt(c.stack_peak)}), predicted time "
+            )
+            + f"{schedule.makespan:.3f} ms against {store_all:.3f} ms storing everything",
         ]
         if has_options:
             lines += _explain_options(d["stages"], ops, self._bridges)
