@@ -931,7 +931,19 @@ def summary(rows: list[dict[str, Any]]) -> str:
         f"- models: {len(rows)}; a measured step ran on {len(ran)}, errors on {len(errors)}",
         f"- ok at 50% (measured <= budget): {sum(r['status'] == 'ok' and not r.get('at_50') for r in rows)}",
         f"- 50% infeasible, run again at the smallest budget the error names: {len(at_50)}"
-        + listed(at_50, lambda r: f"smallest {min_share(r)}; there: {r['status']}"),
+        + listed(
+            at_50,
+            lambda r: (
+                f"smallest {min_share(r)}; there: {r['status']}"
+                + (
+                    ""
+                    if len(r["at_50"].get("named", [])) < 2
+                    else " (named " + " then ".join(f"{kib(n)} KiB" for n in r["at_50"]["named"]) + ")"
+                )
+            ),
+        ),
+        f"- of those, the smallest budget named more than once (it rose as the first steps measured more): "
+        f"{sum(len(r['at_50'].get('named', [])) > 1 for r in at_50)}",
         f"- over budget (measured > budget): {len(over)}" + listed(over, vs_budget),
         f"- gradients not bit-identical to plain: {len(unequal)}"
         + listed(
@@ -1093,6 +1105,8 @@ def census(cases: list[Case], timeout: int, rows: list[dict[str, Any]]) -> None:
             # parts outside the stack), to check the rest (gradients, prediction).
             if at_50 is None:
                 at_50 = {k: r.get(k) for k in ("phase", "error", "min_budget", "infeasible_budget", "seconds")}
+                at_50["named"] = []
+            at_50["named"].append(int(r["min_budget"]))
             r = run_case(case, timeout, int(r["min_budget"]))
         if at_50 is not None:
             at_50["min_budget"] = r["memory"]
