@@ -65,7 +65,7 @@ from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import SIZE_FIELDS, Profiled, _Meter, _signature, preserved_state, profile_calls
-from .stages import Call, carried_output
+from .stages import Call, carried_output, tensors_in
 
 __all__ = ["AppliedPlan", "apply", "find_blocks", "find_stacks"]
 
@@ -3609,14 +3609,7 @@ def _flat_tensors(y: Any) -> list[torch.Tensor]:
     and lists (and a ModelOutput's values). O(the output's items)."""
     if isinstance(y, torch.Tensor):
         return [y]
-    values = list(y.values()) if isinstance(y, dict) else list(y) if isinstance(y, (tuple, list)) else []
-    found: list[torch.Tensor] = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            found.append(v)
-        elif isinstance(v, (tuple, list)):
-            found.extend(t for t in v if isinstance(t, torch.Tensor))
-    return found
+    return tensors_in(y.values() if isinstance(y, dict) else y if isinstance(y, (tuple, list)) else ())
 
 
 class _SideGradients:

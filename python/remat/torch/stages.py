@@ -15,14 +15,14 @@ call around another carried tensor, which is what a recomputation needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["Call", "carried_output", "replace_output", "stage_label"]
+__all__ = ["Call", "carried_output", "replace_output", "stage_label", "tensors_in"]
 
 
 def stage_label(index: int, module: nn.Module, name: str | None = None) -> str:
@@ -105,15 +105,21 @@ class Call:
     def side_tensors(self) -> list[torch.Tensor]:
         """The tensors among the side inputs (nested one level in tuples and lists,
         as rotary ``(cos, sin)`` pairs are)."""
-        found: list[torch.Tensor] = []
         values: list[Any] = [a for i, a in enumerate(self.args) if i != self.position]
         values += [v for k, v in self.kwargs.items() if k != self.position]
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                found.append(v)
-            elif isinstance(v, (tuple, list)):
-                found.extend(t for t in v if isinstance(t, torch.Tensor))
-        return found
+        return tensors_in(values)
+
+
+def tensors_in(values: Iterable[Any]) -> list[torch.Tensor]:
+    """The tensors among ``values``, nested one level in tuples and lists
+    included. O(the values and their items)."""
+    found: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (tuple, list)):
+            found.extend(t for t in v if isinstance(t, torch.Tensor))
+    return found
 
 
 _PLACEHOLDER = torch.empty(0)
