@@ -1429,7 +1429,7 @@ class AppliedPlan:
         if l == 1:
             self._side = _SideGradients()
             self._kept = _Kept(self._bridges)
-        self._side.add(l, call)
+        self._side.add(call)
         self._kept.add(l, call)
         if l < len(self.modules) or self._last is None:
             return
@@ -1543,7 +1543,7 @@ class AppliedPlan:
             if l == 1:
                 self._captured_first = call
             self._captured_kept.add(l, call)
-            self._captured_side.add(l, call)
+            self._captured_side.add(call)
             # A later stack's first block: its input is what the profile starts it from.
             found[l - 1] = call if l - 1 in self._bridges else call.without_carried()
             before = self._captured_output
@@ -3568,7 +3568,11 @@ class _Kept:
         self._returned: dict[int, tuple[int, weakref.ref[torch.Tensor]]] = {}
 
     def returned(self, l: int, y: Any) -> None:
-        """Stage ``l``'s output (tensors nested one level in tuples and lists)."""
+        """Stage ``l``'s output (tensors nested one level in tuples and lists).
+        Noted only where there are several stacks: only a later stack's first
+        block asks (every block of every step calls this)."""
+        if not self.bridges:
+            return
         for t in _flat_tensors(y):
             key = t.untyped_storage().data_ptr()
             if key:
@@ -3582,20 +3586,19 @@ class _Kept:
 
     def add(self, l: int, call: Call) -> None:
         """Stage ``l``'s call (stages in order; a stack's first resets ``first``)."""
+        tensors = call.side_tensors()
         if l == 1:
             # The chain's input a^0, held throughout every schedule, is not
             # counted again where a later block reads it (a U-Net's first skip
             # connection is the stack's input: 256 KiB of the census U-Net's
             # 512 KiB were counted twice, its prediction 4.3% high).
             self._seen = {call.carried.untyped_storage().data_ptr()} - {0}
-        tensors = call.side_tensors()
-        if l == 1 or l - 1 in self.bridges:
             self._first = {t.untyped_storage().data_ptr() for t in tensors}
-            if l == 1:
-                return
+            return
+        if l - 1 in self.bridges:
             # The executor keeps this call too, with what it reads of earlier stacks.
-            self._first = {k for k in self._first if not self._inside_a_stack(k, l)}
-            tensors = [t for t in tensors if t.untyped_storage().data_ptr() not in self._first]
+            first = (t.untyped_storage().data_ptr() for t in tensors)
+            self._first = {k for k in first if not self._inside_a_stack(k, l)}
         for t in tensors:
             key = t.untyped_storage().data_ptr()
             if isinstance(t, nn.Parameter) or key in self._first or key in self._seen or key == 0:
@@ -3623,8 +3626,8 @@ class _SideGradients:
         self.total = 0
         self._seen: set[int] = set()
 
-    def add(self, l: int, call: Call) -> None:
-        """Stage ``l``'s call. Nested side inputs count too (a U-Net's up
+    def add(self, call: Call) -> None:
+        """A stage's call. Nested side inputs count too (a U-Net's up
         block reads its skip connections as a tuple: their 705 KiB of
         gradients were not counted, and the census' U-Net's step peaked in a
         backward 870 KiB above the chain's figure for it)."""
@@ -3641,7 +3644,7 @@ def _side_of(call: Call) -> _SideGradients:
     """:class:`_SideGradients` of stage 1's call alone (every block given the
     first block's side inputs, where the model's forward could not run again)."""
     found = _SideGradients()
-    found.add(1, call)
+    found.add(call)
     return found
 
 
