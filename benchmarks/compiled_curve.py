@@ -249,7 +249,7 @@ def step(case: Case, model: nn.Module, run: Callable[..., Any]) -> float:
 def peak(case: Case, model: nn.Module, run: Callable[..., Any]) -> int:
     model.zero_grad(set_to_none=True)
     with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(model.parameters())
+        trace.exclude_parameter_gradients(model.parameters(), from_allocation=True)
         case.loss(run).backward()
         end = trace.mark()
     return trace.peak(0, end)

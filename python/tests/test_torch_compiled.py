@@ -350,10 +350,11 @@ def test_no_grad_under_torch_compile_runs_the_blocks_plainly() -> None:
 
 def measured_step(run: Callable[..., Any], model: nn.Module) -> int:
     """The step's peak by the allocator above what it starts with, parameter
-    gradients left out (remat's budget does not count them)."""
+    gradients left out from their allocation (remat's budget does not count
+    them; a compiled backward holds those it returns until its graph ends)."""
     model.zero_grad(set_to_none=True)
     with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(model.parameters())
+        trace.exclude_parameter_gradients(model.parameters(), from_allocation=True)
         run(IDS, labels=IDS).loss.backward()
         end = trace.mark()
     return trace.peak(0, end)
@@ -406,6 +407,59 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
                 # The executor's compiled blocks: as the chain predicts them.
                 # Inside the graph the compiler keeps tensors the blocks share.
                 assert abs(peak - chain) <= 0.02 * chain, (peak, chain, plan.explain())
+
+
+def test_a_step_that_adds_into_grad_is_measured_again() -> None:
+    """A compiled plan's verified step gave the parameters their first
+    gradients, left out from their allocation (each is one the step leaves
+    in .grad). A step that adds into .grad (gradient accumulation) holds the
+    new gradients as transients until its backward graph ends, a whole
+    model's graph all of them: remat measures the first such step again and
+    the budget holds for it, measured the same way."""
+    from torch_models import steady_profiles
+
+    whole = compiled_store_all_peak(gpt2)
+    model = gpt2()
+    budget = int(0.5 * whole)
+
+    def pending() -> bool:
+        return plan._measure is not None or plan._verifying or plan._verifying_executor
+
+    with steady_profiles():
+        plan = rt.apply(model, memory=budget)
+        run = torch.compile(model)
+        for _ in range(4):
+            step(run, model)
+        for _ in range(8):  # until the final plan's first step is measured
+            if not pending():
+                break
+            step(run, model)
+    plan.explain()  # reads the last measurement
+    assert plan._verified is not None and plan._verified_fresh, (plan._verified, plan.explain())
+    first = plan._verified
+
+    def accumulating() -> int:
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients(model.parameters(), from_allocation=True)
+            torch.manual_seed(7)
+            run(IDS, labels=IDS).loss.backward()
+            end = trace.mark()
+        return trace.peak(0, end)
+
+    fresh_peak = measured_step(run, model)
+    assert all(p.grad is not None for p in model.parameters())
+    for _ in range(6):  # .grad kept: each step adds into it
+        torch.manual_seed(7)
+        run(IDS, labels=IDS).loss.backward()
+        plan.explain()
+        if not pending():
+            break
+    assert plan._verified is not first and not plan._verified_fresh, (first, plan._verified, plan.explain())
+    # The new gradients counted, as transients (at least what the same step
+    # took when they became .grad), and within the budget.
+    peak = accumulating()
+    assert fresh_peak <= peak <= budget, (fresh_peak, peak, budget, plan.explain())
+    assert plan.peak_memory is not None and peak <= plan.peak_memory, (peak, plan.explain())
 
 
 # -- autograd's semantics with compiled blocks ---------------------------------------

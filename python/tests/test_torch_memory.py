@@ -200,6 +200,33 @@ def test_the_allocator_trace_reads_what_a_stretch_made_apart_from_what_it_freed(
         trace.made(i, plain)
 
 
+def test_the_allocator_trace_leaves_a_parameter_gradient_out_from_its_allocation() -> None:
+    """``from_allocation``: a gradient that becomes ``.grad`` as it is never
+    counted (a compiled backward holds the gradients it returns until its
+    graph ends: they were counted until then); one added into an existing
+    ``.grad`` is a transient and counts either way."""
+    from remat.torch.memory import AllocatorTrace
+
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.randn(512, 512))  # its gradient: 1 MiB, the largest tensor of the step
+    x = torch.randn(8, 512)
+    nbytes = w.numel() * w.element_size()
+
+    def peak(from_allocation: bool) -> int:
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients([w], from_allocation=from_allocation)
+            (x @ w).sum().backward()
+            end = trace.mark()
+        return trace.peak(0, end)
+
+    counted = peak(False)
+    w.grad = None
+    left_out = peak(True)
+    assert counted >= nbytes > left_out, (counted, left_out)
+    # .grad exists now: the step's gradient is a new tensor added into it, then freed.
+    assert peak(True) >= nbytes
+
+
 def test_a_first_step_writes_nothing_to_stderr(tmp_path: Path) -> None:
     """remat starts a profiler per block it profiles; torch 2.15's kineto
     wrote two "USDT: ... profiler_start/stop" lines to stderr for each (3,780

@@ -660,6 +660,11 @@ class AppliedPlan:
         # And of the side inputs the executor keeps (see _Entry.side_kept).
         self._kept = _Kept(self._bridges)
         self._verified: tuple[int, int] | None = None  # (measured peak, the step's budget)
+        #: The last verified step started with parameters that had no gradient:
+        #: it left out from their allocation the gradients it gave them, which
+        #: a step that adds into .grad (accumulation) holds as transients. The
+        #: first such step is measured again (see _model_starts).
+        self._verified_fresh = False
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         #: What the compiler's one graph held above the chain's prediction, by
         #: measurement: in-graph plans are solved this much below the budget.
@@ -1144,6 +1149,24 @@ class AppliedPlan:
             )
         ):
             # The final plan's first step (inside the graph, or by the executor).
+            self._measure = _Verify(self)
+        elif (
+            torch.is_grad_enabled()
+            and self._measure is None
+            and self._verified_fresh
+            and (compiling or self._compiled(compiling))
+            and any(p.grad is not None for p in self.model.parameters() if p.requires_grad)
+        ):
+            # Gradients accumulate into .grad now, where the step verified gave
+            # them new: a compiled backward holds what it adds until its graph
+            # ends (a whole model's graph: every gradient), which that step
+            # could not see. This one is measured as the plan's first was.
+            self._verified_fresh = False
+            current = self._current()
+            if current is not None and current.in_graph is not None and self._in_graph:
+                self._verifying = True
+            else:
+                self._verifying_executor = True
             self._measure = _Verify(self)
 
     def _given_bytes(self, x: torch.Tensor) -> int:
@@ -2325,7 +2348,13 @@ class AppliedPlan:
                 "options), never run again to remake the next one's input"
             )
         lines += self._explain_head(c)
-        if self.pending_gradients:
+        if self.pending_gradients and self.compiled:
+            lines.append(
+                f"tied parameters' gradient {_fmt(self.pending_gradients)}, held by autograd from the head's backward "
+                "to the embeddings', not counted: a compiled step's parameter gradients are left out from their "
+                "allocation (each is one the step leaves in .grad)"
+            )
+        elif self.pending_gradients:
             lines.append(
                 f"of which tied parameters' gradient {_fmt(self.pending_gradients)}: held by autograd from the head's "
                 "backward to the embeddings' (counted in the budget: it is not a .grad yet)"
@@ -2728,9 +2757,12 @@ class _TracedMeasure:
     so the trace ends at the plan's next use (the next forward, ``explain()``,
     ``remove()``), which then solves again with them."""
 
-    def __init__(self, plan: AppliedPlan) -> None:
+    def __init__(self, plan: AppliedPlan, compiled: bool = False) -> None:
         self.plan = plan
         self.trace = AllocatorTrace()
+        #: A compiled step: parameter gradients left out from their allocation,
+        #: as its blocks' profiles and its verification do (_Verify).
+        self.compiled = compiled
         self.open = True
         self.numel = 1
         self.own = 0
@@ -2764,7 +2796,7 @@ class _TracedMeasure:
             )
             self.open = False
             return
-        self.trace.exclude_parameter_gradients(plan.model.parameters())
+        self.trace.exclude_parameter_gradients(plan.model.parameters(), from_allocation=compiled)
 
     def paused(self) -> contextlib.AbstractContextManager[None]:
         """Stops the trace (profiling inside runs profilers of its own)."""
@@ -2979,6 +3011,9 @@ class _Verify:
         self.cuda: torch.device | None = None
         self.trace: AllocatorTrace | None = None
         params = list(plan.model.parameters())
+        #: Parameters with no gradient at the step's start (a GPU's figure
+        #: leaves out the gradients the step gives them; see ends()).
+        self.fresh = [p for p in params if p.requires_grad and p.grad is None]
         if torch.cuda.is_available() and any(p.is_cuda for p in params):
             self.cuda = next(p.device for p in params if p.is_cuda)
             torch.cuda.synchronize(self.cuda)
@@ -2992,7 +3027,10 @@ class _Verify:
             self.open = False  # the user's profiler runs: measured at a later step
             self.trace = None
             return
-        self.trace.exclude_parameter_gradients(params)
+        # From their allocation: a compiled backward holds the gradients it
+        # returns until its graph ends, a whole model's graph all of them
+        # (AllocatorTrace.exclude_parameter_gradients).
+        self.trace.exclude_parameter_gradients(params, from_allocation=True)
 
     def forward_ends(self, output: Any) -> None:
         """Marks the end of the backward that starts from ``output``."""
@@ -3006,7 +3044,20 @@ class _Verify:
                         self.trace.settle = self.settle
                     else:
                         assert self.cuda is not None
-                        self.end = int(torch.cuda.max_memory_allocated(self.cuda)) - self.base
+                        # The allocator's statistics cannot leave a gradient
+                        # out from its allocation as the CPU's trace does: the
+                        # gradients the step leaves (each one of the
+                        # parameters', outside the budget) are taken off the
+                        # peak. The device then held at most the budget and
+                        # those gradients beside the parameters, which is what
+                        # the budget promises.
+                        made = {
+                            q.grad.untyped_storage().data_ptr(): q.grad.untyped_storage().nbytes()
+                            for q in self.fresh
+                            if q.grad is not None and q.grad.device == self.cuda
+                        }
+                        peak = int(torch.cuda.max_memory_allocated(self.cuda)) - self.base
+                        self.end = max(0, peak - sum(made.values()))
 
             torch.autograd.Variable._execution_engine.queue_callback(ends)
 
@@ -3033,6 +3084,7 @@ class _Verify:
         assert end is not None
         self.close()
         peak = end if self.trace is None else self.trace.peak(0, end)
+        self.plan._verified_fresh = bool(self.fresh)
         self.plan._verified_step(peak)
 
     def close(self) -> None:
@@ -3060,7 +3112,7 @@ def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
         return _Measure(plan)
     if not AllocatorTrace.available() and not compiled:
         return _Measure(plan)
-    return _TracedMeasure(plan)
+    return _TracedMeasure(plan, compiled)
 
 
 def _explain_compiled(plan: AppliedPlan, planned: _Planned) -> str:

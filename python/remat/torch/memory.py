@@ -216,7 +216,7 @@ class AllocatorTrace:
 
     def __init__(self) -> None:
         self._sessions: list[Any] = []  # one torch.profiler.profile per stretch between pauses
-        self._notes: list[tuple[str, int]] = []  # ("mark" | "exclude" | "probe" | "pause", payload)
+        self._notes: list[tuple[str, int]] = []  # ("mark" | "exclude" | "disown" | "probe" | "pause", payload)
         self._marked: list[bool] = []  # per note: its mark is in a session (not made while paused)
         self._alive: list[int] = []  # per note: bytes alive just then
         self._peak_to: list[int] = []  # per note: the most alive since the previous note
@@ -358,6 +358,9 @@ class AllocatorTrace:
     def exclude(self, t: torch.Tensor) -> None:
         """Stops counting ``t``'s memory from now on (a sharded tensor's local
         shard's)."""
+        self._note_storage("exclude", t)
+
+    def _note_storage(self, kind: str, t: torch.Tensor) -> None:
         if not (self._open and self._running):
             return
         local = getattr(t, "_local_tensor", t)  # a DTensor (FSDP2's gradients) holds its shard
@@ -365,15 +368,29 @@ class AllocatorTrace:
             ptr = int(local.untyped_storage().data_ptr())
         except (RuntimeError, NotImplementedError, TypeError):
             return  # no memory of its own to name (a tensor subclass)
-        self._note("exclude", ptr)
+        self._note(kind, ptr)
 
-    def exclude_parameter_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
+    def exclude_parameter_gradients(
+        self, parameters: Iterable[torch.nn.Parameter], *, from_allocation: bool = False
+    ) -> None:
         """Leaves parameter gradients out once accumulated into ``.grad`` (as
-        :meth:`LiveBytes.exclude_parameter_gradients`)."""
+        :meth:`LiveBytes.exclude_parameter_gradients`).
+
+        With ``from_allocation``, a gradient that becomes ``.grad`` as it is
+        (no gradient there before) is left out from its allocation on: what a
+        compiled backward allocates for the gradients it returns is held
+        inside its graph until the graph returns (a whole model's graph holds
+        them all: 26.6 MiB at the peak of a GPT-2 step of 8 blocks, every block
+        checkpointed, whose activations took 34 MiB), and remat's budget
+        counts no parameter gradient (docs/model.md): each is one of the
+        gradients the step leaves. A gradient added into an existing ``.grad``
+        is still a transient until it is freed. Read at :meth:`close`:
+        O(events) more."""
+        kind = "disown" if from_allocation else "exclude"
 
         def accumulated(q: torch.Tensor) -> None:
             if q.grad is not None:
-                self.exclude(q.grad)
+                self._note_storage(kind, q.grad)
 
         for p in parameters:
             if p.requires_grad:
@@ -399,20 +416,12 @@ class AllocatorTrace:
         finally:
             self.resume()
 
-    def _replay(self) -> None:
+    def _events(self) -> list[tuple[int, int] | None]:
+        """The CPU allocator's events of every session in order, as (pointer,
+        bytes: negative for a free); None between two sessions. O(events)."""
         from torch._C._profiler import _EventType
 
-        n = len(self._notes)
-        self._alive = [0] * n
-        self._peak_to = [0] * n
-        self._found = [False] * n
-        live: dict[int, int] = {}  # ptr -> bytes, allocations counted
-        born: dict[int, int] = {}  # ptr -> the next note when it was allocated
-        marks: set[int] = set()  # pointers of the marks' allocations, whose frees are not counted
-        ignored: set[int] = set()  # allocated while compiling: never counted, nor their frees
-        compiling = 0
-        current = peak = 0
-        expected = 0  # the next note: its mark is an allocation of _MARK + expected bytes
+        found: list[tuple[int, int] | None] = []
         for prof in self._sessions:
             results = prof.profiler.kineto_results if prof.profiler is not None else None
             events: list[Any] = []
@@ -425,52 +434,117 @@ class AllocatorTrace:
             events.sort(key=lambda e: e.start_time_ns)
             for e in events:
                 f = e.extra_fields
-                if f.device.type != "cpu":
+                if f.device.type == "cpu":
+                    found.append((int(f.ptr), int(f.alloc_size)))
+            found.append(None)
+        return found
+
+    def _walk(self, events: list[tuple[int, int] | None], visit: Callable[[int, int, int], None]) -> None:
+        """Calls ``visit(k, ptr, size)`` for each event ``k`` that is neither a
+        note's mark nor made while compiling (``size`` negative for a free,
+        0 for a free of something not counted), and ``visit(k, -1, i)`` at
+        note ``i``, ``visit(k, -2, 0)`` where a session ends. O(events)."""
+        n = len(self._notes)
+        marks: set[int] = set()  # pointers of the marks' allocations, whose frees are not counted
+        ignored: set[int] = set()  # allocated while compiling: never counted, nor their frees
+        compiling = 0
+        expected = 0  # the next note: its mark is an allocation of _MARK + expected bytes
+        for k, event in enumerate(events):
+            if event is None:
+                visit(k, -2, 0)
+                continue
+            ptr, size = event
+            if size > 0:
+                while expected < n and not self._marked[expected]:
+                    expected += 1  # made while paused: no mark
+                if expected < n and size == _MARK + expected:
+                    marks.add(ptr)
+                    kind = self._notes[expected][0]
+                    compiling += 1 if kind == "ignore" else -1 if kind == "heed" and compiling else 0
+                    visit(k, -1, expected)
+                    expected += 1
                     continue
-                size = int(f.alloc_size)
-                ptr = int(f.ptr)
-                if size > 0:
-                    while expected < n and not self._marked[expected]:
-                        expected += 1  # made while paused: no mark
-                    if expected < n and size == _MARK + expected:
-                        marks.add(ptr)
-                        kind = self._notes[expected][0]
-                        compiling += 1 if kind == "ignore" else -1 if kind == "heed" and compiling else 0
-                        current -= self._apply(expected, live)
-                        if kind == "mark" and self._notes[expected][1]:
-                            by: dict[int, int] = {}
-                            for q, b in live.items():
-                                by[born.get(q, 0)] = by.get(born.get(q, 0), 0) + b
-                            self._births[expected] = by
-                        self._peak_to[expected] = peak
-                        self._alive[expected] = current
-                        peak = current
-                        expected += 1
-                        continue
-                    if compiling:
-                        ignored.add(ptr)
-                        continue
-                    # A block freed while paused, whose address comes back.
-                    current -= live.pop(ptr, 0)
-                    live[ptr] = size
-                    born[ptr] = expected
-                    current += size
-                    peak = max(peak, current)
-                elif ptr in marks:
-                    marks.discard(ptr)
-                elif ptr in ignored:
-                    ignored.discard(ptr)
-                else:
-                    current -= live.pop(ptr, 0)
-            # Between sessions nothing is seen: what the pause allocated is
-            # unknown, so not counted (nor, later, its free).
-            peak = current
+                if compiling:
+                    ignored.add(ptr)
+                    continue
+                visit(k, ptr, size)
+            elif ptr in marks:
+                marks.discard(ptr)
+            elif ptr in ignored:
+                ignored.discard(ptr)
+            else:
+                visit(k, ptr, size)
+
+    def _disowned(self, events: list[tuple[int, int] | None]) -> set[int]:
+        """The allocation events of the parameter gradients
+        (:meth:`exclude_parameter_gradients`): each the allocation alive at its
+        gradient's pointer when the gradient was accumulated, which is
+        therefore never counted. O(events)."""
+        live: dict[int, int] = {}  # pointer -> its allocation event
+        found: set[int] = set()
+
+        def visit(k: int, ptr: int, size: int) -> None:
+            if ptr == -2:
+                return
+            if ptr == -1:
+                kind, payload = self._notes[size]
+                if kind == "disown" and payload in live:
+                    found.add(live.pop(payload))
+            elif size > 0:
+                live[ptr] = k
+            else:
+                live.pop(ptr, None)
+
+        self._walk(events, visit)
+        return found
+
+    def _replay(self) -> None:
+        events = self._events()
+        disowned = self._disowned(events) if any(kind == "disown" for kind, _ in self._notes) else set()
+        n = len(self._notes)
+        self._alive = [0] * n
+        self._peak_to = [0] * n
+        self._found = [False] * n
+        live: dict[int, int] = {}  # ptr -> bytes, allocations counted
+        born: dict[int, int] = {}  # ptr -> the next note when it was allocated
+        state = {"current": 0, "peak": 0, "next": 0}
+
+        def visit(k: int, ptr: int, size: int) -> None:
+            if ptr == -2:
+                state["peak"] = state["current"]
+            elif ptr == -1:
+                i = size
+                state["current"] -= self._apply(i, live)
+                if self._notes[i] == ("mark", 1):
+                    by: dict[int, int] = {}
+                    for q, b in live.items():
+                        by[born.get(q, 0)] = by.get(born.get(q, 0), 0) + b
+                    self._births[i] = by
+                self._peak_to[i] = state["peak"]
+                self._alive[i] = state["current"]
+                state["peak"] = state["current"]
+                state["next"] = i + 1
+            elif k in disowned:
+                live.pop(ptr, None)  # its free then finds nothing counted
+            elif size > 0:
+                # A block freed while paused, whose address comes back.
+                state["current"] -= live.pop(ptr, 0)
+                live[ptr] = size
+                born[ptr] = state["next"]
+                state["current"] += size
+                state["peak"] = max(state["peak"], state["current"])
+            else:
+                state["current"] -= live.pop(ptr, 0)
+
+        # Between sessions nothing is seen: what a pause allocated is unknown,
+        # so not counted (nor, later, its free).
+        self._walk(events, visit)
         self._read = True
 
     def _apply(self, i: int, live: dict[int, int]) -> int:
         """Note i's effect on the live allocations; returns the bytes it stops counting."""
         kind, payload = self._notes[i]
-        if kind == "exclude":
+        if kind in ("exclude", "disown"):  # a disowned allocation's was never counted
             return live.pop(payload, 0)
         if kind == "probe":
             self._found[i] = payload in live
