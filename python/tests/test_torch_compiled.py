@@ -455,6 +455,7 @@ def test_a_step_that_adds_into_grad_is_measured_again() -> None:
         if not pending():
             break
     assert plan._verified is not first and not plan._verified_fresh, (first, plan._verified, plan.explain())
+    assert plan._accumulating and "steps add into .grad" in plan.explain(), plan.explain()
     # The new gradients counted, as transients (at least what the same step
     # took when they became .grad), and within the budget.
     peak = accumulating()

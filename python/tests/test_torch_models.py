@@ -528,12 +528,14 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
         loss, peak = step(ours)
     assert len(plan.stacks) == 2 and plan.peak_memory is not None
     assert peak <= plan.peak_memory and (memory == "50%" or peak <= memory), (peak, memory)
-    # High by what the chain counts of the skip connections' gradients, set
-    # aside for the whole step (made in the up blocks' backwards): 8% on the
-    # census' U-Net. Not counted before (the skip connections come as a
-    # tuple), the step's peak was in an up block's backward, 870 KiB above
-    # the chain's figure for it there.
-    assert abs(peak - plan.peak_memory) <= 0.10 * plan.peak_memory, (peak, plan.peak_memory)
+    # The skip connections' gradients held from the up block that reads each
+    # to the down block that made it (set aside for the whole step, they made
+    # the census' U-Net's prediction 8.6% high, this one's 7.2%; 7.0% and
+    # 6.2% now: the last up block's backward counts those it makes twice,
+    # in its profile's transient and in the running gradient). Not counted
+    # at all before (they come as a tuple), the step's peak was in an up
+    # block's backward, 870 KiB above the chain's figure for it there.
+    assert abs(peak - plan.peak_memory) <= 0.08 * plan.peak_memory, (peak, plan.peak_memory)
     # The skip connections' gradients (nested in a tuple) are counted, the
     # time embedding's too. Of the skip connections remat keeps all but the
     # stack's input (conv_in's output, held by every schedule) and the down
@@ -548,6 +550,40 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
     assert peak < 0.75 * plain_peak, (peak, plain_peak)
     assert torch.equal(loss, plain_loss)
     assert_same_gradients(plain, ours)
+
+
+def test_a_side_inputs_gradient_is_held_from_its_last_reader_to_its_maker() -> None:
+    """Where in the backward the chain holds each side input's gradient
+    (docs/model.md, "Side inputs"): from the backward of the last block that
+    reads it to that of the block that made it, in the running gradients
+    delta^k; in the forward phase nowhere (set aside for the whole step
+    before, the census' U-Net was predicted 8.6% high)."""
+    from remat.torch.apply import _SideGradients
+    from remat.torch.stages import Call
+
+    def grad(n: int) -> torch.Tensor:
+        return torch.zeros(n, requires_grad=True).clone()  # 4 bytes an element, not a leaf
+
+    x = grad(1)
+    made, out, outside = grad(10), grad(100), grad(1000)
+    found = _SideGradients()
+    found.stack_input(x)
+    # Stage 1 returns its output and an intermediate; stage 2 reads the
+    # output (merged into delta^1 by B^2) and stage 4 too; stage 3 reads the
+    # intermediate (used up by B^1); stages 2 and 3 read a tensor made
+    # before the stack (held down to delta^0); stage 4 reads the stack's input.
+    found.returned(1, (out, made), out)
+    found.add(Call.of((grad(1), out), {"extra": outside}), 2)
+    found.add(Call.of((grad(1), made), {"extra": outside}), 3)
+    found.add(Call.of((grad(1), out), {"extra": x}), 4)
+    f = found.figures(4)
+    assert found.total == 4 * (10 + 100 + 1000 + 1)
+    #          delta^0   delta^1          delta^2                delta^3
+    assert f.held == [4000, 4000 + 40 + 4, 4000 + 40 + 400 + 4, 400 + 4, 0]
+    # Counted in delta^k and delta^{k-1} while B^k runs (alive once then).
+    assert f.twice == [0, 4000, 4000 + 40 + 4, 400 + 4, 0]
+    # Out of place where a block after it read the same tensor.
+    assert f.summed == [0, 0, 4000 + 400, 0, 0]
 
 
 def test_a_new_sequence_length_reuses_the_profile() -> None:

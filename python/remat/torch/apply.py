@@ -493,6 +493,9 @@ class _Entry:
     #: between blocks: autograd accumulates each from the backward of the last
     #: block that reads it to the first's, beside the schedule.
     side_gradients: int = 0
+    #: Where in the backward each of those gradients is held (see
+    #: _SideGradients.figures), with ``numel`` elements between blocks.
+    side: _SideFigures | None = None
     #: Bytes of the side inputs a stack's later blocks get that its first
     #: block did not (T5's attention biases, made by its first block): the
     #: executor keeps a block's call to run it again, and with it these,
@@ -665,6 +668,11 @@ class AppliedPlan:
         #: a step that adds into .grad (accumulation) holds as transients. The
         #: first such step is measured again (see _model_starts).
         self._verified_fresh = False
+        #: Steps add into the stack's parameters' .grad (gradient
+        #: accumulation), seen once and for good: a compiled block's backward
+        #: then holds the gradients it returns as transients, which its
+        #: profile left out (see _Meter.compiled; _solve adds them).
+        self._accumulating = False
         self._in_graph_refused: str | None = None  # why in-graph plans are off for good
         #: What the compiler's one graph held above the chain's prediction, by
         #: measurement: in-graph plans are solved this much below the budget.
@@ -717,6 +725,12 @@ class AppliedPlan:
         self._weight_gradients = [
             max((p.numel() * p.element_size() for p in m.parameters() if p.requires_grad), default=0)
             for m in self.modules
+        ]
+        #: Bytes of each block's trainable parameters: the gradients its
+        #: compiled backward returns at once, transients where a step adds
+        #: them into .grad (see _accumulating).
+        self._block_gradients = [
+            sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad) for m in self.modules
         ]
         #: Bytes of the trainable parameters of modules called more than once in
         #: the stack (ALBERT's shared layer): autograd sums their gradients from
@@ -1128,6 +1142,16 @@ class AppliedPlan:
         self._inputs = (tuple(args), dict(kwargs or {})) if torch.is_grad_enabled() else None
         if self._hf_flags and torch.is_grad_enabled():
             self._take_over_hf()
+        if (
+            not self._accumulating
+            and torch.is_grad_enabled()
+            and any(e.compiled for e in self._entries.values())
+            and self._accumulates()
+        ):
+            self._accumulating = True
+            for entry in self._entries.values():
+                if entry.compiled:
+                    entry.by_numel.clear()
         self._end_measure()  # a measurement the last step never finished
         if compiling and torch.is_grad_enabled():
             self._compiled_steps += 1
@@ -1168,6 +1192,11 @@ class AppliedPlan:
             else:
                 self._verifying_executor = True
             self._measure = _Verify(self)
+
+    def _accumulates(self) -> bool:
+        """Whether a parameter of the stack holds a gradient at a step's start.
+        O(the stack's parameters)."""
+        return any(p.grad is not None for m in self.modules for p in m.parameters() if p.requires_grad)
 
     def _given_bytes(self, x: torch.Tensor) -> int:
         """The bytes of the stack's input ``x`` that a step's peak leaves out
@@ -1406,6 +1435,7 @@ class AppliedPlan:
             self._measure.returned = [r for r in self._measure.returned if _ptr(r[0]) not in read]  # type: ignore[assignment]
         y = ex.call(step, l, call)
         self._kept.returned(l, y)
+        self._side.returned(l, y, _carried_or_none(y))
         if isinstance(self._measure, (_Measure, _TracedMeasure)):
             self._measure.block_returned(y)
         if l + 1 in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):
@@ -1451,17 +1481,21 @@ class AppliedPlan:
         plan is solved again at the next forward. O(the call's arguments)."""
         if l == 1:
             self._side = _SideGradients()
+            self._side.stack_input(call.carried)
             self._kept = _Kept(self._bridges)
-        self._side.add(call)
+        self._side.add(call, l)
         self._kept.add(l, call)
         if l < len(self.modules) or self._last is None:
             return
         entry, numel, _ = self._last
         found = math.ceil(self._side.total * entry.numel / numel)
         kept = math.ceil(self._kept.total * entry.numel / numel)
-        if found > entry.side_gradients or kept > entry.side_kept:
+        figures = self._side.figures(len(self.modules)).scaled(entry.numel / numel)
+        merged = figures if entry.side is None else entry.side.merged(figures)
+        if found > entry.side_gradients or kept > entry.side_kept or merged != entry.side:
             entry.side_gradients = max(found, entry.side_gradients)
             entry.side_kept = max(kept, entry.side_kept)
+            entry.side = merged
             entry.by_numel.clear()
 
     # -- each block's own call ------------------------------------------------
@@ -1565,8 +1599,10 @@ class AppliedPlan:
             call = Call.of(*_without_cache(args, kwargs))
             if l == 1:
                 self._captured_first = call
+            if l == 1:
+                self._captured_side.stack_input(call.carried)
             self._captured_kept.add(l, call)
-            self._captured_side.add(call)
+            self._captured_side.add(call, l)
             # A later stack's first block: its input is what the profile starts it from.
             found[l - 1] = call if l - 1 in self._bridges else call.without_carried()
             before = self._captured_output
@@ -1578,6 +1614,7 @@ class AppliedPlan:
             raise _Captured
         y = original(*args, **kwargs)
         self._captured_kept.returned(l, y)
+        self._captured_side.returned(l, y, _carried_or_none(y))
         try:
             self._captured_output = carried_output(y, lambda: "")
         except TypeError:
@@ -1612,7 +1649,9 @@ class AppliedPlan:
             entry.dropped = list(found.dropped)
             entry.fixed = list(found.fixed)
             entry.bridge_outputs = outputs
-            entry.side_gradients = (self._captured_side if calls is not None else _side_of(call)).total
+            side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
+            entry.side_gradients = side.total
+            entry.side = side.figures(len(self.modules))
             entry.side_kept = self._captured_kept.total if calls is not None else 0
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
@@ -1782,7 +1821,10 @@ class AppliedPlan:
         outside = entry.outside.scaled(numel, self._input_elements()) if entry.outside is not None else None
         side = math.ceil(entry.side_gradients * numel / entry.numel)
         kept = math.ceil(entry.side_kept * numel / entry.numel)
-        stack = _with_more_transient(stack, side)
+        if entry.side is not None:
+            stack = _with_side_gradients(stack, entry.side.scaled(numel / entry.numel))
+        if entry.compiled and self._accumulating:
+            stack = _with_weight_gradients(stack, self._block_gradients)
         stack = _with_more_transient(stack, self._shared_gradients, forwards=True)
         released = outside.released if outside is not None else 0
         bare = stack
@@ -1798,7 +1840,7 @@ class AppliedPlan:
         chain = _with_loss(stack, outside) if outside is not None else stack
         # A share of storing everything is of the step as the model writes it (the head whole).
         budget, note = self._budget(chain, outside, device, side, kept, at_least)
-        side += kept + _MARGIN  # all set aside from here on
+        side = kept + _MARGIN  # set aside from here on
         # in_flight is passed only when above 1, so that a plan of one
         # micro-batch calls the solver exactly as before pipelining.
         extra: dict[str, Any] = {"in_flight": self.in_flight} if self.in_flight != 1 else {}
@@ -2011,11 +2053,11 @@ class AppliedPlan:
         at_least: int = 0,
     ) -> tuple[int, str]:
         """The chain's budget: ``memory`` less what the step holds outside the
-        stack, less ``side``, the gradients of the blocks' side inputs (held
-        through the stack's backward: set aside for the whole of it, an
-        over-count in the forward), ``kept`` and :data:`_MARGIN`.
-        O(store-all's simulation) for a share."""
-        fixed = side + kept + _MARGIN + (0 if outside is None else outside.held())
+        stack, ``kept`` and :data:`_MARGIN`. ``side``, the bytes of the
+        gradients of the blocks' side inputs, the chain counts itself (see
+        _with_side_gradients): named in the note. O(store-all's simulation)
+        for a share."""
+        fixed = kept + _MARGIN + (0 if outside is None else outside.held())
         fixed_note = (
             "the part before and after the stack not measured yet (first training step)"
             if outside is None
@@ -2027,7 +2069,10 @@ class AppliedPlan:
         if outside is not None and outside.released:
             fixed_note += f", of what is before it {_fmt(outside.released)} gone by the stack's backward"
         if side:
-            fixed_note += f", the gradients of the blocks' side inputs {_fmt(side)} (through the stack's backward)"
+            fixed_note += (
+                f", the gradients of the blocks' side inputs {_fmt(side)} (counted in the stack's backward, each from "
+                "the last block that reads it to the one that made it)"
+            )
         fixed_note += f", a margin of {_fmt(_MARGIN)}"
         if kept:
             fixed_note += (
@@ -3119,6 +3164,15 @@ def _explain_compiled(plan: AppliedPlan, planned: _Planned) -> str:
     """explain()'s line on how the blocks run."""
     if not plan.compiled:
         return "blocks run eagerly"
+    grads = (
+        "; steps add into .grad: each block's backward counts the gradients its graph returns"
+        if plan._accumulating
+        else ""
+    )
+    return _explain_compiled_run(plan, planned) + grads
+
+
+def _explain_compiled_run(plan: AppliedPlan, planned: _Planned) -> str:
     if planned.in_graph is not None and plan._in_graph:
         verified = plan._verified
         measured = (
@@ -3577,15 +3631,11 @@ def _with_more_transient(
     """``chain`` with ``extra`` bytes more in the backward transient of every
     stage but the last, each option's too, and with ``forwards`` in every
     forward's and recording's transient as well. O(stages). For what autograd
-    holds from the last stage's backward to the first's, beside the schedule:
-
-    - the gradients of the blocks' side inputs (backward only): where a
-      block's backward adds its share to what the blocks after it
-      accumulated, autograd may sum out of place, the old sum and the new one
-      alive at once (the accumulated sum itself is set aside from the budget);
-    - the gradient autograd sums for the parameters of a layer called several
-      times (ALBERT's; ``forwards``): alive beside each recomputation and each
-      backward, an over-count in the forward phase."""
+    holds from the last stage's backward to the first's, beside the schedule
+    (the gradient autograd sums for the parameters of a layer called several
+    times, ALBERT's, with ``forwards``: alive beside each recomputation and
+    each backward, an over-count in the forward phase), and with ``last``
+    for what is before the stack and gone by its backward."""
     if extra <= 0:
         return chain
     d = chain.to_dict()
@@ -3659,6 +3709,15 @@ class _Kept:
             self.total += t.untyped_storage().nbytes()
 
 
+def _carried_or_none(y: Any) -> torch.Tensor | None:
+    """A block's carried output, or None where it has none (the call raises
+    that elsewhere, naming the block)."""
+    try:
+        return carried_output(y, lambda: "")
+    except TypeError:
+        return None
+
+
 def _flat_tensors(y: Any) -> list[torch.Tensor]:
     """The tensors of a block's output: itself, or nested one level in tuples
     and lists (and a ModelOutput's values). O(the output's items)."""
@@ -3668,18 +3727,49 @@ def _flat_tensors(y: Any) -> list[torch.Tensor]:
 
 
 class _SideGradients:
-    """The bytes of the gradients of the blocks' side inputs that require one
-    (parameters aside; each storage once) over one pass: an encoder-decoder's
-    encoder output, which every decoder block reads and whose gradient
-    autograd accumulates through the decoder's backward. O(the call's
-    arguments) a call."""
+    """The gradients of the blocks' side inputs that require one (parameters
+    aside; each storage once) over one pass, and where in the backward each
+    is alive: an encoder-decoder's encoder output, which every decoder block
+    reads and whose gradient autograd accumulates through the decoder's
+    backward; a U-Net's skip connections, each read by one up block and made
+    by a down block. O(the call's arguments and the block's outputs) a call.
+
+    A side input's gradient is made by the backward of the last stage that
+    reads it, r, and used up by the backward of the stage that made it: held
+    from B^r to there, which the chain counts as part of the running
+    gradients delta^k in between (:meth:`figures`)."""
 
     def __init__(self) -> None:
         self.total = 0
-        self._seen: set[int] = set()
+        self._bytes: dict[int, int] = {}  # storage -> bytes
+        self._readers: dict[int, list[int]] = {}  # storage -> the stages that read it
+        #: storage -> the first k whose delta^k holds its gradient: a block's
+        #: own tensor (an intermediate it returned) is used up by its
+        #: backward (k = the block); its output a^l and the stack's input by
+        #: the backward that makes delta^l (k = l + 1). Unknown (made outside
+        #: every block: before the stack, between two): held down to delta^0.
+        #: With the tensor, weakly: an address freed and taken again is not it.
+        self._from: dict[int, tuple[int, weakref.ref[torch.Tensor]]] = {}
+        self._first: dict[int, int] = {}  # storage -> that k, read when a block first reads it
 
-    def add(self, call: Call) -> None:
-        """A stage's call. Nested side inputs count too (a U-Net's up
+    def stack_input(self, x: torch.Tensor) -> None:
+        """The stack's input a^0: a block that reads it (a U-Net's first skip
+        connection) adds to delta^0, made by B^1."""
+        key = x.untyped_storage().data_ptr()
+        if key:
+            self._from[key] = (1, weakref.ref(x))
+
+    def returned(self, l: int, y: Any, carried: torch.Tensor | None) -> None:
+        """Stage ``l``'s output: the tensors a later block may read."""
+        carried_key = carried.untyped_storage().data_ptr() if carried is not None else 0
+        for t in _flat_tensors(y):
+            key = t.untyped_storage().data_ptr()
+            found = self._from.get(key)
+            if key and (found is None or found[1]() is None):
+                self._from[key] = (l + 1 if key == carried_key else l, weakref.ref(t))
+
+    def add(self, call: Call, l: int) -> None:
+        """Stage ``l``'s call. Nested side inputs count too (a U-Net's up
         block reads its skip connections as a tuple: their 705 KiB of
         gradients were not counted, and the census' U-Net's step peaked in a
         backward 870 KiB above the chain's figure for it)."""
@@ -3687,17 +3777,108 @@ class _SideGradients:
             if isinstance(v, nn.Parameter) or not v.requires_grad:
                 continue
             key = v.untyped_storage().data_ptr()
-            if key not in self._seen:
-                self._seen.add(key)
-                self.total += v.numel() * v.element_size()
+            if key not in self._bytes:
+                self._bytes[key] = v.numel() * v.element_size()
+                self._readers[key] = []
+                self.total += self._bytes[key]
+                made = self._from.get(key)
+                self._first[key] = made[0] if made is not None and made[1]() is not None else 0
+            if l not in self._readers[key]:
+                self._readers[key].append(l)
+
+    def figures(self, stages: int) -> _SideFigures:
+        """Per k in 0..``stages``: the bytes delta^k holds beside itself
+        (``held``), those counted in both delta^k and delta^{k-1} while B^k
+        runs (``twice``), and the sum B^k makes out of place where a block
+        after it read the same input (``summed``). B^r, which makes a
+        gradient, may have it among the transient its profile measured too:
+        not taken off, since the profile's peak may come before it is made
+        (taken off, a test's U-Net measured 3 KiB above its prediction).
+        O(side inputs x stages)."""
+        held = [0] * (stages + 1)
+        twice = [0] * (stages + 1)
+        summed = [0] * (stages + 1)
+        for key, b in self._bytes.items():
+            readers = self._readers[key]
+            last = max(readers)
+            first = min(self._first[key], min(readers))
+            for k in range(first, last):
+                held[k] += b
+                if k > first:
+                    twice[k] += b
+            for l in readers:
+                if l != last:
+                    summed[l] += b
+        return _SideFigures(held, twice, summed)
 
 
-def _side_of(call: Call) -> _SideGradients:
-    """:class:`_SideGradients` of stage 1's call alone (every block given the
-    first block's side inputs, where the model's forward could not run again)."""
+@dataclass
+class _SideFigures:
+    """What :meth:`_SideGradients.figures` found, per k in 0..L."""
+
+    held: list[int]
+    twice: list[int]
+    summed: list[int]
+
+    def merged(self, other: _SideFigures) -> _SideFigures:
+        """The larger figure of the two at each k."""
+        return _SideFigures(
+            [max(a, b) for a, b in zip(self.held, other.held)],
+            [max(a, b) for a, b in zip(self.twice, other.twice)],
+            [max(a, b) for a, b in zip(self.summed, other.summed)],
+        )
+
+    def scaled(self, factor: float) -> _SideFigures:
+        return _SideFigures(
+            [math.ceil(v * factor) for v in self.held],
+            [int(v * factor) for v in self.twice],  # taken off: rounded down
+            [math.ceil(v * factor) for v in self.summed],
+        )
+
+
+def _side_of(call: Call, stages: int) -> _SideGradients:
+    """:class:`_SideGradients` where every block is given the first block's
+    side inputs (the model's forward could not run again), made outside the
+    stack."""
     found = _SideGradients()
-    found.add(call)
+    for l in range(1, stages + 1):
+        found.add(call, l)
     return found
+
+
+def _with_weight_gradients(chain: remat.Chain, per_stage: Sequence[int]) -> remat.Chain:
+    """``chain`` with ``per_stage[l-1]`` bytes more in stage l's backward
+    transient, each option's too. O(stages)."""
+    d = chain.to_dict()
+    for st, extra in zip(d["stages"], per_stage):
+        for part in [st, *(st.get("options") or [])]:
+            part["backward_overhead"] = int(part.get("backward_overhead", 0) or 0) + extra
+    return remat.Chain.from_dict(d)
+
+
+def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
+    """``chain`` with the side inputs' gradients in the running gradients that
+    hold them (``gradient_size`` of stage k for delta^k, the chain's
+    ``input_gradient_size`` for delta^0): from the backward of the last block
+    that reads each, so that the forward phase does not count them and a
+    recomputation in the backward phase does. While B^k runs, one held in
+    both delta^k and delta^{k-1} is alive once: taken off B^k's transient as
+    far as it goes (never below 0, an over-count then); the out-of-place sums
+    added to it. O(stages)."""
+    if not any(side.held) and not any(side.summed):
+        return chain
+    d = chain.to_dict()
+    if side.held[0]:
+        d["input_gradient_size"] = int(d.get("input_gradient_size", d["input_size"])) + side.held[0]
+    for k, st in enumerate(d["stages"], 1):
+        if k >= len(side.held):
+            break
+        if side.held[k]:
+            st["gradient_size"] = int(st.get("gradient_size", st["output_size"])) + side.held[k]
+        for part in [st, *(st.get("options") or [])]:
+            o = int(part.get("backward_overhead", 0) or 0)
+            part["backward_overhead"] = max(0, o - side.twice[k]) + side.summed[k]
+    return remat.Chain.from_dict(d)
 
 
 def _grown(shape: Sequence[int], profiled: Sequence[int]) -> bool:

@@ -82,10 +82,14 @@ def output_bytes(y: torch.Tensor, x: torch.Tensor) -> int:
 def preserved_state(stages: Sequence[nn.Module], devices: Sequence[torch.device]) -> Iterator[None]:
     """Runs a block and then puts back what running the stages changes: the RNG
     state (CPU and the given CUDA devices), every buffer (BatchNorm running
-    statistics) and every parameter's ``.grad``."""
+    statistics) and every parameter's ``.grad`` (None while it runs)."""
     cuda = [d.index if d.index is not None else torch.cuda.current_device() for d in devices]
     buffers = [(b, b.detach().clone()) for s in stages for b in s.buffers()]
     grads = [(p, p.grad) for s in stages for p in s.parameters()]
+    for p, _ in grads:
+        # Measured as a step that gives the parameters their gradients, the
+        # same whatever the step before left in .grad.
+        p.grad = None
     with torch.random.fork_rng(devices=cuda):
         try:
             yield
@@ -122,9 +126,21 @@ class _Meter:
     start. Both return an index; :meth:`value` reads it once the window has
     closed (the allocator's events are read only then)."""
 
-    def __init__(self, device: torch.device, parameters: Sequence[nn.Parameter], allocator: bool = False) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        parameters: Sequence[nn.Parameter],
+        allocator: bool = False,
+        compiled: bool = False,
+    ) -> None:
         self.cuda = device.type == "cuda"
         self.allocator = allocator and not self.cuda
+        #: A compiled block's backward holds the gradients of the weights it
+        #: returns until its graph ends: left out from their allocation, as
+        #: a compiled step's measurement does (docs/model.md, "The budget").
+        #: A step that adds into .grad holds them as transients: the plan
+        #: adds them then (AppliedPlan._accumulating).
+        self.compiled = compiled
         self.device = device
         self.parameters = parameters
         self.ms = 0.0
@@ -148,7 +164,7 @@ class _Meter:
             trace = AllocatorTrace()
             self._traces.append(trace)
             with trace:
-                trace.exclude_parameter_gradients(self.parameters)
+                trace.exclude_parameter_gradients(self.parameters, from_allocation=self.compiled)
                 self._trace, self._last = trace, 0
                 try:
                     yield
@@ -647,7 +663,7 @@ def _profile_stage(
 ) -> dict[str, Any]:
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params, allocator=_by_allocator(runner))
+    meter = _Meter(device, params, allocator=_by_allocator(runner), compiled=runner.compiled)
     needs_input_grad = x.is_floating_point() or x.is_complex()
     own = {storage_key(t) for t in [*stage.parameters(), *stage.buffers(), *runner.call.side_tensors(), x]}
 
@@ -895,7 +911,7 @@ def _profile_options(
     """
     stage = runner.stage
     params = [p for p in stage.parameters() if p.requires_grad]
-    meter = _Meter(device, params, allocator=_by_allocator(runner))
+    meter = _Meter(device, params, allocator=_by_allocator(runner), compiled=runner.compiled)
     needs_input_grad = x.is_floating_point() or x.is_complex()
     names = [runner.label]
     variants_of = runner.variants
