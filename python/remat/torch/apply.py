@@ -2805,9 +2805,6 @@ class _TracedMeasure:
     def __init__(self, plan: AppliedPlan, compiled: bool = False) -> None:
         self.plan = plan
         self.trace = AllocatorTrace()
-        #: A compiled step: parameter gradients left out from their allocation,
-        #: as its blocks' profiles and its verification do (_Verify).
-        self.compiled = compiled
         self.open = True
         self.numel = 1
         self.own = 0
@@ -2841,6 +2838,8 @@ class _TracedMeasure:
             )
             self.open = False
             return
+        # A compiled step's from their allocation, as its blocks' profiles and
+        # its verification (_Verify) leave them out.
         self.trace.exclude_parameter_gradients(plan.model.parameters(), from_allocation=compiled)
 
     def paused(self) -> contextlib.AbstractContextManager[None]:
