@@ -673,7 +673,7 @@ class AppliedPlan:
         #: a step that adds into .grad (accumulation) holds as transients. The
         #: first such step is measured again (see _model_starts).
         self._verified_fresh = False
-        #: Steps add into the stack's parameters' .grad (gradient
+        #: Steps add into the model's parameters' .grad (gradient
         #: accumulation), seen once and for good: a compiled block's backward
         #: then holds the gradients it returns as transients, which its
         #: profile left out (see _Meter.compiled; _solve adds them).
@@ -1188,7 +1188,7 @@ class AppliedPlan:
             and self._measure is None
             and self._verified_fresh
             and (compiling or self._compiled(compiling))
-            and any(p.grad is not None for p in self.model.parameters() if p.requires_grad)
+            and self._accumulates()
         ):
             # Gradients accumulate into .grad now, where the step verified gave
             # them new: a compiled backward holds what it adds until its graph
@@ -1203,9 +1203,9 @@ class AppliedPlan:
             self._measure = _Verify(self)
 
     def _accumulates(self) -> bool:
-        """Whether a parameter of the stack holds a gradient at a step's start.
-        O(the stack's parameters)."""
-        return any(p.grad is not None for m in self.modules for p in m.parameters() if p.requires_grad)
+        """Whether a parameter of the model holds a gradient at a step's start.
+        O(the model's parameters)."""
+        return any(p.grad is not None for p in self.model.parameters() if p.requires_grad)
 
     def _given_bytes(self, x: torch.Tensor) -> int:
         """The bytes of the stack's input ``x`` that a step's peak leaves out
@@ -1639,7 +1639,6 @@ class AppliedPlan:
             call = Call.of(*_without_cache(args, kwargs))
             if l == 1:
                 self._captured_first = call
-            if l == 1:
                 self._captured_side.stack_input(call.carried)
             self._captured_kept.add(l, call)
             self._captured_side.add(call, l)

@@ -439,11 +439,13 @@ class AllocatorTrace:
             found.append(None)
         return found
 
-    def _walk(self, events: list[tuple[int, int] | None], visit: Callable[[int, int, int], None]) -> None:
-        """Calls ``visit(k, ptr, size)`` for each event ``k`` that is neither a
-        note's mark nor made while compiling (``size`` negative for a free,
-        0 for a free of something not counted), and ``visit(k, -1, i)`` at
-        note ``i``, ``visit(k, -2, 0)`` where a session ends. O(events)."""
+    def _walk(self, events: list[tuple[int, int] | None]) -> Iterator[tuple[str, int, int, int]]:
+        """The events that count, in order, as ``(kind, k, ptr, size)``:
+        ``("note", k, 0, i)`` where note ``i``'s mark is, ``("alloc", k, ptr,
+        bytes)`` and ``("free", k, ptr, 0)`` for the others (``k`` the
+        event's index), ``("end", k, 0, 0)`` where a session ends. The marks'
+        own allocations and what is allocated while compiling (and their
+        frees) are left out. O(events)."""
         n = len(self._notes)
         marks: set[int] = set()  # pointers of the marks' allocations, whose frees are not counted
         ignored: set[int] = set()  # allocated while compiling: never counted, nor their frees
@@ -451,7 +453,7 @@ class AllocatorTrace:
         expected = 0  # the next note: its mark is an allocation of _MARK + expected bytes
         for k, event in enumerate(events):
             if event is None:
-                visit(k, -2, 0)
+                yield "end", k, 0, 0
                 continue
             ptr, size = event
             if size > 0:
@@ -461,19 +463,18 @@ class AllocatorTrace:
                     marks.add(ptr)
                     kind = self._notes[expected][0]
                     compiling += 1 if kind == "ignore" else -1 if kind == "heed" and compiling else 0
-                    visit(k, -1, expected)
+                    yield "note", k, 0, expected
                     expected += 1
-                    continue
-                if compiling:
+                elif compiling:
                     ignored.add(ptr)
-                    continue
-                visit(k, ptr, size)
+                else:
+                    yield "alloc", k, ptr, size
             elif ptr in marks:
                 marks.discard(ptr)
             elif ptr in ignored:
                 ignored.discard(ptr)
             else:
-                visit(k, ptr, size)
+                yield "free", k, ptr, 0
 
     def _disowned(self, events: list[tuple[int, int] | None]) -> set[int]:
         """The allocation events of the parameter gradients
@@ -482,20 +483,15 @@ class AllocatorTrace:
         therefore never counted. O(events)."""
         live: dict[int, int] = {}  # pointer -> its allocation event
         found: set[int] = set()
-
-        def visit(k: int, ptr: int, size: int) -> None:
-            if ptr == -2:
-                return
-            if ptr == -1:
-                kind, payload = self._notes[size]
-                if kind == "disown" and payload in live:
+        for kind, k, ptr, i in self._walk(events):
+            if kind == "note":
+                note, payload = self._notes[i]
+                if note == "disown" and payload in live:
                     found.add(live.pop(payload))
-            elif size > 0:
+            elif kind == "alloc":
                 live[ptr] = k
-            else:
+            elif kind == "free":
                 live.pop(ptr, None)
-
-        self._walk(events, visit)
         return found
 
     def _replay(self) -> None:
@@ -507,44 +503,41 @@ class AllocatorTrace:
         self._found = [False] * n
         live: dict[int, int] = {}  # ptr -> bytes, allocations counted
         born: dict[int, int] = {}  # ptr -> the next note when it was allocated
-        state = {"current": 0, "peak": 0, "next": 0}
-
-        def visit(k: int, ptr: int, size: int) -> None:
-            if ptr == -2:
-                state["peak"] = state["current"]
-            elif ptr == -1:
+        current = peak = following = 0  # following: the next note
+        for kind, k, ptr, size in self._walk(events):
+            if kind == "end":
+                # Between sessions nothing is seen: what a pause allocated is
+                # unknown, so not counted (nor, later, its free).
+                peak = current
+            elif kind == "note":
                 i = size
-                state["current"] -= self._apply(i, live)
+                current -= self._apply(i, live)
                 if self._notes[i] == ("mark", 1):
                     by: dict[int, int] = {}
                     for q, b in live.items():
                         by[born.get(q, 0)] = by.get(born.get(q, 0), 0) + b
                     self._births[i] = by
-                self._peak_to[i] = state["peak"]
-                self._alive[i] = state["current"]
-                state["peak"] = state["current"]
-                state["next"] = i + 1
+                self._peak_to[i] = peak
+                self._alive[i] = current
+                peak = current
+                following = i + 1
             elif k in disowned:
                 live.pop(ptr, None)  # its free then finds nothing counted
-            elif size > 0:
+            elif kind == "alloc":
                 # A block freed while paused, whose address comes back.
-                state["current"] -= live.pop(ptr, 0)
+                current -= live.pop(ptr, 0)
                 live[ptr] = size
-                born[ptr] = state["next"]
-                state["current"] += size
-                state["peak"] = max(state["peak"], state["current"])
+                born[ptr] = following
+                current += size
+                peak = max(peak, current)
             else:
-                state["current"] -= live.pop(ptr, 0)
-
-        # Between sessions nothing is seen: what a pause allocated is unknown,
-        # so not counted (nor, later, its free).
-        self._walk(events, visit)
+                current -= live.pop(ptr, 0)
         self._read = True
 
     def _apply(self, i: int, live: dict[int, int]) -> int:
         """Note i's effect on the live allocations; returns the bytes it stops counting."""
         kind, payload = self._notes[i]
-        if kind in ("exclude", "disown"):  # a disowned allocation's was never counted
+        if kind == "exclude":
             return live.pop(payload, 0)
         if kind == "probe":
             self._found[i] = payload in live
