@@ -414,7 +414,7 @@ def test_an_in_graph_plan_measured_below_its_prediction_is_solved_higher_once() 
     prediction (torchvision's ResNet-50: 104.09 MiB against 118.99) is solved
     that much higher, once; the plan solved higher is measured in turn, and
     where it is above the budget the plan measured within it comes back. Here
-    the first measurement is told 10% of the budget lower than the
+    the first measurement is told half the budget lower than the
     prediction, so the plan solved higher holds more than its budget and the
     first comes back: every step after within the budget, as stated."""
     from torch_models import steady_profiles
