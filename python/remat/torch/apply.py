@@ -522,6 +522,11 @@ class _Entry:
     #: Per stage, what of each size does not grow with the batch, where the
     #: profile measured it (see remat.torch.profile.fixed_parts).
     fixed: list[dict[str, Any] | None] = field(default_factory=list)
+    #: Per stage, for option 0 and each option, the copy of its input its
+    #: compiled variant saves, as a share of the input's bytes, which one
+    #: model's graph does not make (see remat.torch.profile._input_copies);
+    #: 0 for each stack's first block.
+    input_copies: list[list[float]] = field(default_factory=list)
     #: Blocks (1-based) whose input is not the block before's output but what
     #: the model's code makes of it (``x = x + layer(x)`` around the blocks):
     #: a rerun of the block before cannot make it (see _with_derived_inputs).
@@ -1687,6 +1692,7 @@ class AppliedPlan:
             entry = _Entry(chain, x.numel(), tuple(x.shape), found.inplace, found.uses_rng, options, compiled, in_graph)
             entry.dropped = list(found.dropped)
             entry.fixed = list(found.fixed)
+            entry.input_copies = list(found.input_copies)
             entry.bridge_outputs = outputs
             side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
             entry.side_gradients = side.total
@@ -1764,6 +1770,7 @@ class AppliedPlan:
         options: list[list[NamedPolicy | None]] = []
         dropped: list[tuple[int, str, str]] = []
         fixed: list[dict[str, Any] | None] = []
+        copies: list[list[float]] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
         for a, e in zip(starts, ends):
@@ -1808,17 +1815,21 @@ class AppliedPlan:
                 uses_rng.append(False)
                 options.append([None])
                 fixed.append(None)
+                copies.append([0.0])
             records += d["stages"]
             inplace += found.inplace
             uses_rng += found.uses_rng
             options += found.options
             fixed += found.fixed or [None] * len(d["stages"])
+            # A later stack's first block, as the first's: its input may be laid
+            # out anew in one graph too (it comes from outside the stack).
+            copies += [[0.0], *found.input_copies[1:]] if found.input_copies else [[0.0]] * len(d["stages"])
             dropped += [(i + a - 1, n, why) for i, n, why in found.dropped]
         assert base is not None
         metadata = dict(base.get("metadata") or {})
         metadata["writes_input"] = [l for l, changes in enumerate(inplace, 1) if changes]
         merged = dict(base, stages=records, metadata=metadata)
-        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped, fixed), outputs
+        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped, fixed, copies), outputs
 
     def _with_bridges(self, chain: remat.Chain, entry: _Entry, numel: int) -> remat.Chain:
         """``chain`` (scaled to ``numel`` elements between blocks) with each
@@ -1986,12 +1997,12 @@ class AppliedPlan:
             and chunks == 1
         ):
             found = (
-                self._in_graph_plan(chain, budget - self._in_graph_excess, schedule)
+                self._in_graph_plan(chain, budget - self._in_graph_excess, schedule, entry.input_copies)
                 if budget > self._in_graph_excess
                 else None
             )
             if found is not None:
-                schedule, in_graph = found
+                chain, schedule, in_graph = found
         ex = Executor(
             self.modules,
             Program(len(self.modules), schedule.operations_with_options),
@@ -2047,18 +2058,20 @@ class AppliedPlan:
         return schedule, min(least)
 
     def _in_graph_plan(
-        self, chain: remat.Chain, budget: int, best: remat.Schedule
-    ) -> tuple[remat.Schedule, tuple[int, ...]] | None:
+        self, chain: remat.Chain, budget: int, best: remat.Schedule, copies: Sequence[Sequence[float]] = ()
+    ) -> tuple[remat.Chain, remat.Schedule, tuple[int, ...]] | None:
         """The fastest plan that records every block in the forward, each with
         one of its options (no block's forward runs twice: what an option does
         not keep its own backward recomputes), where it is within
-        ``_IN_GRAPH_GAIN`` of the fastest plan of all; with the options of
+        ``_IN_GRAPH_GAIN`` of the fastest plan of all; with the chain it is
+        predicted on (:func:`_in_graph_chain` of ``copies``) and the options of
         each block. Such a plan needs no executor: under torch.compile every
         block runs inside the model's graph, under non-reentrant checkpoint with
         its option's policy, so the compiler fuses across blocks and no graph
         breaks. Found by the same solvers, on the chain with forwards that
         record nothing made impossible (a transient no budget holds)."""
-        d = chain.to_dict()
+        inside = _in_graph_chain(chain, copies)
+        d = inside.to_dict()
         for s in d["stages"]:
             s["forward_overhead"] = _NO_PLAIN_FORWARD
             s.setdefault("recording_overhead", 0)
@@ -2077,10 +2090,10 @@ class AppliedPlan:
         forward = [(k, l, o) for k, l, o in ops if k != Op.B.value]
         if [l for _, l, _ in forward] != list(range(1, L + 2)) or any(k != Op.F_ALL.value for k, _, _ in forward):
             return None
-        replay = remat.simulate(chain, schedule)  # on the chain as it is: the same schedule, the true figures
+        replay = remat.simulate(inside, schedule)  # with the forwards as they are: the same schedule, the true figures
         if replay.peak_memory > budget or schedule.makespan > (1 + _IN_GRAPH_GAIN) * best.makespan:
             return None
-        return schedule, tuple(o for _, _, o in forward[:L])
+        return inside, schedule, tuple(o for _, _, o in forward[:L])
 
     def _budget(
         self,
@@ -3985,6 +3998,27 @@ def _scaled(
             if k in s:
                 s[k] = s[k] * factor
     d["input_size"] = math.ceil(d["input_size"] * factor)
+    return remat.Chain.from_dict(d)
+
+
+def _in_graph_chain(chain: remat.Chain, copies: Sequence[Sequence[float]]) -> remat.Chain:
+    """``chain`` as one model's graph runs its blocks: each option's saved bytes
+    less the copy of its input its compiled variant saves alone (``copies[l-1][o]``,
+    a share of the input's bytes), which a graph that lays out every
+    activation once does not make (docs/model.md, "Inside one graph"). Never
+    below the option's output. O(stages x options)."""
+    if not any(any(c) for c in copies):
+        return chain
+    d = chain.to_dict()
+    stages = d["stages"]
+    for l, shares in enumerate(copies[: len(stages)], 1):
+        s = stages[l - 1]
+        given = int(d["input_size"] if l == 1 else stages[l - 2]["output_size"])
+        figures = [s, *s.get("options", [])]
+        for figure, share in zip(figures, shares):
+            if share:
+                out = int(s["output_size"])
+                figure["saved_size"] = max(out, int(figure["saved_size"]) - round(share * given))
     return remat.Chain.from_dict(d)
 
 

@@ -364,6 +364,10 @@ class Profiled:
     #: Under ``"options"``, each option's own (in the record's order; None
     #: where not measured).
     fixed: list[dict[str, Any] | None] = field(default_factory=list)
+    #: Per stage, for option 0 and each option in the record's order, the
+    #: bytes its compiled variant saves that copy the stage's input, as a
+    #: share of the input's bytes (see :func:`_input_copies`; 0 eager).
+    input_copies: list[list[float]] = field(default_factory=list)
 
 
 def profile_calls(
@@ -421,6 +425,7 @@ def profile_calls(
     options: list[list[NamedPolicy | None]] = []
     dropped: list[tuple[int, str, str]] = []
     fixed: list[dict[str, Any] | None] = []
+    input_copies: list[list[float]] = []
     measured: dict[
         tuple[Any, ...],
         tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
@@ -462,13 +467,16 @@ def profile_calls(
                 dropped += [(i, name, why) for name, why in failed]
                 rec = dict(record, name=labels[i])
                 stage_fixed: dict[str, Any] | None = rec.pop("_fixed", None)
+                copies = [float(rec.pop("_input_copy", 0.0))]
                 if rec.get("options"):
                     # Copies: a record measured once serves identical stages.
                     rec["options"] = [dict(o) for o in rec["options"]]
                     of = [o.pop("_fixed", None) for o in rec["options"]]
+                    copies += [float(o.pop("_input_copy", 0.0)) for o in rec["options"]]
                     if any(f is not None for f in of):
                         stage_fixed = dict(stage_fixed or {}, options=of)
                 fixed.append(stage_fixed)
+                input_copies.append(copies)
                 records.append(rec)
                 inplace.append(changes_input)
                 uses_rng.append(rng)
@@ -512,7 +520,7 @@ def profile_calls(
             "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed, input_copies)
 
 
 def _side_signature(call: Call) -> tuple[Any, ...]:
@@ -720,6 +728,8 @@ def _profile_stage(
         # have one transient in the model, so it is the larger of the two.
         held = meter.value(holder_run) - record["output_size"]
         record["forward_overhead"] = max(record["forward_overhead"], held)
+        if not changes_input:
+            record["_input_copy"] = _input_copies(run, x, needs_input_grad)
     half_batch = 0 if sizes_only else _half_batch(runner, x)
     if half_batch:
         try:
@@ -829,6 +839,32 @@ def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, me
             mark = meter.mark()
     del y
     return mark
+
+
+def _input_copies(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, grad: bool) -> float:
+    """The bytes of what a recording run of ``run`` on ``x`` saves that is a copy
+    of ``x`` (its shape, dtype and values in a storage of its own), as a share
+    of ``x``'s bytes. A block compiled alone saves one where inductor lays its
+    input out again for a convolution (channels-last): torchvision's
+    bottlenecks save their input twice, once as the graph's input and once so
+    laid out, where one whole model's graph lays out every activation once
+    and saves none (AppliedPlan._in_graph_chain). O(the run)."""
+    xl = x.detach().requires_grad_(grad)
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.device == x.device and t.shape == x.shape and t.dtype == x.dtype:
+            saved.append(t.detach())
+        return t.detach()
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = run(xl)
+    del y
+    own = storage_key(xl)
+    copies = {
+        storage_key(t): t.untyped_storage().nbytes() for t in saved if storage_key(t) != own and torch.equal(t, x)
+    }
+    return sum(copies.values()) / max(1, x.numel() * x.element_size())
 
 
 def _root(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1051,6 +1087,7 @@ def _profile_options(
 
             held = meter.value(_holder_run(run, x, meter, needs_input_grad))
             record["forward_overhead"] = max(record["forward_overhead"], held - record["output_size"])
+            copy = 0.0 if changes_input else _input_copies(run, x, needs_input_grad)
         recompute = (
             _recompute_time(
                 totals[v],
@@ -1065,6 +1102,8 @@ def _profile_options(
         option: dict[str, Any] = {"name": policy.name, "recompute_time": recompute, **sizes}
         if half_fixed is not None:
             option["_fixed"] = half_fixed
+        if runner.compiled and copy:
+            option["_input_copy"] = copy
         found.append((option, policy))
     for p in params:
         p.grad = None
