@@ -415,9 +415,12 @@ def test_an_in_graph_plan_measured_below_its_prediction_is_solved_higher_once() 
     prediction (torchvision's ResNet-50: 104.09 MiB against 118.99) is solved
     that much higher, once; the plan solved higher is measured in turn, and
     where it is above the budget the plan measured within it comes back. Here
-    the first measurement is told half the budget lower than the
-    prediction, so the plan solved higher holds more than its budget and the
-    first comes back: every step after within the budget, as stated."""
+    the first plan's first measurement is told, before its step runs, to be
+    half the budget below the prediction (what a step of this toy measures
+    varies from run to run: a real one was once above the budget, which
+    another path answers, tested below), so the plan solved higher holds more
+    than its budget and the first comes back: every step after within the
+    budget, as stated."""
     from torch_models import steady_profiles
 
     whole = compiled_store_all_peak(gpt2)
@@ -426,32 +429,36 @@ def test_an_in_graph_plan_measured_below_its_prediction_is_solved_higher_once() 
     with steady_profiles():
         plan = rt.apply(model, memory=budget)
         run = torch.compile(model)
-        for _ in range(8):  # until the plan's first step inside the graph is measured
+        for _ in range(8):  # until an in-graph plan waits for its first step's measurement
             step(run, model)
             plan.explain()
-            if plan._in_graph and not (plan._measure is not None or plan._verifying or plan._verifying_executor):
+            pending = plan._current()
+            if plan._verifying and pending is not None and pending.in_graph is not None:
                 break
         first = plan._current()
-        assert first is not None and first.in_graph is not None and not plan._in_graph_raised, plan.explain()
+        assert first is not None and first.in_graph is not None and plan._verifying, plan.explain()
+        assert not plan._in_graph_raised and plan._in_graph_tries == 0, plan.explain()
         predicted = first.stack_peak + first.total - first.budget
-        # That measurement again, as if it had been that much lower.
-        plan._verifying = True
         plan._verified_in_graph(predicted - int(0.50 * first.total))
         assert plan._in_graph_raised and plan._in_graph_excess < 0
         raised = plan._current()
         assert raised is not None and raised is not first and plan._in_graph_fallback is first
         assert raised.schedule.operations_with_options != first.schedule.operations_with_options
+        after_raised = None
         for _ in range(8):
             step(run, model)
             plan.explain()
+            if after_raised is None and plan._in_graph_tries == 2:
+                after_raised = plan._current()  # the plan solved higher ran and was measured
             if not (plan._measure is not None or plan._verifying or plan._verifying_executor):
                 break
+    # Half the budget higher, it held more than the budget: the first came back.
+    assert after_raised is first, plan.explain()
     final = plan._current()
     assert final is not None and plan._in_graph_fallback is None
     peaks = [measured_step(run, model) for _ in range(2)]
     for peak in peaks:
         assert peak <= final.total and peak == plan.peak_memory, (peak, final.total, plan.explain())
-    assert final is first or plan._in_graph_excess < 0, plan.explain()
 
 
 def test_a_step_that_adds_into_grad_is_measured_again() -> None:
