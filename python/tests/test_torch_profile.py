@@ -383,3 +383,31 @@ def test_the_outside_scales_with_the_larger_of_the_two_ratios() -> None:
     assert measured.scaled(299).pre == math.ceil(8000 * 299 / 399)  # inputs unknown: by the frames
     assert measured.scaled(299, inputs=6000).pre == 6000
     assert measured.scaled(299, inputs=6000).inputs == 6000
+
+
+def test_a_saved_copy_of_the_input_is_one_laid_out_anew_not_one_equal_by_its_values() -> None:
+    # What one model's graph does not keep (remat.torch.apply's in-graph
+    # plans): a copy of a block's input in another layout, as inductor makes
+    # for a convolution. A ReLU of an input with no negative values saves a
+    # tensor equal to the input, which a graph keeps too.
+    from remat.torch.profile import _input_copies
+
+    w = torch.ones((), requires_grad=True)
+    x = torch.rand(2, 4, 3, 3, generator=torch.Generator().manual_seed(0))
+
+    def laid_out(h: torch.Tensor) -> torch.Tensor:
+        return h.contiguous(memory_format=torch.channels_last) * w  # saves the copy for w's gradient
+
+    def own(h: torch.Tensor) -> torch.Tensor:
+        return h * w  # saves the input itself
+
+    def relu(h: torch.Tensor) -> torch.Tensor:
+        return torch.relu(h) * 2  # saves relu(h), equal to h here
+
+    def twice(h: torch.Tensor) -> torch.Tensor:
+        return laid_out(h) + h.contiguous(memory_format=torch.channels_last) * w
+
+    assert _input_copies(laid_out, x, True) == 1.0
+    assert _input_copies(own, x, True) == 0.0
+    assert torch.equal(torch.relu(x), x) and _input_copies(relu, x, True) == 0.0
+    assert _input_copies(twice, x, True) == 2.0

@@ -843,8 +843,8 @@ def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, me
 
 def _input_copies(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, grad: bool) -> float:
     """The bytes of what a recording run of ``run`` on ``x`` saves that is a copy
-    of ``x`` (its shape, dtype and values in a storage of its own), as a share
-    of ``x``'s bytes. A block compiled alone saves one where inductor lays its
+    of ``x`` laid out anew (its shape, dtype and values, in a storage of its
+    own with other strides), as a share of ``x``'s bytes. A block compiled alone saves one where inductor lays its
     input out again for a convolution (channels-last): torchvision's
     bottlenecks save their input twice, once as the graph's input and once so
     laid out, where one whole model's graph lays out every activation once
@@ -861,8 +861,13 @@ def _input_copies(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, 
         y = run(xl)
     del y
     own = storage_key(xl)
+    # Another layout, not only another storage: a tensor that equals the input
+    # by its values alone (a ReLU of an input that has no negative values) is
+    # one that one graph keeps too.
     copies = {
-        storage_key(t): t.untyped_storage().nbytes() for t in saved if storage_key(t) != own and torch.equal(t, x)
+        storage_key(t): t.untyped_storage().nbytes()
+        for t in saved
+        if storage_key(t) != own and t.stride() != x.stride() and torch.equal(t, x)
     }
     return sum(copies.values()) / max(1, x.numel() * x.element_size())
 
