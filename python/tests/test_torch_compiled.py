@@ -724,8 +724,10 @@ def test_options_inside_the_graph_keep_the_budget_and_the_prediction() -> None:
         # One graph for the whole model: its partitioner keeps a few tensors
         # the blocks share (the attention mask, expanded, for the blocks'
         # recomputations), which the chain's per-block figures do not count:
-        # measured +64 KiB (3%) on these 4 toy blocks (docs/pytorch.md).
-        assert predicted <= peak <= 1.05 * predicted, (peak, predicted)
+        # measured +64 KiB (3%) on these 4 toy blocks (docs/pytorch.md); and
+        # a block under SAVE_ATTENTION keeps a little less inside it than
+        # compiled alone (-26 KiB, 1.2%, where every block was under it).
+        assert abs(peak - predicted) <= 0.05 * predicted, (peak, predicted)
 
 
 def test_an_in_graph_plan_over_its_budget_is_solved_again_below_it(monkeypatch: pytest.MonkeyPatch) -> None:

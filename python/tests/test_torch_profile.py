@@ -411,3 +411,32 @@ def test_a_saved_copy_of_the_input_is_one_laid_out_anew_not_one_equal_by_its_val
     assert _input_copies(own, x, True) == 0.0
     assert torch.equal(torch.relu(x), x) and _input_copies(relu, x, True) == 0.0
     assert _input_copies(twice, x, True) == 2.0
+
+
+class _Attention(nn.Module):
+    """Attention as its math kernel runs: batched products and a softmax."""
+
+    def __init__(self, d: int = 8) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        return h + torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v
+
+
+def test_a_policy_that_keeps_on_a_block_what_one_before_it_keeps_is_not_measured_there() -> None:
+    # SAVE_ATTENTION, measured by default on compiled blocks, keeps on a block
+    # without attention exactly what SAVE_MATMULS keeps: measuring it would
+    # compile the same graph once more (each kind of ResNet-50's bottlenecks).
+    from remat.torch.policies import resolve_policies
+    from remat.torch.profile import _distinct, _StageRunner
+    from remat.torch.stages import Call
+
+    named = resolve_policies([rt.SAVE_MATMULS, rt.SAVE_ATTENTION, rt.SAVE_INPUT])
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    attention = _Attention()
+    for block, names in ((mlp, ["matmuls", "input"]), (attention, ["matmuls", "attention", "input"])):
+        runner = _StageRunner([block], [block], [""], 0, Call((x,), {}, 0))
+        assert [p.name for p in _distinct(runner, x, named)] == names

@@ -55,10 +55,13 @@ from .partition import RematSolverError, partitioner
 from .pipeline import PipelineSchedule, StagePlan, apply_stage
 from .pipeline import in_flight as pipeline_in_flight
 from .policies import (
+    ATTENTION_OPS,
+    COMPILED_DEFAULT_POLICIES,
     DEFAULT_POLICIES,
     MATMUL_OPS,
     OFFLOAD,
     SAVE_ALL,
+    SAVE_ATTENTION,
     SAVE_INPUT,
     SAVE_MATMULS,
     NamedPolicy,
@@ -68,10 +71,13 @@ from .policies import (
 from .profile import profile, stages_of
 
 __all__ = [
+    "ATTENTION_OPS",
+    "COMPILED_DEFAULT_POLICIES",
     "DEFAULT_POLICIES",
     "MATMUL_OPS",
     "OFFLOAD",
     "SAVE_ALL",
+    "SAVE_ATTENTION",
     "SAVE_INPUT",
     "SAVE_MATMULS",
     "AppliedPlan",

@@ -63,7 +63,7 @@ from .executor import Executor, Op, Program, Step, autocast_enabled
 from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
-from .policies import DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
+from .policies import COMPILED_DEFAULT_POLICIES, DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import SIZE_FIELDS, Profiled, _Meter, _signature, preserved_state, profile_calls
 from .stages import Call, carried_output, tensors_in
 
@@ -596,6 +596,7 @@ class AppliedPlan:
         scale_shapes: bool,
         policies: Sequence[NamedPolicy] = (),
         in_flight: int = 1,
+        compiled_policies: Sequence[NamedPolicy] | None = None,
         compile: bool | dict[str, Any] | None = None,
         chunked_loss: bool = True,
         offload: bool = False,
@@ -632,6 +633,9 @@ class AppliedPlan:
         self._variants: dict[tuple[int, str | None], Callable[..., Any]] = {}
         #: The policies each block is measured under (its recording options).
         self.policies = list(policies)
+        #: Those for compiled blocks (COMPILED_DEFAULT_POLICIES where the
+        #: defaults were left).
+        self.compiled_policies = list(compiled_policies) if compiled_policies is not None else self.policies
         #: Whether eager blocks on a GPU get the offload option (docs/model.md,
         #: "Offload"); the copy bandwidths measured once per device.
         self.offload = offload
@@ -1799,7 +1803,7 @@ class AppliedPlan:
                 names=self.names[a - 1 : e - 1],
                 repeat=self.repeat if repeat is None else repeat,
                 name=name,
-                policies=self.policies,
+                policies=self.compiled_policies if compiled else self.policies,
                 sizes_only=sizes_only,
                 compiled=variant if compiled else None,
                 around=lambda i, a=a: _gathered(self.modules[i + a - 1]),
@@ -4165,7 +4169,9 @@ def apply(
             and the solver picks, per block, whether to record it whole, under
             one of them (selective saving, run through PyTorch's selective
             activation checkpointing) or not at all. Default:
-            ``(Policy.SAVE_MATMULS, Policy.SAVE_INPUT)``. A user policy is a
+            ``(Policy.SAVE_MATMULS, Policy.SAVE_INPUT)``, and on compiled
+            blocks ``Policy.SAVE_ATTENTION`` too, where a block has attention
+            (:data:`remat.torch.COMPILED_DEFAULT_POLICIES`). A user policy is a
             function of SAC's signature ``(ctx, op, *args, **kwargs) ->
             CheckpointPolicy``, a list of operators whose outputs to keep, or
             :func:`remat.torch.policy` (name, either). ``()`` or None: no
@@ -4254,6 +4260,7 @@ def apply(
     # Offload is derived from option 0's figures, not profiled as a policy.
     offload = bool(offload) or any(p.offload for p in named)
     named = [p for p in named if not p.offload]
+    compiled_named = resolve_policies(COMPILED_DEFAULT_POLICIES) if policies is DEFAULT_POLICIES else named
     compile_options(compile)  # checks it
     stacks = _resolve_stacks(model, blocks)
     where = ", ".join(w for w, _ in stacks)
@@ -4273,6 +4280,7 @@ def apply(
         optimizer_state_bytes=optimizer_state_bytes,
         scale_shapes=scale_shapes,
         policies=named,
+        compiled_policies=compiled_named,
         in_flight=in_flight,
         compile=compile,
         chunked_loss=bool(chunked_loss),

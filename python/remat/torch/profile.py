@@ -975,6 +975,8 @@ def _profile_options(
 
     failed: list[tuple[str, str]] = []
     usable: list[NamedPolicy] = []
+    if len(policies) > 1:
+        policies = _distinct(runner, x, policies)
 
     def forward(ex: Executor, inp: torch.Tensor) -> torch.Tensor:
         step = ex.begin()
@@ -1159,6 +1161,63 @@ def _recompute_time(
     return max(min(option) - min(base), floor)
 
 
+def _keeps(policy: NamedPolicy, op: Any, args: Any, kwargs: Any) -> bool:
+    """Whether ``policy`` keeps the output of this call of ``op`` (a recording
+    forward's decision, as SAC asks it)."""
+    from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
+
+    if policy.keeps_nothing:
+        return False
+    spec = policy.spec
+    if not callable(spec):
+        return op in spec
+    try:
+        decision = spec(SelectiveCheckpointContext(is_recompute=False), op, *args, **kwargs)
+    except Exception:  # a user policy that cannot judge this call: count it as recomputed
+        return False
+    if isinstance(decision, bool):
+        return decision
+    return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+
+def _distinct(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[NamedPolicy]:
+    """``policies`` less each that keeps, on this stage, the outputs of the same
+    operator calls as one before it (:attr:`Policy.SAVE_ATTENTION` on a block
+    without attention keeps what ``SAVE_MATMULS`` keeps): measuring it again
+    would find the same option, a compiled variant compiled once more for
+    nothing. One eager forward without autograd, seen by a dispatch mode;
+    all of ``policies`` where that forward raises. O(operators x policies)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    decisions: list[list[bool]] = [[] for _ in policies]
+
+    class Decide(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            for i, p in enumerate(policies):
+                decisions[i].append(_keeps(p, func, args, kwargs))
+            return func(*args, **kwargs)
+
+    fn = runner.fn
+    runner.fn = runner.eager
+    try:
+        with torch.no_grad(), Decide():
+            runner(x.clone())
+    except Exception:
+        return list(policies)
+    finally:
+        runner.fn = fn
+    found: list[NamedPolicy] = []
+    seen: list[list[bool]] = []
+    for p, d in zip(policies, decisions):
+        if d in seen:
+            _log.debug("%s: policy %s keeps what one before it keeps here: not measured", runner.label, p.name)
+            continue
+        seen.append(d)
+        found.append(p)
+    return found
+
+
 def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
     """For each policy, the share of the stage's forward work that its backward
     computes again: the floating-point operations of the operators whose
@@ -1169,25 +1228,9 @@ def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[
     bound on the recomputation's time that no load can push to zero."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
-    from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
     from torch.utils.flop_counter import flop_registry
 
-    ctx = SelectiveCheckpointContext(is_recompute=False)
-
-    def kept(policy: NamedPolicy, op: Any, args: Any, kwargs: Any) -> bool:
-        if policy.keeps_nothing:
-            return False
-        spec = policy.spec
-        if not callable(spec):
-            return op in spec
-        try:
-            decision = spec(ctx, op, *args, **kwargs)
-        except Exception:  # a user policy that cannot judge this call: count it as recomputed
-            return False
-        if isinstance(decision, bool):
-            return decision
-        return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
-
+    kept = _keeps
     total = 0.0
     recomputed = [0.0] * len(policies)
 
