@@ -437,6 +437,10 @@ def test_a_policy_that_keeps_on_a_block_what_one_before_it_keeps_is_not_measured
     x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
     mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
     attention = _Attention()
-    for block, names in ((mlp, ["matmuls", "input"]), (attention, ["matmuls", "attention", "input"])):
+    # A block with no matrix product: SAVE_MATMULS keeps nothing there, and
+    # SAVE_INPUT, which runs without SAC's contexts, is the one measured.
+    norm = nn.Sequential(nn.LayerNorm(8), nn.GELU())
+    cases = ((mlp, ["matmuls", "input"]), (attention, ["matmuls", "attention", "input"]), (norm, ["input"]))
+    for block, names in cases:
         runner = _StageRunner([block], [block], [""], 0, Call((x,), {}, 0))
         assert [p.name for p in _distinct(runner, x, named)] == names

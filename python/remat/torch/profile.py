@@ -1185,7 +1185,8 @@ def _distinct(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPol
     operator calls as one before it (:attr:`Policy.SAVE_ATTENTION` on a block
     without attention keeps what ``SAVE_MATMULS`` keeps): measuring it again
     would find the same option, a compiled variant compiled once more for
-    nothing. One eager forward without autograd, seen by a dispatch mode;
+    nothing. Of policies that keep nothing here, the one that keeps nothing
+    anywhere stays (it runs without SAC's contexts). One eager forward without autograd, seen by a dispatch mode;
     all of ``policies`` where that forward raises. O(operators x policies)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -1207,15 +1208,18 @@ def _distinct(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPol
         return list(policies)
     finally:
         runner.fn = fn
-    found: list[NamedPolicy] = []
+    # Of two that keep nothing here, the one that runs without SAC's contexts
+    # (SAVE_INPUT: plain checkpointing, no Python call per operator).
+    order = sorted(range(len(policies)), key=lambda i: not policies[i].keeps_nothing)
+    kept: set[int] = set()
     seen: list[list[bool]] = []
-    for p, d in zip(policies, decisions):
-        if d in seen:
-            _log.debug("%s: policy %s keeps what one before it keeps here: not measured", runner.label, p.name)
+    for i in order:
+        if decisions[i] in seen:
+            _log.debug("%s: policy %s keeps what another keeps here: not measured", runner.label, policies[i].name)
             continue
-        seen.append(d)
-        found.append(p)
-    return found
+        seen.append(decisions[i])
+        kept.add(i)
+    return [p for i, p in enumerate(policies) if i in kept]
 
 
 def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
