@@ -25,7 +25,15 @@ Design notes:
   ``SAVE_INPUT``), recomputing the rest inside the compiled backward, fused.
   The eager executor needs SAC's caching and replaying contexts around the
   runs; a compiled option needs nothing at run time: its saved set already is
-  abar^l[o].
+  abar^l[o]. Compiled blocks are also measured under ``SAVE_ATTENTION`` by
+  default (attention's batched products and softmax kept too): inside a
+  compiled graph, recomputing them costs more than reading them back while
+  memory allows (:data:`remat.torch.policies.ATTENTION_OPS`).
+- **Inside one model's graph** (an in-graph plan), a block keeps less than
+  compiled alone: alone, inductor saves a channels-last copy of a
+  convolution block's input beside the input; one graph lays out every
+  activation once. The profile finds such copies and in-graph plans are
+  predicted without them (docs/model.md, "Inside one graph").
 - **Recomputations** (``F_ck`` and ``F_none`` in the backward phase) run the
   graph of the block's first run (the variant it is recorded with) with
   gradients on and its saved tensors dropped as autograd hands them over, not
