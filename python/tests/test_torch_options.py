@@ -99,10 +99,15 @@ def uses_options(schedule: remat.Schedule | None) -> bool:
 
 
 def test_policies_are_an_enum_and_user_policies_are_checked() -> None:
-    assert [p.value for p in Policy] == ["all", "matmuls", "input", "offload"]
+    assert [p.value for p in Policy] == ["all", "matmuls", "attention", "input", "offload"]
     assert rt.DEFAULT_POLICIES == (Policy.SAVE_MATMULS, Policy.SAVE_INPUT)
+    assert rt.COMPILED_DEFAULT_POLICIES == (Policy.SAVE_MATMULS, Policy.SAVE_INPUT, Policy.SAVE_ATTENTION)
     assert torch.ops.aten.mm.default in rt.MATMUL_OPS and torch.ops.aten.addmm.default in rt.MATMUL_OPS
     assert torch.ops.aten.tanh.default not in rt.MATMUL_OPS
+    # Attention's scores and probabilities: recomputed under SAVE_MATMULS, kept under SAVE_ATTENTION.
+    assert torch.ops.aten.bmm.default not in rt.MATMUL_OPS
+    assert {torch.ops.aten.bmm.default, torch.ops.aten._softmax.default} <= rt.ATTENTION_OPS
+    assert rt.MATMUL_OPS <= rt.ATTENTION_OPS and torch.ops.aten.tanh.default not in rt.ATTENTION_OPS
     resolve = rt.policies.resolve_policies
     assert resolve(()) == [] and resolve(None) == []
     assert [p.name for p in resolve([Policy.SAVE_ALL, Policy.SAVE_MATMULS, Policy.SAVE_INPUT])] == ["matmuls", "input"]

@@ -1161,6 +1161,22 @@ def _recompute_time(
     return max(min(option) - min(base), floor)
 
 
+def _eager_under(runner: _StageRunner, x: torch.Tensor, mode: Any) -> bool:
+    """Runs the stage's eager forward on a copy of ``x``, without autograd,
+    under the dispatch ``mode``: the operators a policy sees (a compiled
+    variant's are the same before fusion). False where it raises."""
+    fn = runner.fn
+    runner.fn = runner.eager
+    try:
+        with torch.no_grad(), mode:
+            runner(x.clone())
+    except Exception:
+        return False
+    finally:
+        runner.fn = fn
+    return True
+
+
 def _keeps(policy: NamedPolicy, op: Any, args: Any, kwargs: Any) -> bool:
     """Whether ``policy`` keeps the output of this call of ``op`` (a recording
     forward's decision, as SAC asks it)."""
@@ -1199,15 +1215,8 @@ def _distinct(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPol
                 decisions[i].append(_keeps(p, func, args, kwargs))
             return func(*args, **kwargs)
 
-    fn = runner.fn
-    runner.fn = runner.eager
-    try:
-        with torch.no_grad(), Decide():
-            runner(x.clone())
-    except Exception:
+    if not _eager_under(runner, x, Decide()):
         return list(policies)
-    finally:
-        runner.fn = fn
     # Of two that keep nothing here, the one that runs without SAC's contexts
     # (SAVE_INPUT: plain checkpointing, no Python call per operator).
     order = sorted(range(len(policies)), key=lambda i: not policies[i].keeps_nothing)
@@ -1264,15 +1273,6 @@ def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[
                         recomputed[i] += work
             return out
 
-    # The eager forward: the operators the policy sees (a compiled variant's
-    # are the same before fusion).
-    fn = runner.fn
-    runner.fn = runner.eager
-    try:
-        with torch.no_grad(), Count():
-            runner(x.clone())
-    except Exception:
+    if not _eager_under(runner, x, Count()):
         return [0.0] * len(policies)
-    finally:
-        runner.fn = fn
     return [r / total if total > 0 else 0.0 for r in recomputed]
