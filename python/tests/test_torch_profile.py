@@ -430,7 +430,7 @@ def test_a_policy_that_keeps_on_a_block_what_one_before_it_keeps_is_not_measured
     # without attention exactly what SAVE_MATMULS keeps: measuring it would
     # compile the same graph once more (each kind of ResNet-50's bottlenecks).
     from remat.torch.policies import resolve_policies
-    from remat.torch.profile import _distinct, _StageRunner
+    from remat.torch.profile import _distinct, _policy_calls, _StageRunner
     from remat.torch.stages import Call
 
     named = resolve_policies([rt.SAVE_MATMULS, rt.SAVE_ATTENTION, rt.SAVE_INPUT])
@@ -443,4 +443,4 @@ def test_a_policy_that_keeps_on_a_block_what_one_before_it_keeps_is_not_measured
     cases = ((mlp, ["matmuls", "input"]), (attention, ["matmuls", "attention", "input"]), (norm, ["input"]))
     for block, names in cases:
         runner = _StageRunner([block], [block], [""], 0, Call((x,), {}, 0))
-        assert [p.name for p in _distinct(runner, x, named)] == names
+        assert [p.name for p in _distinct(named, _policy_calls(runner, x, named))] == names

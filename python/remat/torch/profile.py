@@ -975,8 +975,13 @@ def _profile_options(
 
     failed: list[tuple[str, str]] = []
     usable: list[NamedPolicy] = []
+    # One eager forward serves both the duplicates' check and, eager, the
+    # floor of each option's recomputation time.
+    needs_share = not (runner.compiled or sizes_only)
+    calls = _policy_calls(runner, x, policies) if len(policies) > 1 or needs_share else None
+    index = {p.name: i for i, p in enumerate(policies)}
     if len(policies) > 1:
-        policies = _distinct(runner, x, policies)
+        policies = _distinct(policies, calls, runner.label)
 
     def forward(ex: Executor, inp: torch.Tensor) -> torch.Tensor:
         step = ex.begin()
@@ -1032,7 +1037,7 @@ def _profile_options(
             if k:
                 totals[v].append(meter.ms / inner)
     # The eager floor's figures (compiled, the measured difference stands alone).
-    shares = [0.0] * len(policies) if runner.compiled or sizes_only else _recomputed_share(runner, x, policies)
+    shares = _recomputed_share(calls, [index[p.name] for p in policies]) if needs_share else [0.0] * len(policies)
 
     def figures(ex: Executor, inp: torch.Tensor, output_size: int) -> dict[str, int]:
         """The option's size fields on input ``inp``."""
@@ -1196,60 +1201,36 @@ def _keeps(policy: NamedPolicy, op: Any, args: Any, kwargs: Any) -> bool:
     return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
 
-def _distinct(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[NamedPolicy]:
-    """``policies`` less each that keeps, on this stage, the outputs of the same
-    operator calls as one before it (:attr:`Policy.SAVE_ATTENTION` on a block
-    without attention keeps what ``SAVE_MATMULS`` keeps): measuring it again
-    would find the same option, a compiled variant compiled once more for
-    nothing. Of policies that keep nothing here, the one that keeps nothing
-    anywhere stays (it runs without SAC's contexts). One eager forward without autograd, seen by a dispatch mode;
-    all of ``policies`` where that forward raises. O(operators x policies)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+@dataclass
+class _PolicyCalls:
+    """The operator calls of a stage's eager forward: each call's work (see
+    :func:`_policy_calls`) and, per policy of the list it was made for,
+    whether that policy keeps the call's output."""
 
-    decisions: list[list[bool]] = [[] for _ in policies]
+    work: list[float]
+    keeps: list[tuple[bool, ...]]
 
-    class Decide(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            kwargs = kwargs or {}
-            for i, p in enumerate(policies):
-                decisions[i].append(_keeps(p, func, args, kwargs))
-            return func(*args, **kwargs)
-
-    if not _eager_under(runner, x, Decide()):
-        return list(policies)
-    # Of two that keep nothing here, the one that runs without SAC's contexts
-    # (SAVE_INPUT: plain checkpointing, no Python call per operator).
-    order = sorted(range(len(policies)), key=lambda i: not policies[i].keeps_nothing)
-    kept: set[int] = set()
-    seen: list[list[bool]] = []
-    for i in order:
-        if decisions[i] in seen:
-            _log.debug("%s: policy %s keeps what another keeps here: not measured", runner.label, policies[i].name)
-            continue
-        seen.append(decisions[i])
-        kept.add(i)
-    return [p for i, p in enumerate(policies) if i in kept]
+    def of(self, i: int) -> list[bool]:
+        """Policy i's decision on every call."""
+        return [k[i] for k in self.keeps]
 
 
-def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> list[float]:
-    """For each policy, the share of the stage's forward work that its backward
-    computes again: the floating-point operations of the operators whose
-    outputs the policy does not keep (``torch.utils.flop_counter``'s count for
-    matrix products, convolutions and attention; one per output element for
-    every other operator that makes new memory), over the whole forward's.
-    One eager forward without autograd, counted by a dispatch mode: a lower
-    bound on the recomputation's time that no load can push to zero."""
+def _policy_calls(runner: _StageRunner, x: torch.Tensor, policies: Sequence[NamedPolicy]) -> _PolicyCalls | None:
+    """Every operator call of one eager forward of the stage, without autograd,
+    seen by a dispatch mode: its work (``torch.utils.flop_counter``'s count
+    for matrix products, convolutions and attention; one per output element
+    for every other operator that makes new memory) and each policy's
+    decision on it. None where that forward raises. What :func:`_distinct`
+    and :func:`_recomputed_share` read, so that one forward serves both.
+    O(operators x policies)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
     from torch.utils.flop_counter import flop_registry
 
-    kept = _keeps
-    total = 0.0
-    recomputed = [0.0] * len(policies)
+    found = _PolicyCalls([], [])
 
-    class Count(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
+    class Record(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            nonlocal total
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             packet = func._overloadpacket
@@ -1266,13 +1247,47 @@ def _recomputed_share(runner: _StageRunner, x: torch.Tensor, policies: Sequence[
                         if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in inputs
                     )
                 )
-            if work:
-                total += work
-                for i, p in enumerate(policies):
-                    if not kept(p, func, args, kwargs):
-                        recomputed[i] += work
+            found.work.append(work)
+            found.keeps.append(tuple(_keeps(p, func, args, kwargs) for p in policies))
             return out
 
-    if not _eager_under(runner, x, Count()):
-        return [0.0] * len(policies)
-    return [r / total if total > 0 else 0.0 for r in recomputed]
+    return found if _eager_under(runner, x, Record()) else None
+
+
+def _distinct(policies: Sequence[NamedPolicy], calls: _PolicyCalls | None, label: str = "") -> list[NamedPolicy]:
+    """``policies`` less each that keeps, on this stage, the outputs of the same
+    operator calls as another (:attr:`Policy.SAVE_ATTENTION` on a block
+    without attention keeps what ``SAVE_MATMULS`` keeps): measuring it again
+    would find the same option, a compiled variant compiled once more for
+    nothing. Of such policies the first stays, and of those that keep nothing
+    here, one that keeps nothing anywhere (it runs without SAC's contexts).
+    All of ``policies`` where ``calls`` (:func:`_policy_calls` of them) is
+    None. O(operators x policies)."""
+    if calls is None:
+        return list(policies)
+    # Of two that keep nothing here, the one that runs without SAC's contexts
+    # (SAVE_INPUT: plain checkpointing, no Python call per operator).
+    order = sorted(range(len(policies)), key=lambda i: not policies[i].keeps_nothing)
+    kept: set[int] = set()
+    seen: list[list[bool]] = []
+    for i in order:
+        decisions = calls.of(i)
+        if decisions in seen:
+            _log.debug("%s: policy %s keeps what another keeps here: not measured", label, policies[i].name)
+            continue
+        seen.append(decisions)
+        kept.add(i)
+    return [p for i, p in enumerate(policies) if i in kept]
+
+
+def _recomputed_share(calls: _PolicyCalls | None, which: Sequence[int]) -> list[float]:
+    """For each policy ``which`` names (its index in the list ``calls`` was
+    made for), the share of the stage's forward work that its backward
+    computes again: the work of the calls whose outputs the policy does not
+    keep, over the whole forward's (:func:`_policy_calls`). A lower bound on
+    the recomputation's time that no load can push to zero. 0 each where
+    ``calls`` is None. O(operators x policies)."""
+    total = sum(calls.work) if calls is not None else 0.0
+    if calls is None or total <= 0:
+        return [0.0] * len(which)
+    return [sum(w for w, k in zip(calls.work, calls.keeps) if w and not k[i]) / total for i in which]
