@@ -252,3 +252,49 @@ def test_a_first_step_writes_nothing_to_stderr(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "stepped"
     assert "profiler_start" not in done.stderr and "USDT" not in done.stderr, done.stderr[:2000]
+
+
+def test_a_measured_step_whose_backward_raises_leaves_no_profiler_running() -> None:
+    """The first step's measurement runs a profiler from the forward to the
+    end of the backward, which a final callback of the backward reads. A
+    backward that raises (a hook, running out of memory, a compiled block's
+    second backward through donated buffers) never runs that callback: the
+    profiler ran on until the plan's next step, and any other trace, remat's
+    on another model or a profile of a new shape, raised "torch.profiler,
+    which is already running" (the compiled semantics tests, in an order
+    that verified a plan on that step). The next trace now abandons it, and
+    the plan measures its next step."""
+    from remat.torch.memory import AllocatorTrace
+
+    def make() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)])
+
+    model = make()
+    plan = rt.apply(model, memory="60%")
+    x = torch.randn(16, 32)
+    out = model(x)
+
+    def fails(_: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a hook that fails")
+
+    h = model[0][0].weight.register_hook(fails)
+    with pytest.raises(RuntimeError, match="a hook that fails"):
+        out.square().mean().backward()
+    h.remove()
+    del out
+    assert torch.autograd.profiler._is_profiler_enabled  # the step's trace, never ended
+    with AllocatorTrace() as trace:  # another trace: the stale one gives way
+        y = torch.ones(256)
+        end = trace.mark()
+    assert trace.peak(0, end) >= y.numel() * y.element_size()
+    assert not torch.autograd.profiler._is_profiler_enabled
+    # The plan trains on, with plain training's gradients, and plans.
+    plain = make()
+    for m in (plain, model):
+        m.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+    for p, q in zip(plain.parameters(), model.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+    model(x).square().mean().backward()
+    assert plan.schedule is not None and plan.peak_memory is not None

@@ -2877,6 +2877,9 @@ class _TracedMeasure:
         self.returned: list[tuple[weakref.ref[Any], int, int]] = []
         self.finishing = False
         self.end: int | None = None  # the mark at the end of the measured backward
+        #: The graph task of the measured backward, once it has begun.
+        self.task: int | None = None
+        self.trace.stale = lambda: _backward_failed(self.task, self.end)
         #: Per bridge stage: marks at its start and end (and of its backward's
         #: start and end), and the last block's input, its bytes and probe.
         self.bridges: dict[int, dict[str, Any]] = {}
@@ -3018,6 +3021,7 @@ class _TracedMeasure:
     def _finish_later(self) -> None:
         if not self.finishing:
             self.finishing = True
+            self.task = torch._C._current_graph_task_id()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
 
     def _finish(self) -> None:
@@ -3097,6 +3101,15 @@ class _TracedMeasure:
             self.plan._measure = None
 
 
+def _backward_failed(task: int | None, end: int | None) -> bool:
+    """Whether a measured step's backward began (in graph task ``task``) and
+    is neither running nor ended (``end``): it raised, and the final
+    callback that ends the measurement never runs (a compiled block's
+    second backward through donated buffers, a hook that raises, running out
+    of memory). O(1)."""
+    return end is None and task is not None and torch._C._current_graph_task_id() != task
+
+
 class _Verify:
     """The whole step's peak, the first time its blocks run inside
     torch.compile's graph, or a compiled plan's first step by the executor:
@@ -3108,6 +3121,8 @@ class _Verify:
         self.plan = plan
         self.open = True
         self.end: int | None = None
+        #: The graph task of the step's backward, once it has begun.
+        self.task: int | None = None
         self.cuda: torch.device | None = None
         self.trace: AllocatorTrace | None = None
         params = list(plan.model.parameters())
@@ -3121,6 +3136,7 @@ class _Verify:
             torch.cuda.reset_peak_memory_stats(self.cuda)
             return
         self.trace = AllocatorTrace()
+        self.trace.stale = lambda: _backward_failed(self.task, self.end)
         try:
             self.trace.__enter__()
         except RuntimeError:
@@ -3137,6 +3153,9 @@ class _Verify:
         from torch.utils._pytree import tree_flatten
 
         def backward_starts(g: torch.Tensor) -> None:
+            if self.task is None:
+                self.task = torch._C._current_graph_task_id()
+
             def ends() -> None:
                 if self.open and self.end is None:
                     if self.trace is not None:

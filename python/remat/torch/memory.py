@@ -231,6 +231,12 @@ class AllocatorTrace:
         #: Set by an owner whose trace may be read early (its step ended): what
         #: reads it, called when another trace needs the profiler.
         self.settle: Callable[[], None] | None = None
+        #: Set by an owner whose step may never end: whether it has not and
+        #: cannot any more (its backward started and raised before its end:
+        #: the final callback that settles it never runs). Such a trace is
+        #: abandoned when another trace needs the profiler, which it would
+        #: otherwise hold until the owner's next step.
+        self.stale: Callable[[], bool] | None = None
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
@@ -272,12 +278,14 @@ class AllocatorTrace:
         # A trace whose owner's step has ended (its backward done, waiting for
         # the plan's next use to be read) gives way: read it now.
         for other in list(_OPEN):
-            settle = other.settle
+            settle, stale = other.settle, other.stale
             if other.open and settle is not None:
                 try:
                     settle()
                 except Exception:
                     other.close()
+            elif other.open and stale is not None and stale():
+                other.abandon()
         if not AllocatorTrace.available():
             raise RuntimeError(
                 "remat: measuring memory by the allocator needs torch.profiler, which is already running on this "
