@@ -530,12 +530,17 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
     assert peak <= plan.peak_memory and (memory == "50%" or peak <= memory), (peak, memory)
     # The skip connections' gradients held from the up block that reads each
     # to the down block that made it (set aside for the whole step, they made
-    # the census' U-Net's prediction 8.6% high, this one's 7.2%; 7.0% and
-    # 6.2% now: the last up block's backward counts those it makes twice,
-    # in its profile's transient and in the running gradient). Not counted
+    # the census' U-Net's prediction 8.6% high, this one's 7.2%). Not counted
     # at all before (they come as a tuple), the step's peak was in an up
-    # block's backward, 870 KiB above the chain's figure for it there.
-    assert abs(peak - plan.peak_memory) <= 0.08 * plan.peak_memory, (peak, plan.peak_memory)
+    # block's backward, 870 KiB above the chain's figure for it there. The
+    # last up block's backward counted those it makes twice (its profile's
+    # transient and the running gradient): 6.2% high. Measured once, this
+    # step ran 3,136 B above its prediction, in the up block after it, whose
+    # backward the skip connections' buffers outlive (each gradient a slice
+    # of a concatenation's): counted now, 4.1% high, the rest the last up
+    # block freeing its saved tensors before it makes its gradients (a
+    # backward's transient is never below 0 in the model).
+    assert abs(peak - plan.peak_memory) <= 0.05 * plan.peak_memory, (peak, plan.peak_memory)
     # The skip connections' gradients (nested in a tuple) are counted, the
     # time embedding's too. Of the skip connections remat keeps all but the
     # stack's input (conv_in's output, held by every schedule) and the down

@@ -1700,7 +1700,7 @@ class AppliedPlan:
             entry.bridge_outputs = outputs
             side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
             entry.side_gradients = side.total
-            entry.side = side.figures(len(self.modules))
+            entry.side = side.figures(len(self.modules), found.side_held)
             entry.side_kept = self._captured_kept.total if calls is not None else 0
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
@@ -1775,8 +1775,11 @@ class AppliedPlan:
         dropped: list[tuple[int, str, str]] = []
         fixed: list[dict[str, Any] | None] = []
         copies: list[list[float]] = []
+        held: list[dict[int, tuple[int, int]]] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
+        side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
+        lasts = side.last_reads()
         for a, e in zip(starts, ends):
             first = call
             if a > 1:
@@ -1807,6 +1810,7 @@ class AppliedPlan:
                 sizes_only=sizes_only,
                 compiled=variant if compiled else None,
                 around=lambda i, a=a: _gathered(self.modules[i + a - 1]),
+                last=[lasts.get(l, set()) for l in range(a, e)],
             )
             d = chain.to_dict()
             if base is None:
@@ -1820,7 +1824,9 @@ class AppliedPlan:
                 options.append([None])
                 fixed.append(None)
                 copies.append([0.0])
+                held.append({})
             records += d["stages"]
+            held += found.side_held or [{} for _ in d["stages"]]
             inplace += found.inplace
             uses_rng += found.uses_rng
             options += found.options
@@ -1833,7 +1839,8 @@ class AppliedPlan:
         metadata = dict(base.get("metadata") or {})
         metadata["writes_input"] = [l for l, changes in enumerate(inplace, 1) if changes]
         merged = dict(base, stages=records, metadata=metadata)
-        return remat.Chain.from_dict(merged), Profiled(inplace, uses_rng, options, dropped, fixed, copies), outputs
+        found = Profiled(inplace, uses_rng, options, dropped, fixed, copies, held)
+        return remat.Chain.from_dict(merged), found, outputs
 
     def _with_bridges(self, chain: remat.Chain, entry: _Entry, numel: int) -> remat.Chain:
         """``chain`` (scaled to ``numel`` elements between blocks) with each
@@ -3865,30 +3872,46 @@ class _SideGradients:
             if l not in self._readers[key]:
                 self._readers[key].append(l)
 
-    def figures(self, stages: int) -> _SideFigures:
+    def last_reads(self) -> dict[int, set[int]]:
+        """Stage l -> the storages of the side inputs whose last reader it is:
+        its backward makes their gradient, which the chain holds in
+        delta^{l-1} for the whole of B^l, so its profile leaves them out of
+        that backward's transient (profile_calls' ``last``). O(side inputs)."""
+        found: dict[int, set[int]] = {}
+        for key, readers in self._readers.items():
+            found.setdefault(max(readers), set()).add(key)
+        return found
+
+    def figures(self, stages: int, held: Sequence[dict[int, tuple[int, int]]] = ()) -> _SideFigures:
         """Per k in 0..``stages``: the bytes delta^k holds beside itself
         (``held``), those counted in both delta^k and delta^{k-1} while B^k
         runs (``twice``), and the sum B^k makes out of place where a block
         after it read the same input (``summed``). B^r, which makes a
-        gradient, may have it among the transient its profile measured too:
-        not taken off, since the profile's peak may come before it is made
-        (taken off, a test's U-Net measured 3 KiB above its prediction).
-        O(side inputs x stages)."""
-        held = [0] * (stages + 1)
+        gradient, has it left out of the transient its profile measured
+        (:meth:`last_reads`). ``held[r-1]``: what each gradient B^r makes
+        keeps allocated while delta^{r-1} lives and after, by storage
+        (profile's ``Profiled.side_held``), where that is more than its own
+        bytes: a view of a concatenation's gradient keeps the whole buffer
+        until the maker's backward (a test's U-Net's skip connections: the
+        step peaked 31 KiB above a later block's figure). O(side inputs x
+        stages)."""
+        kept = [0] * (stages + 1)
         twice = [0] * (stages + 1)
         summed = [0] * (stages + 1)
-        for key, b in self._bytes.items():
+        for key, own in self._bytes.items():
             readers = self._readers[key]
             last = max(readers)
             first = min(self._first[key], min(readers))
+            during, after = held[last - 1].get(key, (own, own)) if last - 1 < len(held) else (own, own)
             for k in range(first, last):
-                held[k] += b
+                b = max(own, during if k == last - 1 else after)
+                kept[k] += b
                 if k > first:
                     twice[k] += b
             for l in readers:
                 if l != last:
-                    summed[l] += b
-        return _SideFigures(held, twice, summed)
+                    summed[l] += own
+        return _SideFigures(kept, twice, summed)
 
 
 @dataclass

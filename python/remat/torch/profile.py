@@ -22,7 +22,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -368,6 +368,14 @@ class Profiled:
     #: bytes its compiled variant saves that copy the stage's input, as a
     #: share of the input's bytes (see :func:`_input_copies`; 0 eager).
     input_copies: list[list[float]] = field(default_factory=list)
+    #: Per stage, for each side input whose gradient it makes as the last
+    #: reader (by storage, as ``profile_calls``' ``last`` names it), the bytes
+    #: that gradient keeps allocated while the stage's input gradient lives
+    #: and after (:meth:`_Gradients.held`): more than its own where it is a
+    #: view of a larger buffer (a U-Net's skip connection, a slice of a
+    #: concatenation's gradient), which it keeps until its maker's backward.
+    #: Eager stages only; empty where none.
+    side_held: list[dict[int, tuple[int, int]]] = field(default_factory=list)
 
 
 def profile_calls(
@@ -384,6 +392,7 @@ def profile_calls(
     calls: Sequence[Call | None] | None = None,
     around: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
     sizes_only: bool = False,
+    last: Sequence[Collection[int]] | None = None,
 ) -> tuple[remat.Chain, Profiled]:
     """:func:`profile` for stages called as ``call`` is (the carried tensor and
     the same side inputs for every stage), through ``forwards`` (the stages
@@ -408,7 +417,16 @@ def profile_calls(
 
     ``sizes_only``: the sizes on this input alone, for a fit along another
     dimension (remat.torch.apply's ``_at_length``): no half-batch lines (the
-    ``fixed`` found is empty), the options untimed and all kept."""
+    ``fixed`` found is empty), the options untimed and all kept.
+
+    ``last[i]``: the storages (``untyped_storage().data_ptr()``) of the side
+    inputs whose gradient stage i + 1's backward makes as the last block that
+    reads them. The chain holds such a gradient in delta^{l-1} for the whole
+    of B^l (docs/model.md, "Side inputs' gradients"), so an eager stage's
+    ``backward_overhead`` is its backward's peak less it, as less the input's
+    gradient (a compiled stage's counts it: an over-count). None: every side
+    input's gradient counts (a chain that does not hold them in its running
+    gradients)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     named = resolve_policies(policies)
@@ -426,16 +444,23 @@ def profile_calls(
     dropped: list[tuple[int, str, str]] = []
     fixed: list[dict[str, Any] | None] = []
     input_copies: list[list[float]] = []
+    side_held: list[dict[int, tuple[int, int]]] = []
     measured: dict[
         tuple[Any, ...],
         tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
     ] = {}
     cuda_devices = [device] if device.type == "cuda" else []
+
+    def ends_at(i: int, mine: Call) -> Collection[int]:
+        return last[i] if last is not None and i < len(last) else ()
+
     with preserved_state(stages, cuda_devices):
         for i in range(len(stages)):
             with around(i) if around is not None else contextlib.nullcontext():
                 mine = own[i] if i < len(own) and own[i] is not None else call
-                runner = _StageRunner(stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call)
+                runner = _StageRunner(
+                    stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call, last=ends_at(i, mine)
+                )
                 key = (
                     _signature(stages[i]),
                     tuple(x.shape),
@@ -443,6 +468,7 @@ def profile_calls(
                     x.device,
                     x.requires_grad,
                     _side_signature(mine),
+                    _last_read(mine, ends_at(i, mine)),
                 )
                 seen = measured.get(key)
                 if seen is None:
@@ -468,6 +494,14 @@ def profile_calls(
                 rec = dict(record, name=labels[i])
                 stage_fixed: dict[str, Any] | None = rec.pop("_fixed", None)
                 copies = [float(rec.pop("_input_copy", 0.0))]
+                sides = mine.side_tensors()
+                side_held.append(
+                    {
+                        sides[j].untyped_storage().data_ptr(): b
+                        for j, b in rec.pop("_side_held", {}).items()
+                        if 0 <= j < len(sides)
+                    }
+                )
                 if rec.get("options"):
                     # Copies: a record measured once serves identical stages.
                     rec["options"] = [dict(o) for o in rec["options"]]
@@ -483,8 +517,8 @@ def profile_calls(
                 options.append(kept)
                 # The next stage's input: identical stages whose output has the
                 # input's shape need not run (a stack of equal blocks runs one).
-                last = i + 1 == len(stages)
-                if y is None and not last:
+                final = i + 1 == len(stages)
+                if y is None and not final:
                     following = own[i + 1] if i + 1 < len(own) and own[i + 1] is not None else call
                     nxt = (
                         _signature(stages[i + 1]),
@@ -493,6 +527,7 @@ def profile_calls(
                         x.device,
                         x.requires_grad,
                         _side_signature(following),
+                        _last_read(following, ends_at(i + 1, following)),
                     )
                     if out_meta == (tuple(x.shape), x.dtype, x.device) and nxt in measured:
                         continue
@@ -520,7 +555,19 @@ def profile_calls(
             "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed, input_copies)
+    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed, input_copies, side_held)
+
+
+def _last_read(call: Call, ends: Collection[int]) -> tuple[int, ...]:
+    """The positions among ``call``'s side tensors of those that require a
+    gradient and whose storage is in ``ends``: the gradients the stage makes
+    as their last reader (_StageRunner.last_side). O(side inputs)."""
+    return tuple(i for i, t in enumerate(call.side_tensors()) if _ends_here(t, ends))
+
+
+def _ends_here(t: torch.Tensor, ends: Collection[int]) -> bool:
+    key = t.untyped_storage().data_ptr()
+    return t.requires_grad and key != 0 and key in ends
 
 
 def _side_signature(call: Call) -> tuple[Any, ...]:
@@ -576,6 +623,7 @@ class _StageRunner:
         single_tensor: bool = False,
         compiled: Callable[[int, NamedPolicy | None], Callable[..., Any]] | None = None,
         shared: bool = True,
+        last: Collection[int] = (),
     ) -> None:
         self.stage = stages[index]
         self.index = index
@@ -591,6 +639,37 @@ class _StageRunner:
         #: Whether ``call``'s side inputs are the first stage's, not this one's own.
         self.shared = shared
         self.single_tensor = single_tensor
+        #: The side inputs (leaves, as ``call`` is detached) whose gradient
+        #: this stage's backward makes as the last block that reads them: their
+        #: storages are in ``last``.
+        self.last_side = [t for t in call.side_tensors() if _ends_here(t, last)]
+
+    @contextlib.contextmanager
+    def holding(self, sink: _Gradients) -> Iterator[None]:
+        """Within the block, the stage's side inputs that require a gradient
+        reach it through :class:`_Held`: their gradients go to ``sink`` as
+        autograd makes them (a view of a concatenation's gradient included)
+        and stay there, not accumulated into ``.grad``. Under grad mode."""
+
+        positions = {id(t): i for i, t in enumerate(self.call.side_tensors())}
+
+        def held(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                last = any(v is t for t in self.last_side)
+                into = sink.last.setdefault(positions.get(id(v), -1), []) if last else sink.other
+                return _Held.apply(v, into)
+            if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
+                return type(v)(held(t) for t in v)
+            return v
+
+        kept = self.call
+        args = tuple(a if i == kept.position else held(a) for i, a in enumerate(kept.args))
+        kwargs = {k: v if k == kept.position else held(v) for k, v in kept.kwargs.items()}
+        self.call = Call(args, kwargs, kept.position)
+        try:
+            yield
+        finally:
+            self.call = kept
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         args, kwargs = self.call.with_carried(x)
@@ -681,6 +760,9 @@ def _profile_stage(
         return runner(inp.clone() if changes_input else inp)
 
     holder_run = _holder_run(run, x, meter, needs_input_grad) if runner.compiled else None
+    # Eager, gradients are held as a step holds them; a compiled block's
+    # backward returns its inputs' gradients as tensors of their own.
+    hold = None if runner.compiled else runner
 
     fwd_ms: list[float] = []
     bwd_ms: list[float] = []
@@ -719,7 +801,7 @@ def _profile_stage(
         # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
         "forward_time": min(fwd_ms),
         "backward_time": min(bwd_ms),
-        **_memory_figures(run, x, meter, own, needs_input_grad, fresh_grads),
+        **_memory_figures(run, x, meter, own, needs_input_grad, fresh_grads, hold),
     }
     if holder_run is not None:
         # A compiled block the forward runs unrecorded still runs its training
@@ -733,7 +815,7 @@ def _profile_stage(
     half_batch = 0 if sizes_only else _half_batch(runner, x)
     if half_batch:
         try:
-            half = _memory_figures(run, x[:half_batch], meter, own, needs_input_grad, fresh_grads)
+            half = _memory_figures(run, x[:half_batch], meter, own, needs_input_grad, fresh_grads, hold)
         except Exception as e:  # a stage that cannot run on half the batch (batch norm on one value)
             _log.debug("%s: not measured on half its batch (%s); sizes scale whole", runner.label, e)
         else:
@@ -777,11 +859,16 @@ def _memory_figures(
     own: set[Any],
     needs_input_grad: bool,
     fresh_grads: Callable[[], None],
-) -> dict[str, int]:
+    runner: _StageRunner | None = None,
+) -> dict[str, Any]:
     """The size fields of a stage on input ``x``: a forward without autograd
     (``F_ck``, ``F_none``: its peak beyond the output it leaves), then a
     recording forward and its backward in one window, so that the backward's
-    figure sees the saved tensors it frees."""
+    figure sees the saved tensors it frees. With ``runner`` (an eager
+    stage), the input's and side inputs' gradients are held as a step holds
+    them (:class:`_Held`), ``backward_overhead`` is the backward's peak
+    less the input's gradient and the last-read side inputs' ones, and
+    ``_side_held`` what each of those keeps allocated (:meth:`_Gradients.held`)."""
     # A first run, not measured, keeps one-time allocations (a GPU library's
     # workspace, lazily initialised state, compiling, this shape's) out.
     with torch.no_grad():
@@ -795,8 +882,12 @@ def _memory_figures(
     xl = x.detach().requires_grad_(needs_input_grad)
     in_grad = 0
     b_mark = None
-    with torch.enable_grad(), meter.window():
-        y, saved = _saved_storages(run, xl, own | {storage_key(xl)})
+    sink = _Gradients()
+    holding = runner.holding(sink) if runner is not None else contextlib.nullcontext()
+    with torch.enable_grad(), meter.window(), holding:
+        xin = _Held.apply(xl, sink.input) if runner is not None and needs_input_grad else xl
+        y, saved = _saved_storages(run, xin, own | {storage_key(xl)})
+        del xin
         f_mark = meter.mark()
         saved[storage_key(y)] = output_bytes(y, x)
         saved_bytes = sum(saved.values())
@@ -811,13 +902,17 @@ def _memory_figures(
             del y
             root.backward(one)
             b_mark = meter.mark()
-            if xl.grad is not None:
+            if runner is not None:
+                in_grad = sink.made()
+            elif xl.grad is not None:
                 in_grad = xl.grad.numel() * xl.grad.element_size()
             del root, one
         else:
             del y
+        side_held = sink.held()
+        sink.clear()
     del xl
-    return {
+    found: dict[str, Any] = {
         "output_size": out_bytes,
         "saved_size": max(saved_bytes, out_bytes),
         "gradient_size": grad_bytes,
@@ -825,6 +920,9 @@ def _memory_figures(
         "recording_overhead": max(0, meter.value(f_mark) - saved_bytes),
         "backward_overhead": max(0, meter.value(b_mark) - in_grad) if b_mark is not None else 0,
     }
+    if side_held:
+        found["_side_held"] = side_held
+    return found
 
 
 def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, meter: _Meter, grad: bool) -> int:
@@ -870,6 +968,70 @@ def _input_copies(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, 
         if storage_key(t) != own and t.stride() != x.stride() and torch.equal(t, x)
     }
     return sum(copies.values()) / max(1, x.numel() * x.element_size())
+
+
+class _Gradients:
+    """The gradients a stage's backward makes for its input (``input``) and
+    side inputs (``last``: those whose last reader the stage is, see
+    :attr:`_StageRunner.last_side`; ``other``), held as autograd makes them."""
+
+    def __init__(self) -> None:
+        self.input: list[torch.Tensor] = []
+        #: Per last-read side input, by its position among the call's side tensors.
+        self.last: dict[int, list[torch.Tensor]] = {}
+        self.other: list[torch.Tensor] = []
+
+    def made(self) -> int:
+        """The bytes of the input's gradient and of the last-read side
+        inputs' ones, each by its own elements: what the chain holds in
+        delta^{l-1} from B^l on."""
+        return sum(g.numel() * g.element_size() for g in [*self.input, *(g for v in self.last.values() for g in v)])
+
+    def held(self) -> dict[int, tuple[int, int]]:
+        """Per last-read side input (its position), the bytes its gradient
+        keeps allocated while the input's gradient lives and after it: its
+        storage's where that is larger than its own elements (a view of a
+        concatenation's gradient keeps the whole buffer as long as the view
+        lives, the part of the block's input or of an intermediate
+        included), less, while it lives, the input's gradient in the same
+        buffer (counted as delta^{l-1}). O(side inputs)."""
+        inputs: dict[int, int] = {}
+        for g in self.input:
+            key = g.untyped_storage().data_ptr()
+            inputs[key] = inputs.get(key, 0) + g.numel() * g.element_size()
+        found: dict[int, tuple[int, int]] = {}
+        for i, gs in self.last.items():
+            own = sum(g.numel() * g.element_size() for g in gs)
+            storages = {g.untyped_storage().data_ptr(): g.untyped_storage().nbytes() for g in gs}
+            after = sum(storages.values())
+            during = sum(max(0, n - inputs.get(key, 0)) for key, n in storages.items())
+            found[i] = (max(own, during), max(own, after))
+        return found
+
+    def clear(self) -> None:
+        self.input.clear()
+        self.last.clear()
+        self.other.clear()
+
+
+class _Held(torch.autograd.Function):
+    """The identity on ``t`` whose backward puts the gradient into ``into``
+    and passes nothing on: a stage's profile sees its input's and side
+    inputs' gradients as a step holds them (in autograd's buffers, until the
+    stage that made the input runs its backward), where a leaf's
+    accumulation into ``.grad`` copies one that is a view of a larger buffer
+    (a U-Net's skip connection, read through a concatenation) and lets the
+    buffer go."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, into: list[torch.Tensor]) -> torch.Tensor:
+        ctx.into = into
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[None, None]:
+        ctx.into.append(g)
+        return None, None
 
 
 def _root(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1045,8 +1207,13 @@ def _profile_options(
         xl = inp.detach().requires_grad_(needs_input_grad)
         in_grad = 0
         b_mark = None
-        with torch.enable_grad(), meter.window():
-            y = forward(ex, xl)
+        # As _memory_figures: eager, the gradients are held as a step holds them.
+        sink = _Gradients()
+        hold = not runner.compiled
+        with torch.enable_grad(), meter.window(), runner.holding(sink) if hold else contextlib.nullcontext():
+            xin = _Held.apply(xl, sink.input) if hold and needs_input_grad else xl
+            y = forward(ex, xin)
+            del xin
             f_mark = meter.mark()
             saved_mark = meter.alive()
             if y.requires_grad:
@@ -1058,11 +1225,14 @@ def _profile_options(
                 del y
                 root.backward(one)
                 b_mark = meter.mark()
-                if xl.grad is not None:
+                if hold:
+                    in_grad = sink.made()
+                elif xl.grad is not None:
                     in_grad = xl.grad.numel() * xl.grad.element_size()
                 del root, one
             else:
                 del y
+            sink.clear()
         del xl
         saved = max(meter.value(saved_mark), output_size)
         return {
