@@ -298,3 +298,48 @@ def test_a_measured_step_whose_backward_raises_leaves_no_profiler_running() -> N
         assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
     model(x).square().mean().backward()
     assert plan.schedule is not None and plan.peak_memory is not None
+
+
+def test_a_trace_on_another_thread_does_not_abandon_a_running_backward() -> None:
+    """Whether a measured step's backward failed is known only on its own
+    thread, outside any backward: a trace entered on another thread while
+    the backward runs is refused as before ("already running"), and the
+    step's measurement ends and is read; abandoned there, the step's end
+    still came and the plan's next forward raised reading the unread
+    trace."""
+    import threading
+
+    from remat.torch.memory import AllocatorTrace
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)])
+    plan = rt.apply(model, memory="60%")
+    x = torch.randn(16, 32)
+    inside, go = threading.Event(), threading.Event()
+    found: list[str] = []
+
+    def hook(g: torch.Tensor) -> torch.Tensor:
+        inside.set()
+        go.wait(30)
+        return g
+
+    def other() -> None:
+        inside.wait(30)
+        try:
+            with AllocatorTrace():
+                pass
+            found.append("traced")
+        except RuntimeError as e:
+            found.append(str(e))
+        go.set()
+
+    out = model(x)
+    h = model[0][0].weight.register_hook(hook)
+    t = threading.Thread(target=other)
+    t.start()
+    out.square().mean().backward()
+    t.join(30)
+    h.remove()
+    assert found and "already running" in found[0], found
+    model(x).square().mean().backward()  # reads the first step's measurement
+    assert plan.schedule is not None and plan.peak_memory is not None

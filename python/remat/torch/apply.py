@@ -42,6 +42,7 @@ import math
 import random
 import re
 import sys
+import threading
 import types
 import warnings
 import weakref
@@ -2884,8 +2885,8 @@ class _TracedMeasure:
         self.returned: list[tuple[weakref.ref[Any], int, int]] = []
         self.finishing = False
         self.end: int | None = None  # the mark at the end of the measured backward
-        #: The graph task of the measured backward, once it has begun.
-        self.task: int | None = None
+        #: The thread and graph task of the measured backward, once it has begun.
+        self.task: tuple[int, int] | None = None
         self.trace.stale = lambda: _backward_failed(self.task, self.end)
         #: Per bridge stage: marks at its start and end (and of its backward's
         #: start and end), and the last block's input, its bytes and probe.
@@ -3028,7 +3029,7 @@ class _TracedMeasure:
     def _finish_later(self) -> None:
         if not self.finishing:
             self.finishing = True
-            self.task = torch._C._current_graph_task_id()
+            self.task = _backward_task()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
 
     def _finish(self) -> None:
@@ -3057,8 +3058,8 @@ class _TracedMeasure:
         assert end is not None
         self.close()
         t = self.trace
-        if self.m_start is None or self.m_end is None or self.m_grad is None:
-            return
+        if t.abandoned or self.m_start is None or self.m_end is None or self.m_grad is None:
+            return  # abandoned: its backward raised (_backward_failed); a later step is measured
         made = t.found(self.m_start)
         own = self.own if made else 0
         pre = max(0, t.alive(self.m_start) - own)
@@ -3108,13 +3109,25 @@ class _TracedMeasure:
             self.plan._measure = None
 
 
-def _backward_failed(task: int | None, end: int | None) -> bool:
-    """Whether a measured step's backward began (in graph task ``task``) and
-    is neither running nor ended (``end``): it raised, and the final
-    callback that ends the measurement never runs (a compiled block's
-    second backward through donated buffers, a hook that raises, running out
-    of memory). O(1)."""
-    return end is None and task is not None and torch._C._current_graph_task_id() != task
+def _backward_failed(task: tuple[int, int] | None, end: int | None) -> bool:
+    """Whether a measured step's backward began (``task``: the thread it ran
+    on and its graph task) and has not ended (``end``) though no backward
+    runs on that thread now: it raised, and the final callback that ends
+    the measurement never runs (a compiled block's second backward through
+    donated buffers, a hook that raises, running out of memory). Asked on
+    another thread, or inside any backward (a hook's ``autograd.grad``
+    nested in the measured one), it cannot tell, and says no. O(1)."""
+    return (
+        end is None
+        and task is not None
+        and task[0] == threading.get_ident()
+        and torch._C._current_graph_task_id() == -1
+    )
+
+
+def _backward_task() -> tuple[int, int]:
+    """The thread and graph task of the backward running now (for :func:`_backward_failed`)."""
+    return threading.get_ident(), torch._C._current_graph_task_id()
 
 
 class _Verify:
@@ -3128,8 +3141,8 @@ class _Verify:
         self.plan = plan
         self.open = True
         self.end: int | None = None
-        #: The graph task of the step's backward, once it has begun.
-        self.task: int | None = None
+        #: The thread and graph task of the step's backward, once it has begun.
+        self.task: tuple[int, int] | None = None
         self.cuda: torch.device | None = None
         self.trace: AllocatorTrace | None = None
         params = list(plan.model.parameters())
@@ -3161,7 +3174,7 @@ class _Verify:
 
         def backward_starts(g: torch.Tensor) -> None:
             if self.task is None:
-                self.task = torch._C._current_graph_task_id()
+                self.task = _backward_task()
 
             def ends() -> None:
                 if self.open and self.end is None:
@@ -3209,6 +3222,11 @@ class _Verify:
         end = self.end
         assert end is not None
         self.close()
+        if self.trace is not None and self.trace.abandoned:
+            # Its backward raised (_backward_failed): not measured, as under a
+            # profiler of the user's.
+            self.plan._verified_step(None)
+            return
         peak = end if self.trace is None else self.trace.peak(0, end)
         self.plan._verified_fresh = bool(self.fresh)
         self.plan._verified_step(peak)

@@ -228,6 +228,8 @@ class AllocatorTrace:
         self._open = False
         self._running = False
         self._read = False
+        #: Ended by :meth:`abandon` while open, unread: its owner has no figures.
+        self.abandoned = False
         #: Set by an owner whose trace may be read early (its step ended): what
         #: reads it, called when another trace needs the profiler.
         self.settle: Callable[[], None] | None = None
@@ -235,7 +237,8 @@ class AllocatorTrace:
         #: cannot any more (its backward started and raised before its end:
         #: the final callback that settles it never runs). Such a trace is
         #: abandoned when another trace needs the profiler, which it would
-        #: otherwise hold until the owner's next step.
+        #: otherwise hold until the owner's next step; its owner then finds
+        #: it :attr:`abandoned`.
         self.stale: Callable[[], bool] | None = None
 
     def _start(self) -> None:
@@ -315,7 +318,8 @@ class AllocatorTrace:
     def abandon(self) -> None:
         """Ends the trace without reading it (idempotent): its figures are
         lost, the profiler stopped."""
-        self._end()
+        if self._end():
+            self.abandoned = True
         self._sessions = []
 
     def _end(self) -> bool:

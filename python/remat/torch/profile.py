@@ -651,13 +651,24 @@ class _StageRunner:
         autograd makes them (a view of a concatenation's gradient included)
         and stay there, not accumulated into ``.grad``. Under grad mode."""
 
-        positions = {id(t): i for i, t in enumerate(self.call.side_tensors())}
+        # A last-read side input's gradients go to the list of the first side
+        # tensor on its storage: the chain holds one gradient per storage
+        # (views of one tensor, its chunks, are one input there).
+        first: dict[int, int] = {}
+        for i, t in enumerate(self.call.side_tensors()):
+            first.setdefault(t.untyped_storage().data_ptr(), i)
+        # One identity per tensor: one passed twice gets one gradient, the
+        # sum autograd makes of its uses, as in a step.
+        wrapped: dict[int, torch.Tensor] = {}
 
         def held(v: Any) -> Any:
             if isinstance(v, torch.Tensor) and v.requires_grad:
-                last = any(v is t for t in self.last_side)
-                into = sink.last.setdefault(positions.get(id(v), -1), []) if last else sink.other
-                return _Held.apply(v, into)
+                if id(v) not in wrapped:
+                    last = any(v is t for t in self.last_side)
+                    key = first.get(v.untyped_storage().data_ptr(), -1)
+                    into = sink.last.setdefault(key, []) if last else sink.other
+                    wrapped[id(v)] = _Held.apply(v, into)
+                return wrapped[id(v)]
             if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
                 return type(v)(held(t) for t in v)
             return v
@@ -977,7 +988,8 @@ class _Gradients:
 
     def __init__(self) -> None:
         self.input: list[torch.Tensor] = []
-        #: Per last-read side input, by its position among the call's side tensors.
+        #: Per last-read side input's storage, by the position of the first
+        #: side tensor on it among the call's side tensors.
         self.last: dict[int, list[torch.Tensor]] = {}
         self.other: list[torch.Tensor] = []
 

@@ -91,11 +91,15 @@ class Call:
         """The same call with every tensor argument (nested one level in tuples
         and lists) detached from the graph that made it, keeping whether it
         requires a gradient: profiling runs backwards of its own and must not
-        reach into the caller's graph."""
+        reach into the caller's graph. A tensor passed twice is one tensor
+        after, as before (its uses' gradients sum into one)."""
+        done: dict[int, torch.Tensor] = {}
 
         def cut(v: Any) -> Any:
             if isinstance(v, torch.Tensor):
-                return v.detach().requires_grad_(v.requires_grad) if v.requires_grad else v.detach()
+                if id(v) not in done:
+                    done[id(v)] = v.detach().requires_grad_(v.requires_grad) if v.requires_grad else v.detach()
+                return done[id(v)]
             if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
                 return type(v)(cut(t) for t in v) if not hasattr(v, "_fields") else v
             return v
