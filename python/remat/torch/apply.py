@@ -1699,7 +1699,7 @@ class AppliedPlan:
             entry.fixed = list(found.fixed)
             entry.input_copies = list(found.input_copies)
             entry.bridge_outputs = outputs
-            side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
+            side = self._pass_side(call, calls)
             entry.side_gradients = side.total
             entry.side = side.figures(len(self.modules), found.side_held)
             entry.side_kept = self._captured_kept.total if calls is not None else 0
@@ -1754,6 +1754,11 @@ class AppliedPlan:
             return None
         return chain.to_dict()
 
+    def _pass_side(self, call: Call, calls: list[Call | None] | None) -> _SideGradients:
+        """The side inputs' gradients of the pass that ``calls`` (None: not
+        seen, every block given ``call``'s side inputs) were captured from."""
+        return self._captured_side if calls is not None else _side_of(call, len(self.modules))
+
     def _profile(
         self,
         call: Call,
@@ -1779,8 +1784,7 @@ class AppliedPlan:
         held: list[dict[int, tuple[int, int]]] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
-        side = self._captured_side if calls is not None else _side_of(call, len(self.modules))
-        lasts = side.last_reads()
+        lasts = self._pass_side(call, calls).last_reads()
         for a, e in zip(starts, ends):
             first = call
             if a > 1:

@@ -423,8 +423,8 @@ def profile_calls(
     inputs whose gradient stage i + 1's backward makes as the last block that
     reads them. The chain holds such a gradient in delta^{l-1} for the whole
     of B^l (docs/model.md, "Side inputs' gradients"), so an eager stage's
-    ``backward_overhead`` is its backward's peak less it, as less the input's
-    gradient (a compiled stage's counts it: an over-count). None: every side
+    ``backward_overhead`` is its backward's peak less it, as it is less the
+    input's gradient (a compiled stage's counts it: an over-count). None: every side
     input's gradient counts (a chain that does not hold them in its running
     gradients)."""
     if repeat < 1:
@@ -451,7 +451,7 @@ def profile_calls(
     ] = {}
     cuda_devices = [device] if device.type == "cuda" else []
 
-    def ends_at(i: int, mine: Call) -> Collection[int]:
+    def ends_at(i: int) -> Collection[int]:
         return last[i] if last is not None and i < len(last) else ()
 
     with preserved_state(stages, cuda_devices):
@@ -459,7 +459,7 @@ def profile_calls(
             with around(i) if around is not None else contextlib.nullcontext():
                 mine = own[i] if i < len(own) and own[i] is not None else call
                 runner = _StageRunner(
-                    stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call, last=ends_at(i, mine)
+                    stages, fns, labels, i, mine, single_tensor, compiled, shared=mine is call, last=ends_at(i)
                 )
                 key = (
                     _signature(stages[i]),
@@ -468,7 +468,7 @@ def profile_calls(
                     x.device,
                     x.requires_grad,
                     _side_signature(mine),
-                    _last_read(mine, ends_at(i, mine)),
+                    _last_read(mine, ends_at(i)),
                 )
                 seen = measured.get(key)
                 if seen is None:
@@ -527,7 +527,7 @@ def profile_calls(
                         x.device,
                         x.requires_grad,
                         _side_signature(following),
-                        _last_read(following, ends_at(i + 1, following)),
+                        _last_read(following, ends_at(i + 1)),
                     )
                     if out_meta == (tuple(x.shape), x.dtype, x.device) and nxt in measured:
                         continue
@@ -645,11 +645,19 @@ class _StageRunner:
         self.last_side = [t for t in call.side_tensors() if _ends_here(t, last)]
 
     @contextlib.contextmanager
-    def holding(self, sink: _Gradients) -> Iterator[None]:
-        """Within the block, the stage's side inputs that require a gradient
-        reach it through :class:`_Held`: their gradients go to ``sink`` as
-        autograd makes them (a view of a concatenation's gradient included)
-        and stay there, not accumulated into ``.grad``. Under grad mode."""
+    def holding(self, x: torch.Tensor, grad: bool) -> Iterator[tuple[torch.Tensor, _Gradients]]:
+        """An eager stage's input ``x`` (where ``grad``) and its side inputs
+        that require a gradient reach it, within the block, through
+        :class:`_Held`: their gradients go to the :class:`_Gradients`
+        yielded with the input to run on, as autograd makes them (a view of
+        a concatenation's gradient included), not accumulated into
+        ``.grad``, and are let go of at the end. A compiled stage runs on
+        ``x`` as it is (its backward returns its inputs' gradients as
+        tensors of their own): nothing is held. Under grad mode."""
+        sink = _Gradients()
+        if self.compiled:
+            yield x, sink
+            return
 
         # A last-read side input's gradients go to the list of the first side
         # tensor on its storage: the chain holds one gradient per storage
@@ -678,9 +686,10 @@ class _StageRunner:
         kwargs = {k: v if k == kept.position else held(v) for k, v in kept.kwargs.items()}
         self.call = Call(args, kwargs, kept.position)
         try:
-            yield
+            yield (_Held.apply(x, sink.input) if grad else x), sink
         finally:
             self.call = kept
+            sink.clear()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         args, kwargs = self.call.with_carried(x)
@@ -771,9 +780,6 @@ def _profile_stage(
         return runner(inp.clone() if changes_input else inp)
 
     holder_run = _holder_run(run, x, meter, needs_input_grad) if runner.compiled else None
-    # Eager, gradients are held as a step holds them; a compiled block's
-    # backward returns its inputs' gradients as tensors of their own.
-    hold = None if runner.compiled else runner
 
     fwd_ms: list[float] = []
     bwd_ms: list[float] = []
@@ -812,7 +818,7 @@ def _profile_stage(
         # The fastest run: a busy machine only ever adds time (docs/pytorch.md).
         "forward_time": min(fwd_ms),
         "backward_time": min(bwd_ms),
-        **_memory_figures(run, x, meter, own, needs_input_grad, fresh_grads, hold),
+        **_memory_figures(runner, run, x, meter, own, needs_input_grad, fresh_grads),
     }
     if holder_run is not None:
         # A compiled block the forward runs unrecorded still runs its training
@@ -826,7 +832,7 @@ def _profile_stage(
     half_batch = 0 if sizes_only else _half_batch(runner, x)
     if half_batch:
         try:
-            half = _memory_figures(run, x[:half_batch], meter, own, needs_input_grad, fresh_grads, hold)
+            half = _memory_figures(runner, run, x[:half_batch], meter, own, needs_input_grad, fresh_grads)
         except Exception as e:  # a stage that cannot run on half the batch (batch norm on one value)
             _log.debug("%s: not measured on half its batch (%s); sizes scale whole", runner.label, e)
         else:
@@ -864,21 +870,21 @@ def fixed_parts(full: dict[str, Any], part: dict[str, Any], share: float) -> dic
 
 
 def _memory_figures(
+    runner: _StageRunner,
     run: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
     meter: _Meter,
     own: set[Any],
     needs_input_grad: bool,
     fresh_grads: Callable[[], None],
-    runner: _StageRunner | None = None,
 ) -> dict[str, Any]:
     """The size fields of a stage on input ``x``: a forward without autograd
     (``F_ck``, ``F_none``: its peak beyond the output it leaves), then a
     recording forward and its backward in one window, so that the backward's
-    figure sees the saved tensors it frees. With ``runner`` (an eager
-    stage), the input's and side inputs' gradients are held as a step holds
-    them (:class:`_Held`), ``backward_overhead`` is the backward's peak
-    less the input's gradient and the last-read side inputs' ones, and
+    figure sees the saved tensors it frees. An eager stage's input's and side
+    inputs' gradients are held as a step holds them
+    (:meth:`_StageRunner.holding`): ``backward_overhead`` is the backward's
+    peak less the input's gradient and the last-read side inputs' ones, and
     ``_side_held`` what each of those keeps allocated (:meth:`_Gradients.held`)."""
     # A first run, not measured, keeps one-time allocations (a GPU library's
     # workspace, lazily initialised state, compiling, this shape's) out.
@@ -893,10 +899,7 @@ def _memory_figures(
     xl = x.detach().requires_grad_(needs_input_grad)
     in_grad = 0
     b_mark = None
-    sink = _Gradients()
-    holding = runner.holding(sink) if runner is not None else contextlib.nullcontext()
-    with torch.enable_grad(), meter.window(), holding:
-        xin = _Held.apply(xl, sink.input) if runner is not None and needs_input_grad else xl
+    with torch.enable_grad(), meter.window(), runner.holding(xl, needs_input_grad) as (xin, sink):
         y, saved = _saved_storages(run, xin, own | {storage_key(xl)})
         del xin
         f_mark = meter.mark()
@@ -913,15 +916,11 @@ def _memory_figures(
             del y
             root.backward(one)
             b_mark = meter.mark()
-            if runner is not None:
-                in_grad = sink.made()
-            elif xl.grad is not None:
-                in_grad = xl.grad.numel() * xl.grad.element_size()
+            in_grad = sink.made(xl)
             del root, one
         else:
             del y
         side_held = sink.held()
-        sink.clear()
     del xl
     found: dict[str, Any] = {
         "output_size": out_bytes,
@@ -993,16 +992,20 @@ class _Gradients:
         self.last: dict[int, list[torch.Tensor]] = {}
         self.other: list[torch.Tensor] = []
 
-    def made(self) -> int:
-        """The bytes of the input's gradient and of the last-read side
-        inputs' ones, each by its own elements: what the chain holds in
-        delta^{l-1} from B^l on."""
-        return sum(g.numel() * g.element_size() for g in [*self.input, *(g for v in self.last.values() for g in v)])
+    def made(self, x: torch.Tensor) -> int:
+        """The bytes of the input's gradient (held here, or a compiled
+        stage's in ``x.grad``) and of the last-read side inputs' ones, each
+        by its own elements: what the chain holds in delta^{l-1} from B^l on."""
+        grads = [*self.input, *(g for v in self.last.values() for g in v)]
+        if x.grad is not None:
+            grads.append(x.grad)
+        return sum(g.numel() * g.element_size() for g in grads)
 
     def held(self) -> dict[int, tuple[int, int]]:
-        """Per last-read side input (its position), the bytes its gradient
-        keeps allocated while the input's gradient lives and after it: its
-        storage's where that is larger than its own elements (a view of a
+        """Per last-read side input's storage (by the position of the first
+        side tensor on it), the bytes its gradients keep allocated while the
+        input's gradient lives and after it: their storages' where that is
+        larger than their own elements (a view of a
         concatenation's gradient keeps the whole buffer as long as the view
         lives, the part of the block's input or of an intermediate
         included), less, while it lives, the input's gradient in the same
@@ -1220,10 +1223,7 @@ def _profile_options(
         in_grad = 0
         b_mark = None
         # As _memory_figures: eager, the gradients are held as a step holds them.
-        sink = _Gradients()
-        hold = not runner.compiled
-        with torch.enable_grad(), meter.window(), runner.holding(sink) if hold else contextlib.nullcontext():
-            xin = _Held.apply(xl, sink.input) if hold and needs_input_grad else xl
+        with torch.enable_grad(), meter.window(), runner.holding(xl, needs_input_grad) as (xin, sink):
             y = forward(ex, xin)
             del xin
             f_mark = meter.mark()
@@ -1237,14 +1237,10 @@ def _profile_options(
                 del y
                 root.backward(one)
                 b_mark = meter.mark()
-                if hold:
-                    in_grad = sink.made()
-                elif xl.grad is not None:
-                    in_grad = xl.grad.numel() * xl.grad.element_size()
+                in_grad = sink.made(xl)
                 del root, one
             else:
                 del y
-            sink.clear()
         del xl
         saved = max(meter.value(saved_mark), output_size)
         return {
