@@ -106,8 +106,9 @@ def test_a_backward_is_measured_with_the_gradient_laid_out_as_a_step_makes_it(he
     the block's backward first copied that gradient into a row-major buffer,
     which no step does: each backward was predicted one activation high (the
     census' small ViT 0.986 of its prediction, 0.964 at half the batch)."""
-    from remat.torch.memory import AllocatorTrace
     from torchvision.models.vision_transformer import EncoderBlock
+
+    from remat.torch.memory import AllocatorTrace
 
     torch.manual_seed(0)
     model = nn.Sequential(*(EncoderBlock(4, 64, 256, 0.0, 0.0) for _ in range(3)))

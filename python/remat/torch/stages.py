@@ -113,6 +113,20 @@ class Call:
         values += [v for k, v in self.kwargs.items() if k != self.position]
         return tensors_in(values)
 
+    def side_items(self) -> list[tuple[tuple[int | str, int], torch.Tensor]]:
+        """The tensors of :meth:`side_tensors`, in its order, each with where
+        it is passed: (argument position or keyword, index in a tuple or list,
+        -1 for the argument itself). O(the arguments and their items)."""
+        found: list[tuple[tuple[int | str, int], torch.Tensor]] = []
+        named: list[tuple[int | str, Any]] = [(i, a) for i, a in enumerate(self.args) if i != self.position]
+        named += [(k, v) for k, v in self.kwargs.items() if k != self.position]
+        for key, v in named:
+            if isinstance(v, torch.Tensor):
+                found.append(((key, -1), v))
+            elif isinstance(v, (tuple, list)):
+                found.extend(((key, j), t) for j, t in enumerate(v) if isinstance(t, torch.Tensor))
+        return found
+
 
 def tensors_in(values: Iterable[Any]) -> list[torch.Tensor]:
     """The tensors among ``values``, nested one level in tuples and lists
