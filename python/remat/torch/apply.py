@@ -746,9 +746,9 @@ class AppliedPlan:
         self._captured_first: Call | None = None  # the first block's call, its carried tensor included
         self._captured_kept = _Kept(frozenset())  # the side inputs the last capture found kept (see _Kept)
         #: While _capture runs, the tensors alive at the first block's call
-        #: (see _Kept.older); and where in the calls the last capture found
+        #: (see _alive_tensors); and where in the calls the last capture found
         #: side inputs that were, which every step's count leaves out.
-        self._captured_alive: dict[int, weakref.ref[torch.Tensor]] = {}
+        self._captured_alive: dict[int, torch.Tensor] = {}
         self._older_side: frozenset[tuple[int, Any]] = frozenset()
         self._captured_side = _SideGradients()  # and their gradients
         #: The compiled graph a compiled recomputation runs inside the module's
@@ -1218,9 +1218,16 @@ class AppliedPlan:
             and 0 < self._input_elements()
             and self._input_elements() not in self._shapes_measured
             and len(self._shapes_measured) < _SHAPES_MEASURED
+            and (self._on_gpu() or AllocatorTrace.available())
         ):
             # A new shape's first step: its parts outside the stack measured
             # for the steps after it (this one plans with the first's, scaled).
+            # Not under the user's own profiler: the measurement would be a
+            # dispatch mode's (LiveBytes), left on the thread's stack until
+            # the plan's next forward, and a compiled forward of any model
+            # before that runs eagerly (seen: a test's plan whose last step
+            # was a new shape's, under the test's trace, left one, and the
+            # next test's torch.compile ran nothing compiled).
             self._shapes_measured.add(self._input_elements())
             self._shape_measure = True
             self._measure = _measure(self, compiled=False)
@@ -1252,6 +1259,11 @@ class AppliedPlan:
             else:
                 self._verifying_executor = True
             self._measure = _Verify(self)
+
+    def _on_gpu(self) -> bool:
+        """Whether the model's parameters are on a GPU (its steps measured by
+        the allocator's statistics). O(the model's parameters)."""
+        return torch.cuda.is_available() and any(p.is_cuda for p in self.model.parameters())
 
     def _accumulates(self) -> bool:
         """Whether a parameter of the model holds a gradient at a step's start.
@@ -1648,6 +1660,7 @@ class AppliedPlan:
             watch.remove()
             self._capturing = None
             self._captured_output = None
+            self._captured_alive = {}  # let go of what was alive at the first block's call
             if not keep_first:
                 self._captured_first = None
             random.setstate(python_state)
@@ -1750,7 +1763,6 @@ class AppliedPlan:
             entry.side = side.figures(len(self.modules), found.side_held)
             entry.side_kept = self._captured_kept.total if calls is not None else 0
             self._older_side = self._captured_kept.older if calls is not None else frozenset()
-            self._captured_alive = {}
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
@@ -2246,6 +2258,11 @@ class AppliedPlan:
             return
         entry, numel, device = self._last
         if self._shape_measure:
+            ran = entry.by_numel.get(numel)
+            if ran is not None and ran.chunks != 1:
+                # The head ran in chunks: its figures are the whole head's
+                # only on a step that runs it whole (the first shape's).
+                return
             entry.outside_at[numel] = outside
             entry.by_numel[numel] = self._solve(entry, numel, device)
             return
@@ -3889,15 +3906,18 @@ class _Kept:
             self.total += t.untyped_storage().nbytes()
 
 
-def _alive_tensors() -> dict[int, weakref.ref[torch.Tensor]]:
+def _alive_tensors() -> dict[int, torch.Tensor]:
     """The tensors alive now that Python sees, parameters aside, by their
-    storage's address (a weak reference each, so that an address reused
-    after its tensor is freed is not taken for it). O(the objects Python's
-    collector tracks): about 0.1 s with transformers loaded, run once per
-    capture of the blocks' calls."""
+    storage's address. The caller holds them until it is done (while
+    capturing the blocks' calls, which saves nothing), so that no storage
+    made meanwhile can take one's address. (Weak references instead, kept
+    as long, made the compiled blocks' semantics tests name budgets too
+    small for their next steps, on every run; not found why.)
+    O(the objects Python's collector tracks): about 0.1 s with transformers
+    loaded, run once per capture."""
     import gc
 
-    found: dict[int, weakref.ref[torch.Tensor]] = {}
+    found: dict[int, torch.Tensor] = {}
     for o in gc.get_objects():
         # By the type alone: isinstance() reads ``__class__``, which a
         # deprecated alias's proxy answers with a warning.
@@ -3908,21 +3928,14 @@ def _alive_tensors() -> dict[int, weakref.ref[torch.Tensor]]:
             except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake, a functional one)
                 continue
             if key:
-                found.setdefault(key, weakref.ref(o))
+                found.setdefault(key, o)
     return found
 
 
-def _alive_at_start(alive: dict[int, weakref.ref[torch.Tensor]], l: int, call: Call) -> set[tuple[int, Any]]:
-    """Where in stage ``l``'s call a side input is one of ``alive`` (still
-    the same storage). O(the call's arguments)."""
-    older: set[tuple[int, Any]] = set()
-    for where, t in call.side_items():
-        key = t.untyped_storage().data_ptr()
-        ref = alive.get(key)
-        then = ref() if ref is not None else None
-        if then is not None and then.untyped_storage().data_ptr() == key:
-            older.add((l, where))
-    return older
+def _alive_at_start(alive: dict[int, torch.Tensor], l: int, call: Call) -> set[tuple[int, Any]]:
+    """Where in stage ``l``'s call a side input is on the storage of one of
+    ``alive``. O(the call's arguments)."""
+    return {(l, where) for where, t in call.side_items() if t.untyped_storage().data_ptr() in alive}
 
 
 def _carried_or_none(y: Any) -> torch.Tensor | None:
