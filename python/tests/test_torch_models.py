@@ -1490,6 +1490,19 @@ def test_a_smaller_batch_that_a_share_cannot_fit_runs_within_the_larger_ones_bud
     assert peak <= larger.total, (peak, larger.total)
 
 
+def _allocator_peak(m: nn.Module, x: torch.Tensor) -> int:
+    """The peak of a step of ``m`` (whose forward returns the loss) on ``x``,
+    by the allocator, parameter gradients excluded."""
+    from remat.torch.memory import AllocatorTrace
+
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(m.parameters())
+        m.zero_grad(set_to_none=True)
+        m(x).backward()
+        end = trace.mark()
+    return trace.peak(0, end)
+
+
 class _Reads(nn.Module):
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -1527,21 +1540,11 @@ def test_a_side_input_read_twice_or_in_chunks_is_never_predicted_low(chunks: boo
     15,872 B above their prediction at 100%, 90% and 70% of storing
     everything. Each budget here: measured by the allocator, within the
     budget and at most the prediction."""
-    from remat.torch.memory import AllocatorTrace
-
     x = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
 
     def make() -> nn.Module:
         torch.manual_seed(0)
         return _SideTwice(chunks)
-
-    def step(m: nn.Module) -> int:
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(m.parameters())
-            m.zero_grad(set_to_none=True)
-            m(x).backward()
-            end = trace.mark()
-        return trace.peak(0, end)
 
     with steady_profiles():
         for memory in ("100%", "90%", "70%"):
@@ -1550,7 +1553,7 @@ def test_a_side_input_read_twice_or_in_chunks_is_never_predicted_low(chunks: boo
             for _ in range(3):
                 m.zero_grad(set_to_none=True)
                 m(x).backward()
-            peak = step(m)
+            peak = _allocator_peak(m, x)
             assert plan.peak_memory is not None
             assert peak <= plan.peak_memory, (memory, peak, plan.peak_memory)
 
@@ -1597,18 +1600,8 @@ def test_a_side_input_made_before_the_stack_is_not_counted_again_where_a_later_b
     holds before it (measured with the outside): Gemma 2's full mask,
     which its second block reads first, was counted twice (its census
     prediction 1.4% high, 2.3% at 48 tokens)."""
-    from remat.torch.memory import AllocatorTrace
-
     x = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
     mask = 4 * x.numel() * x.element_size()
-
-    def step(m: nn.Module) -> int:
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(m.parameters())
-            m.zero_grad(set_to_none=True)
-            m(x).backward()
-            end = trace.mark()
-        return trace.peak(0, end)
 
     torch.manual_seed(0)
     m = _Alternating(inside)
@@ -1620,7 +1613,7 @@ def test_a_side_input_made_before_the_stack_is_not_counted_again_where_a_later_b
         for _ in range(3):
             m.zero_grad(set_to_none=True)
             m(x).backward()
-        peak = step(m)
+        peak = _allocator_peak(m, x)
     assert plan.peak_memory is not None
     note = plan.explain()
     kept = f"side inputs made inside a stack that remat keeps to run blocks again {remat.format_size(mask)}"
@@ -1666,16 +1659,6 @@ def test_a_new_shapes_parts_outside_the_stack_are_measured_on_its_first_step() -
     48 of 64 tokens 2.2%, Whisper at half the batch 3.1%). A new shape's
     first step measures them: its next steps are predicted as a plan made
     at that shape would be."""
-    from remat.torch.memory import AllocatorTrace
-
-    def step(m: nn.Module, x: torch.Tensor) -> int:
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(m.parameters())
-            m.zero_grad(set_to_none=True)
-            m(x).backward()
-            end = trace.mark()
-        return trace.peak(0, end)
-
     g = torch.Generator().manual_seed(1)
     long, short = torch.randn(4, 64, 32, generator=g), torch.randn(4, 40, 32, generator=g)
     torch.manual_seed(0)
@@ -1685,7 +1668,7 @@ def test_a_new_shapes_parts_outside_the_stack_are_measured_on_its_first_step() -
         for x in (long, long, long, short, short):
             m.zero_grad(set_to_none=True)
             m(x).backward()
-        peak = step(m, short)
+        peak = _allocator_peak(m, short)
     assert plan.peak_memory is not None and plan.profiles == 1
     assert peak <= plan.peak_memory, (peak, plan.peak_memory)
     assert plan.peak_memory - peak <= 0.01 * plan.peak_memory, (peak, plan.peak_memory)
