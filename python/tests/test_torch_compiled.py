@@ -740,12 +740,15 @@ def test_an_in_graph_plan_over_its_budget_is_solved_again_below_it(monkeypatch: 
     # budget, not whether the gain threshold lets its plan in (with the
     # excess the whole slack of the budget, it did not after other tests).
     monkeypatch.setattr(importlib.import_module("remat.torch.apply"), "_IN_GRAPH_GAIN", 10.0)
-    whole = compiled_store_all_peak(llama)
     with steady_profiles():  # fixed times: the same plans on any machine
         # Not SAVE_ATTENTION: with it, on a CI run, the solve below the first
         # plan's peak found no plan inside the graph (the executor took over),
         # so there was nothing to test; these two options are the test's.
-        model, run, plan = in_graph_plan(llama, int(0.9 * whole), policies=(rt.SAVE_MATMULS, rt.SAVE_INPUT))
+        # 90% of what remat counts for storing everything, not of a compiled
+        # step's measured peak: that measured 1.62, 1.92 and 2.83 MB in three
+        # processes, and at 90% of 1.92 MB no plan inside the graph was lower
+        # than the first (1 run in 5, on the code of 2026-11-28 too).
+        model, run, plan = in_graph_plan(llama, "90%", policies=(rt.SAVE_MATMULS, rt.SAVE_INPUT))
         assert plan._in_graph and plan._last is not None, plan.explain()
         entry, numel, _ = plan._last
         before = entry.by_numel[numel]
