@@ -1197,6 +1197,7 @@ class AppliedPlan:
                     entry.by_numel.clear()
         self._end_measure()  # a measurement the last step never finished
         self._shape_measure = False
+        shape = self._input_elements()  # which shape this step is (see _SHAPES_MEASURED)
         if compiling and torch.is_grad_enabled():
             self._compiled_steps += 1
             if self._compiled_steps == 1:
@@ -1208,15 +1209,15 @@ class AppliedPlan:
             # By the allocator wherever compiled code runs: the model's own
             # (torch.compile(model)) or the blocks' (compile=).
             self._measure = _measure(self, compiled=compiling or self._compiled(compiling))
-            self._shapes_measured.add(self._input_elements())
+            self._shapes_measured.add(shape)
         elif (
             torch.is_grad_enabled()
             and self._measure is None
             and not compiling
             and not self._compiled(compiling)
             and self.in_flight == 1
-            and 0 < self._input_elements()
-            and self._input_elements() not in self._shapes_measured
+            and 0 < shape
+            and shape not in self._shapes_measured
             and len(self._shapes_measured) < _SHAPES_MEASURED
             and (self._on_gpu() or AllocatorTrace.available())
         ):
@@ -1228,7 +1229,7 @@ class AppliedPlan:
             # before that runs eagerly (seen: a test's plan whose last step
             # was a new shape's, under the test's trace, left one, and the
             # next test's torch.compile ran nothing compiled).
-            self._shapes_measured.add(self._input_elements())
+            self._shapes_measured.add(shape)
             self._shape_measure = True
             self._measure = _measure(self, compiled=False)
         elif (
@@ -2656,7 +2657,7 @@ class _Measure:
         #: The bridge being measured: (its stage, bytes alive at its start, the
         #: last block's output, and its input's storage, weakly, with its bytes).
         self._bridge_at: tuple[int, int, torch.Tensor, weakref.ref[Any] | None, int] | None = None
-        if torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters()):
+        if plan._on_gpu():
             self.device = next(p.device for p in plan.model.parameters() if p.is_cuda)
             self.base = torch.cuda.memory_allocated(self.device)
             return
@@ -3333,8 +3334,7 @@ def _measure(plan: AppliedPlan, compiled: bool) -> _Measure | _TracedMeasure:
     dispatch mode cannot be left inside a backward (the engine puts it back when
     the backward ends), and one still on the stack when a compiled forward
     starts breaks Dynamo, so it is no longer the default."""
-    on_gpu = torch.cuda.is_available() and any(p.is_cuda for p in plan.model.parameters())
-    if on_gpu:
+    if plan._on_gpu():
         return _Measure(plan)
     if not AllocatorTrace.available() and not compiled:
         return _Measure(plan)
@@ -3883,7 +3883,8 @@ class _Kept:
 
     def add(self, l: int, call: Call) -> None:
         """Stage ``l``'s call (stages in order; a stack's first resets ``first``)."""
-        tensors = call.side_tensors()
+        items = call.side_items()
+        tensors = [t for _, t in items]
         if l == 1:
             # The chain's input a^0, held throughout every schedule, is not
             # counted again where a later block reads it (a U-Net's first skip
@@ -3896,7 +3897,7 @@ class _Kept:
             # The executor keeps this call too, with what it reads of earlier stacks.
             first = (t.untyped_storage().data_ptr() for t in tensors)
             self._first = {k for k in first if not self._inside_a_stack(k, l)}
-        for where, t in call.side_items():
+        for where, t in items:
             key = t.untyped_storage().data_ptr()
             if isinstance(t, nn.Parameter) or key in self._first or key in self._seen or key == 0:
                 continue

@@ -109,9 +109,7 @@ class Call:
     def side_tensors(self) -> list[torch.Tensor]:
         """The tensors among the side inputs (nested one level in tuples and lists,
         as rotary ``(cos, sin)`` pairs are)."""
-        values: list[Any] = [a for i, a in enumerate(self.args) if i != self.position]
-        values += [v for k, v in self.kwargs.items() if k != self.position]
-        return tensors_in(values)
+        return [t for _, t in self.side_items()]
 
     def side_items(self) -> list[tuple[tuple[int | str, int], torch.Tensor]]:
         """The tensors of :meth:`side_tensors`, in its order, each with where
