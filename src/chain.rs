@@ -39,6 +39,11 @@ pub struct Stage {
     pub recording_overhead: Option<u64>,
     /// o_b: transient bytes while the backward runs.
     pub backward_overhead: u64,
+    /// f_b: bytes of abar^l the backward has freed by its peak (at most
+    /// `saved_size`): `B^l` holds w_d^{l-1} + o_b - f_b beyond what was
+    /// stored before it. 0 (the default): abar^l is held whole until `B^l` ends.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backward_frees: u64,
     /// Further ways to record this stage (options 1, 2, ...; option 0 is the
     /// stage's own `saved_size`, `backward_time` and overheads): each saves
     /// less and recomputes the rest inside `B^l`. Empty for a plain stage.
@@ -64,6 +69,10 @@ pub struct StageOption {
     /// o_b^l\[o\]: transient bytes while `B^l` runs after `F_all^l[o]` (its
     /// recomputation included).
     pub backward_overhead: u64,
+    /// f_b^l\[o\]: bytes of abar^l\[o\] that `B^l` has freed by its peak (at
+    /// most `saved_size`; 0 by default, whatever the stage's figure).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backward_frees: u64,
 }
 
 /// What recording stage `l` with option `o` costs: the figures `F_all^l[o]`
@@ -78,6 +87,14 @@ pub struct Recording {
     pub forward_overhead: u64,
     /// Transient bytes while `B^l` runs.
     pub backward_overhead: u64,
+    /// Bytes of the saved set `B^l` has freed by its peak (at most `saved_size`).
+    pub backward_frees: u64,
+}
+
+/// serde's `skip_serializing_if` for a figure whose default is 0: a chain
+/// without it writes the JSON it wrote before.
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// Most options a stage may have, option 0 included (the solvers' work grows
@@ -98,6 +115,7 @@ impl Stage {
             forward_overhead: 0,
             recording_overhead: None,
             backward_overhead: 0,
+            backward_frees: 0,
             options: Vec::new(),
         }
     }
@@ -113,6 +131,7 @@ impl Stage {
                 backward_time: self.backward_time,
                 forward_overhead: self.recording_overhead.unwrap_or(self.forward_overhead),
                 backward_overhead: self.backward_overhead,
+                backward_frees: self.backward_frees,
             }
         } else {
             let x = &self.options[o - 1];
@@ -121,6 +140,7 @@ impl Stage {
                 backward_time: self.backward_time + x.recompute_time,
                 forward_overhead: x.forward_overhead,
                 backward_overhead: x.backward_overhead,
+                backward_frees: x.backward_frees,
             }
         }
     }
@@ -224,6 +244,21 @@ pub enum ChainError {
         /// Its number of options, option 0 included.
         count: usize,
     },
+    /// A backward frees more of the saved set than its recording keeps.
+    #[error(
+        "{stage}: {field} is {value} bytes, above the {saved} bytes its recording keeps (saved_size): \
+         a backward frees by its peak at most what the forward saved for it"
+    )]
+    FreesAboveSaved {
+        /// The stage.
+        stage: String,
+        /// `backward_frees` or `options[k].backward_frees`.
+        field: String,
+        /// The value found.
+        value: u64,
+        /// The saved_size of that recording.
+        saved: u64,
+    },
     /// The sizes add up to more than `u64::MAX` bytes.
     #[error("the sizes of the chain add up to more than {} bytes (u64); at {stage}", u64::MAX)]
     Overflow {
@@ -257,6 +292,8 @@ struct StageJson {
     #[serde(default)]
     backward_overhead: u64,
     #[serde(default)]
+    backward_frees: u64,
+    #[serde(default)]
     options: Vec<Object<OptionJson>>,
 }
 
@@ -273,6 +310,8 @@ struct OptionJson {
     forward_overhead: Option<u64>,
     #[serde(default)]
     backward_overhead: Option<u64>,
+    #[serde(default)]
+    backward_frees: u64,
 }
 
 /// The JSON shape of the loss: every field optional, defaulting to 0.
@@ -295,6 +334,8 @@ struct LossJson {
     forward_overhead: u64,
     #[serde(default)]
     backward_overhead: u64,
+    #[serde(default)]
+    backward_frees: u64,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +370,7 @@ impl From<StageJson> for Stage {
                 recompute_time: o.recompute_time,
                 forward_overhead: o.forward_overhead.unwrap_or(s.recording_overhead.unwrap_or(s.forward_overhead)),
                 backward_overhead: o.backward_overhead.unwrap_or(s.backward_overhead),
+                backward_frees: o.backward_frees,
             })
             .collect();
         Stage {
@@ -341,6 +383,7 @@ impl From<StageJson> for Stage {
             forward_overhead: s.forward_overhead,
             recording_overhead: s.recording_overhead,
             backward_overhead: s.backward_overhead,
+            backward_frees: s.backward_frees,
             options,
         }
     }
@@ -358,6 +401,7 @@ impl From<LossJson> for Stage {
             forward_overhead: s.forward_overhead,
             recording_overhead: None,
             backward_overhead: s.backward_overhead,
+            backward_frees: s.backward_frees,
             options: Vec::new(),
         }
     }
@@ -511,6 +555,7 @@ impl Chain {
     ///     forward_overhead: 0,
     ///     recording_overhead: None,
     ///     backward_overhead: 0,
+    ///     backward_frees: 0,
     ///     options: Vec::new(),
     /// };
     /// let loss = Stage { forward_time: 0.0, backward_time: 0.0, output_size: 0, saved_size: 0, ..stage(0.0) };
@@ -622,11 +667,19 @@ impl Chain {
                 eat(u64::MAX);
                 eat(r);
             }
+            if s.backward_frees != 0 {
+                eat(u64::MAX - 2);
+                eat(s.backward_frees);
+            }
             for o in &s.options {
                 eat(o.saved_size);
                 eat(o.recompute_time.to_bits());
                 eat(o.forward_overhead);
                 eat(o.backward_overhead);
+                if o.backward_frees != 0 {
+                    eat(u64::MAX - 2);
+                    eat(o.backward_frees);
+                }
             }
         }
         ChainId { name: self.name.clone(), hash: format!("{hash:016x}") }
@@ -693,6 +746,19 @@ impl Chain {
                         o.saved_size, stage.output_size
                     ));
                     o.saved_size = stage.output_size;
+                }
+            }
+            // Checked after the raise above: abar^l holds at least a^l.
+            let frees = std::iter::once(("backward_frees".to_string(), stage.backward_frees, stage.saved_size)).chain(
+                stage
+                    .options
+                    .iter()
+                    .enumerate()
+                    .map(|(k, o)| (format!("options[{k}].backward_frees"), o.backward_frees, o.saved_size)),
+            );
+            for (field, value, saved) in frees {
+                if value > saved {
+                    return Err(ChainError::FreesAboveSaved { stage: label, field, value, saved });
                 }
             }
             let most_saved = stage.options.iter().map(|o| o.saved_size).fold(stage.saved_size, u64::max);
@@ -799,6 +865,11 @@ impl Chain {
     /// o_b^l for `l` in `1..=L+1`.
     pub fn backward_overhead(&self, l: usize) -> u64 {
         self.stage(l).backward_overhead
+    }
+
+    /// f_b^l for `l` in `1..=L+1` (option 0; an option's is in [`Chain::recording`]).
+    pub fn backward_frees(&self, l: usize) -> u64 {
+        self.stage(l).backward_frees
     }
 
     /// The ways to record stage `l` (`1..=L+1`), option 0 included: 1 for a
@@ -920,12 +991,24 @@ mod tests {
         assert!(c.has_options());
         assert_eq!(
             c.recording(2, 0),
-            Recording { saved_size: 30, backward_time: 2.0, forward_overhead: 5, backward_overhead: 0 }
+            Recording {
+                saved_size: 30,
+                backward_time: 2.0,
+                forward_overhead: 5,
+                backward_overhead: 0,
+                backward_frees: 0
+            }
         );
         // The overheads default to the stage's.
         assert_eq!(
             c.recording(2, 1),
-            Recording { saved_size: 12, backward_time: 2.5, forward_overhead: 5, backward_overhead: 9 }
+            Recording {
+                saved_size: 12,
+                backward_time: 2.5,
+                forward_overhead: 5,
+                backward_overhead: 9,
+                backward_frees: 0
+            }
         );
         // Below the output: raised to it, with a warning.
         assert_eq!(c.recording(2, 2).saved_size, 6);
@@ -956,6 +1039,7 @@ mod tests {
             recompute_time: -1.5,
             forward_overhead: 0,
             backward_overhead: 0,
+            backward_frees: 0,
         });
         let e = Chain::new("x", 1, vec![s.clone()], Stage::zero_loss()).unwrap_err().to_string();
         assert!(

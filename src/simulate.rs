@@ -337,10 +337,12 @@ pub fn simulate(chain: &Chain, ops: &[Op]) -> Result<Replay, SimulateError> {
                 let r = chain.recording(l, option[l]);
                 during.gradients += chain.gradient_size(l - 1);
                 during.transient = r.backward_overhead;
+                // What the backward has freed of abar^l by its peak (<= w_abar^l, checked by the chain).
+                during.saved -= r.backward_frees;
                 makespan += r.backward_time;
                 mem = Memory { transient: 0, ..during };
                 mem.gradients -= chain.gradient_size(l);
-                mem.saved -= r.saved_size;
+                mem.saved -= r.saved_size - r.backward_frees;
                 held[l] = Held::Absent;
                 if held[l - 1] == Held::Plain {
                     mem.activations -= chain.output_size(l - 1);
@@ -441,6 +443,7 @@ mod tests {
             recompute_time: 0.5,
             forward_overhead: 7,
             backward_overhead: 70,
+            backward_frees: 0,
         });
         c = Chain::new("c", 1, stages, Stage::zero_loss()).unwrap();
         assert!(c.warnings().is_empty());

@@ -33,6 +33,12 @@ impl Slots {
         usize::try_from(bytes.div_ceil(self.slot)).unwrap_or(usize::MAX)
     }
 
+    /// `bytes` rounded down to whole slots: for a figure that is taken off
+    /// (what a backward frees), so that the rounding still only adds.
+    pub fn floor(&self, bytes: u64) -> usize {
+        usize::try_from(bytes / self.slot).unwrap_or(usize::MAX)
+    }
+
     /// Slots back to bytes (an upper bound of what they stand for).
     pub fn bytes(&self, slots: usize) -> u64 {
         (slots as u64).saturating_mul(self.slot)
@@ -79,6 +85,8 @@ pub struct SlotChain {
     pub recording_overhead: Vec<usize>,
     /// o_b in slots.
     pub backward_overhead: Vec<usize>,
+    /// f_b in slots, rounded down ([`crate::chain::Stage::backward_frees`]).
+    pub backward_frees: Vec<usize>,
     /// u_f.
     pub forward_time: Vec<f64>,
     /// u_b.
@@ -98,6 +106,8 @@ pub struct SlotRecording {
     pub forward_overhead: usize,
     /// o_b^s\[o\] in slots.
     pub backward_overhead: usize,
+    /// f_b^s\[o\] in slots, rounded down.
+    pub backward_frees: usize,
     /// u_b^s + r^s\[o\].
     pub backward_time: f64,
 }
@@ -119,6 +129,7 @@ impl SlotChain {
             forward_overhead: per_stage(&|l| chain.forward_overhead(l)),
             recording_overhead: per_stage(&|l| chain.recording(l, 0).forward_overhead),
             backward_overhead: per_stage(&|l| chain.backward_overhead(l)),
+            backward_frees: std::iter::once(0).chain((1..=n).map(|l| slots.floor(chain.backward_frees(l)))).collect(),
             forward_time: times(&|l| chain.forward_time(l)),
             backward_time: times(&|l| chain.backward_time(l)),
             options: std::iter::once(Vec::new())
@@ -130,6 +141,7 @@ impl SlotChain {
                                 saved: slots.of(r.saved_size),
                                 forward_overhead: slots.of(r.forward_overhead),
                                 backward_overhead: slots.of(r.backward_overhead),
+                                backward_frees: slots.floor(r.backward_frees),
                                 backward_time: r.backward_time,
                             }
                         })
@@ -151,6 +163,7 @@ impl SlotChain {
                 saved: self.saved[s],
                 forward_overhead: self.recording_overhead[s],
                 backward_overhead: self.backward_overhead[s],
+                backward_frees: self.backward_frees[s],
                 backward_time: self.backward_time[s],
             }
         } else {
@@ -164,13 +177,14 @@ impl SlotChain {
         self.gradient[t].saturating_add(r.saved).saturating_add(r.forward_overhead)
     }
 
-    /// [`SlotChain::backward_need`] after `F_all^s[o]`: w_d^s + w_abar^s\[o\] + w_d^{s-1} + o_b^s\[o\].
+    /// [`SlotChain::backward_need`] after `F_all^s[o]`: w_d^s + w_abar^s\[o\] + w_d^{s-1} + o_b^s\[o\] - f_b^s\[o\].
     pub fn backward_need_with(&self, s: usize, o: usize) -> usize {
         let r = self.recording(s, o);
         self.gradient[s]
             .saturating_add(r.saved)
             .saturating_add(self.gradient[s - 1])
             .saturating_add(r.backward_overhead)
+            .saturating_sub(r.backward_frees)
     }
 
     /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:
@@ -179,12 +193,14 @@ impl SlotChain {
         self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.recording_overhead[s])
     }
 
-    /// Memory (without a^{s-1}) while B^s runs: w_d^s + w_abar^s + w_d^{s-1} + o_b^s.
+    /// Memory (without a^{s-1}) while B^s runs: w_d^s + w_abar^s + w_d^{s-1}
+    /// + o_b^s - f_b^s (the frees rounded down, so never below the bytes').
     pub fn backward_need(&self, s: usize) -> usize {
         self.gradient[s]
             .saturating_add(self.saved[s])
             .saturating_add(self.gradient[s - 1])
             .saturating_add(self.backward_overhead[s])
+            .saturating_sub(self.backward_frees[s])
     }
 
     /// Memory (without a^{s-1}) while F_ck^s runs with delta^t held: w_d^t + w_a^s + o_f^s.

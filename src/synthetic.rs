@@ -64,6 +64,27 @@ pub fn small_chain(rng: &mut Rng, len: usize, max_size: u64, max_time: u64) -> C
     Chain::new(format!("small-{len}"), rng.range(0, max_size), stages, loss).expect("generated chains are valid")
 }
 
+/// `chain` with a backward that frees part of what it saved before its peak
+/// (`backward_frees`, anywhere in `0..=saved_size`) on about half of its
+/// stages and options, the loss included: the instances that check every
+/// solver takes f_b off `B^l`'s memory as the simulator does. O(L options).
+pub fn with_frees(rng: &mut Rng, chain: &Chain) -> Chain {
+    let mut stages = chain.stages().to_vec();
+    let mut loss = chain.loss().clone();
+    for s in stages.iter_mut().chain(std::iter::once(&mut loss)) {
+        if rng.chance(1, 2) {
+            s.backward_frees = rng.range(0, s.saved_size);
+        }
+        for o in &mut s.options {
+            if rng.chance(1, 2) {
+                o.backward_frees = rng.range(0, o.saved_size);
+            }
+        }
+    }
+    Chain::new(format!("{}-frees", chain.name()), chain.input_size(), stages, loss)
+        .expect("frees within each saved size are valid")
+}
+
 /// `chain` with up to `max_options - 1` more recording options on each stage
 /// (the loss keeps none), at random: a saved size between the output and the
 /// stage's own `saved_size` (sometimes above it, an option no solver should
@@ -97,6 +118,7 @@ pub fn with_options(rng: &mut Rng, chain: &Chain, max_options: usize, max_time: 
                 } else {
                     s.backward_overhead
                 },
+                backward_frees: 0,
             });
         }
     }

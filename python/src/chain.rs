@@ -287,10 +287,17 @@ impl PyStage {
         self.inner.backward_overhead
     }
 
+    /// f_b: bytes of the saved set the backward has freed by its peak (at
+    /// most ``saved_size``; 0 when it holds it whole until it ends).
+    #[getter]
+    fn backward_frees(&self) -> u64 {
+        self.inner.backward_frees
+    }
+
     /// The stage's further recording options (option 1, 2, ...; option 0 is
     /// the stage itself) as dicts of the JSON chain format: ``name``,
     /// ``saved_size``, ``recompute_time``, ``forward_overhead``,
-    /// ``backward_overhead``. Empty for a stage without options.
+    /// ``backward_overhead`` (and ``backward_frees`` where not 0). Empty for a stage without options.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let text = serde_json::to_string(&self.inner.options).expect("options always serialize");

@@ -188,6 +188,7 @@ pub fn profile(
             forward_overhead: sizes.plain_workspace.max(sizes.record_workspace),
             recording_overhead: None,
             backward_overhead: sizes.backward_workspace,
+            backward_frees: 0,
             options: Vec::new(),
         });
         if let Some(mut y) = output {

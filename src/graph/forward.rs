@@ -103,6 +103,7 @@ impl ForwardGraph {
                 forward_overhead: n.forward_overhead,
                 recording_overhead: None,
                 backward_overhead: n.backward_overhead,
+                backward_frees: 0,
                 options: Vec::new(),
             });
         }

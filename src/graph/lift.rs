@@ -190,6 +190,7 @@ pub fn block_chain(forward: &ForwardGraph, graph: &CheckmateGraph, ends: &[usize
             forward_overhead,
             recording_overhead: None,
             backward_overhead,
+            backward_frees: 0,
             options: Vec::new(),
         });
         start = end + 1;

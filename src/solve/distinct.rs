@@ -112,20 +112,21 @@ impl Distinct {
     fn build(sc: &SlotChain, share: bool, input: bool) -> Distinct {
         let n = sc.n;
         let class: Vec<u32> = if share {
-            let mut classes: KeyMap<[u64; 11]> = KeyMap::default();
+            let mut classes: KeyMap<[u64; 12]> = KeyMap::default();
             // The options of a stage (issue 24), interned: 0 for none, so a
             // chain without options keys exactly as before.
-            let mut option_lists: HashMap<Vec<[u64; 4]>, u64> = HashMap::new();
+            let mut option_lists: HashMap<Vec<[u64; 5]>, u64> = HashMap::new();
             option_lists.insert(Vec::new(), 0);
             (1..=n)
                 .map(|i| {
-                    let list: Vec<[u64; 4]> = sc.options[i]
+                    let list: Vec<[u64; 5]> = sc.options[i]
                         .iter()
                         .map(|o| {
                             [
                                 o.saved as u64,
                                 o.forward_overhead as u64,
                                 o.backward_overhead as u64,
+                                o.backward_frees as u64,
                                 o.backward_time.to_bits(),
                             ]
                         })
@@ -139,6 +140,7 @@ impl Distinct {
                         sc.forward_overhead[i] as u64,
                         sc.recording_overhead[i] as u64,
                         sc.backward_overhead[i] as u64,
+                        sc.backward_frees[i] as u64,
                         sc.forward_time[i].to_bits(),
                         sc.backward_time[i].to_bits(),
                         sc.gradient[i - 1] as u64,

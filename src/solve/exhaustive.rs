@@ -180,7 +180,7 @@ fn moves(fig: &Figures, state: State, nested: bool, out: &mut Vec<(Op, State, u6
         if held(state, t - 1) == Held::Plain {
             next = with_held(next, t - 1, Held::Absent);
         }
-        let peak = base + fig.gradient[t - 1] + r.backward_overhead;
+        let peak = base + fig.gradient[t - 1] + r.backward_overhead - r.backward_frees;
         out.push((Op::B(t), with_grad(next, t - 1), peak, r.backward_time));
     }
     for l in 1..=t {

@@ -844,9 +844,9 @@ pub fn any_peak_lower_bound(chain: &Chain) -> u64 {
         min_grad = min_grad.min(g(l));
         let of = chain.forward_overhead(l);
         let recordings = (0..chain.option_count(l)).map(|o| chain.recording(l, o));
-        // The smallest abar^l + o_b (B^l) and abar^l + o_f (F_all^l) over the options.
+        // The smallest abar^l + o_b - f_b (B^l) and abar^l + o_f (F_all^l) over the options.
         let (backward, forward) = recordings.fold((u64::MAX, u64::MAX), |(b, f), r| {
-            (b.min(r.saved_size + r.backward_overhead), f.min(r.saved_size + r.forward_overhead))
+            (b.min(r.saved_size + r.backward_overhead - r.backward_frees), f.min(r.saved_size + r.forward_overhead))
         });
         bound = bound.max(a0(l) + g(l) + a(l - 1) + g(l - 1) + backward);
         bound = bound.max(a0(l) + a(l - 1) + forward + min_grad);

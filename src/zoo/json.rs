@@ -25,6 +25,9 @@ fn stage_fields(s: &Stage, out: &mut Vec<(&'static str, String)>) {
     if s.backward_overhead != 0 {
         out.push(("backward_overhead", value(&s.backward_overhead)));
     }
+    if s.backward_frees != 0 {
+        out.push(("backward_frees", value(&s.backward_frees)));
+    }
     if !s.options.is_empty() {
         // Each option's overheads are written out: a reader defaults them to the stage's.
         out.push(("options", value(&s.options)));

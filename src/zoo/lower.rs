@@ -221,6 +221,7 @@ pub fn option_figures(
         recompute_time: round_time(recompute),
         forward_overhead: full.forward_overhead,
         backward_overhead: full.backward_overhead + (full.saved - saved),
+        backward_frees: 0,
     })
 }
 

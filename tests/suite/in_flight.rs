@@ -45,7 +45,7 @@ fn rank(p: &(u64, u64, f64), k: usize) -> u64 {
 /// at one-byte slots equal the brute force, replay within the budget with
 /// their rank memory, and name the smallest budget when infeasible. Returns
 /// (cases, feasible cases, cases slower than with one micro-batch).
-fn check_chain(chain: &Chain) -> (usize, usize, usize) {
+pub(crate) fn check_chain(chain: &Chain) -> (usize, usize, usize) {
     let class = persistent_class(chain);
     let (mut cases, mut feasible, mut slower) = (0, 0, 0);
     for k in 1..=4usize {

@@ -8,6 +8,7 @@ mod common;
 mod reference;
 
 mod auto;
+mod backward_frees;
 mod baselines;
 mod cli;
 mod cli_floating;

@@ -326,6 +326,7 @@ fn exhaustive_limits_count_options() {
                 recompute_time: k as f64,
                 forward_overhead: 0,
                 backward_overhead: 0,
+                backward_frees: 0,
             });
         }
     }
@@ -363,6 +364,7 @@ fn repeated_stages_with_different_options_are_not_shared() {
         recompute_time: recompute,
         forward_overhead: 0,
         backward_overhead: 1,
+        backward_frees: 0,
     };
     let mut stages = vec![Stage::simple(1.0, 2.0, 4, 9); 12];
     for (l, s) in stages.iter_mut().enumerate() {

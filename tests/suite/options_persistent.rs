@@ -157,6 +157,7 @@ fn useless_options_change_nothing() {
                 recompute_time: 1.0,
                 forward_overhead: s.forward_overhead,
                 backward_overhead: s.backward_overhead,
+                backward_frees: 0,
             });
         }
         let chain = Chain::new("useless", plain.input_size(), stages, plain.loss().clone()).unwrap();
@@ -223,6 +224,7 @@ fn shared_rows_tell_options_apart() {
                     recompute_time: 1.0,
                     forward_overhead: 0,
                     backward_overhead: s.backward_overhead,
+                    backward_frees: 0,
                 });
             }
         }

@@ -65,6 +65,7 @@ mod tests {
             recompute_time: 1.0,
             forward_overhead: 0,
             backward_overhead: 0,
+            backward_frees: 0,
         };
         let mut a = Stage::simple(1.0, 1.0, 1, 10);
         a.options = vec![opt(Some("matmuls"), 5), opt(None, 2)];
