@@ -537,10 +537,12 @@ def test_a_unet_plans_its_down_and_up_blocks_together() -> None:
     # transient and the running gradient): 6.2% high. Measured once, this
     # step ran 3,136 B above its prediction, in the up block after it, whose
     # backward the skip connections' buffers outlive (each gradient a slice
-    # of a concatenation's): counted now, 4.1% high, the rest the last up
-    # block freeing its saved tensors before it makes its gradients (a
-    # backward's transient is never below 0 in the model).
-    assert abs(peak - plan.peak_memory) <= 0.05 * plan.peak_memory, (peak, plan.peak_memory)
+    # of a concatenation's): counted then, 4.1% high. What was left: the
+    # last up block's backward frees its saved tensors before it makes its
+    # gradients, and the rest of each concatenation's buffer, counted in the
+    # running gradient, was in its measured peak too: taken off as what that
+    # backward frees (docs/model.md, "The four operations"), 0.999.
+    assert 0 <= plan.peak_memory - peak <= 0.01 * plan.peak_memory, (peak, plan.peak_memory)
     # The skip connections' gradients (nested in a tuple) are counted, the
     # time embedding's too. Of the skip connections remat keeps all but the
     # stack's input (conv_in's output, held by every schedule) and the down

@@ -424,6 +424,12 @@ class _Outside:
     #: faster than with the activation between blocks (Wav2Vec2's
     #: convolutions turn 8,000 samples into 399 frames and 6,000 into 299).
     inputs: int = 0
+    #: Of ``post_peak``, the last block's input a^{L-1} that the step freed
+    #: before the head's peak and ``post_peak`` counts as held (a plan that
+    #: runs the last block without recording, F_none^L, drops it from the
+    #: chain there). A plan whose chain still holds a^{L-1} at the head
+    #: counts it twice: AppliedPlan._solve's prediction leaves it out once.
+    input_dropped: int = 0
 
     def held(self) -> int:
         """What the step holds beyond the chain, throughout it: the part before
@@ -464,6 +470,7 @@ class _Outside:
             self.fixed_pre,
             self.fixed_post,
             math.ceil(self.inputs * f),
+            int(self.input_dropped * f),
         )
 
 
@@ -521,6 +528,9 @@ class _Entry:
     #: executor keeps a block's call to run it again, and with it these,
     #: which plain training frees after the forward. Set aside throughout.
     side_kept: int = 0
+    #: Those bytes by the stages that read them (``_Kept.by_readers``): a
+    #: plan that runs none of a tensor's readers again does not keep it.
+    side_kept_readers: list[tuple[frozenset[int], int]] = field(default_factory=list)
     by_numel: dict[int, _Planned] = field(default_factory=dict)
     #: The stacks profiled at half the sequence (see AppliedPlan._profile_shorter),
     #: None where not: shorter sequences then scale linearly.
@@ -579,6 +589,10 @@ class _Planned:
     #: the plan measure the same (tested). None: not measured (eager plans,
     #: whose prediction holds).
     measured: int | None = None
+    #: Of the side inputs the budget set aside as kept (_Entry.side_kept),
+    #: the bytes of those whose readers this plan records in the forward
+    #: phase and never runs again: its executor does not keep them.
+    unkept: int = 0
 
     @property
     def stack_peak(self) -> int:
@@ -1598,6 +1612,8 @@ class AppliedPlan:
         merged = figures if entry.side is None else entry.side.merged(figures)
         if found > entry.side_gradients or kept > entry.side_kept or merged != entry.side:
             entry.side_gradients = max(found, entry.side_gradients)
+            if kept > entry.side_kept:
+                entry.side_kept_readers = self._kept.by_readers(entry.numel / numel)
             entry.side_kept = max(kept, entry.side_kept)
             entry.side = merged
             entry.by_numel.clear()
@@ -1763,6 +1779,7 @@ class AppliedPlan:
             entry.side_gradients = side.total
             entry.side = side.figures(len(self.modules), found.side_held)
             entry.side_kept = self._captured_kept.total if calls is not None else 0
+            entry.side_kept_readers = self._captured_kept.by_readers() if calls is not None else []
             self._older_side = self._captured_kept.older if calls is not None else frozenset()
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
@@ -2101,11 +2118,23 @@ class AppliedPlan:
         )
         self._infeasible = None
         peak = schedule.peak_memory
+        if outside is not None and outside.input_dropped and in_graph is None and self.in_flight == 1:
+            peak = min(peak, _with_input_held(stack, outside, schedule))
         if released and outside is not None and self.in_flight == 1:
             # (With micro-batches in flight, later ones' forwards follow the
             # first loss's backward: the schedule's figure stays.)
             peak = min(peak, _forward_phase_peak(_with_loss(bare, outside), schedule, released))
-        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside, peak)
+        unkept = 0
+        if kept and in_graph is None:
+            rerun = ex.program.rerun
+            unkept = sum(n for readers, n in entry.side_kept_readers if not any(rerun[l] for l in readers))
+            unkept = min(kept, math.floor(unkept * numel / entry.numel))
+            if unkept:
+                note += (
+                    f"; of the side inputs set aside as kept, this plan holds {_fmt(kept - unkept)} (it runs "
+                    "the blocks that read the rest once)"
+                )
+        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside, peak, unkept=unkept)
 
     def _provisional(
         self, chain: remat.Chain, failed: list[tuple[remat.InfeasibleError, int, int]], note: str, extra: dict[str, Any]
@@ -2395,9 +2424,10 @@ class AppliedPlan:
         if outside is None:
             return peak
         # What the budget set aside: the outside parts, and the side inputs'
-        # gradients (held through the stack's backward, counted throughout).
-        # After the stack's backward (B^1) only the part before it runs its own.
-        return max(peak + c.total - c.budget, outside.pre_backward)
+        # gradients (held through the stack's backward, counted throughout),
+        # less the kept side inputs this plan does not keep. After the
+        # stack's backward (B^1) only the part before it runs its own.
+        return max(peak + c.total - c.budget - c.unkept, outside.pre_backward)
 
     @property
     def step_time(self) -> float | None:
@@ -2918,6 +2948,7 @@ class _Measure:
                 fixed_pre=self.plan._outside_per_channel,
                 fixed_post=self.plan._head_gradients,
                 inputs=self.inputs,
+                input_dropped=min(freed(before), max(0, post_peak - post_after)),
             )
             self.plan._measured_in_backward(lambda: self.plan._measured(outside))
 
@@ -3180,6 +3211,7 @@ class _TracedMeasure:
                 fixed_pre=self.plan._outside_per_channel,
                 fixed_post=self.plan._head_gradients,
                 inputs=self.inputs,
+                input_dropped=min(freed[1] if len(freed) > 1 else 0, max(0, post_peak - post_after)),
             )
         )
 
@@ -3759,6 +3791,11 @@ def _at_length(chain: remat.Chain, shorter: dict[str, Any], r: float, weights: S
                     part[k] = (
                         math.ceil(linear) if half is None or k not in half else _fitted(v1, int(half[k]), q, r, linear)
                     )
+            if "backward_frees" in part:
+                # Taken off: read as low as attention's T x T scores would
+                # make it (as the square of the length).
+                part["backward_frees"] = int(int(part["backward_frees"]) * r * r)
+                _frees_within(part)
             for k in ("forward_time", "backward_time", "recompute_time"):
                 if k in part:
                     part[k] = part[k] * r
@@ -3863,6 +3900,15 @@ class _Kept:
         #: stack's output (BART's encoder output: the bridge's input, which
         #: the chain holds; counted, BART's prediction was 2.7% high).
         self._returned: dict[int, tuple[int, weakref.ref[torch.Tensor]]] = {}
+        #: The counted storages: their bytes and the stages that read them.
+        self._counted: dict[int, tuple[int, set[int]]] = {}
+
+    def by_readers(self, factor: float = 1.0) -> list[tuple[frozenset[int], int]]:
+        """The counted bytes by the stages that read them (each storage once,
+        its bytes times ``factor``, rounded up). The executor keeps a block's
+        call, and so these, only where the plan runs the block again: a plan
+        that runs none of a storage's readers again does not keep it."""
+        return [(frozenset(readers), math.ceil(n * factor)) for n, readers in self._counted.values()]
 
     def returned(self, l: int, y: Any) -> None:
         """Stage ``l``'s output (tensors nested one level in tuples and lists).
@@ -3899,12 +3945,16 @@ class _Kept:
             self._first = {k for k in first if not self._inside_a_stack(k, l)}
         for where, t in items:
             key = t.untyped_storage().data_ptr()
+            if key in self._counted:
+                self._counted[key][1].add(l)  # another reader that may keep it
             if isinstance(t, nn.Parameter) or key in self._first or key in self._seen or key == 0:
                 continue
             if (l, where) in self.older:
                 continue
             self._seen.add(key)
-            self.total += t.untyped_storage().nbytes()
+            n = t.untyped_storage().nbytes()
+            self._counted[key] = (n, {l})
+            self.total += n
 
 
 def _alive_tensors() -> dict[int, torch.Tensor]:
@@ -4042,6 +4092,7 @@ class _SideGradients:
         kept = [0] * (stages + 1)
         twice = [0] * (stages + 1)
         summed = [0] * (stages + 1)
+        beyond = [0] * (stages + 1)
         for key, own in self._bytes.items():
             readers = self._readers[key]
             last = max(readers)
@@ -4052,10 +4103,12 @@ class _SideGradients:
                 kept[k] += b
                 if k > first:
                     twice[k] += b
+            if first < last:
+                beyond[last] += max(0, during - own)
             for l in readers:
                 if l != last:
                     summed[l] += own
-        return _SideFigures(kept, twice, summed)
+        return _SideFigures(kept, twice, summed, beyond)
 
 
 @dataclass
@@ -4065,6 +4118,10 @@ class _SideFigures:
     held: list[int]
     twice: list[int]
     summed: list[int]
+    #: Per stage r: what delta^{r-1} holds of the gradients B^r makes beyond
+    #: their elements (the rest of a concatenation's buffer), which B^r's
+    #: profile measured in its peak and took off only by elements.
+    beyond: list[int]
 
     def merged(self, other: _SideFigures) -> _SideFigures:
         """The larger figure of the two at each k."""
@@ -4072,6 +4129,7 @@ class _SideFigures:
             [max(a, b) for a, b in zip(self.held, other.held)],
             [max(a, b) for a, b in zip(self.twice, other.twice)],
             [max(a, b) for a, b in zip(self.summed, other.summed)],
+            [max(a, b) for a, b in zip(self.beyond, other.beyond)],
         )
 
     def scaled(self, factor: float) -> _SideFigures:
@@ -4079,6 +4137,7 @@ class _SideFigures:
             [math.ceil(v * factor) for v in self.held],
             [int(v * factor) for v in self.twice],  # taken off: rounded down
             [math.ceil(v * factor) for v in self.summed],
+            [int(v * factor) for v in self.beyond],
         )
 
 
@@ -4108,9 +4167,11 @@ def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
     ``input_gradient_size`` for delta^0): from the backward of the last block
     that reads each, so that the forward phase does not count them and a
     recomputation in the backward phase does. While B^k runs, one held in
-    both delta^k and delta^{k-1} is alive once: taken off B^k's transient as
-    far as it goes (never below 0, an over-count then); the out-of-place sums
-    added to it. O(stages)."""
+    both delta^k and delta^{k-1} is alive once, and the rest of the buffers of
+    the gradients B^k makes (``beyond``) is in its measured peak already:
+    taken off B^k's figure, from its transient and then as what it frees (as
+    far as its saved bytes go, an over-count past them); the out-of-place
+    sums added to it. O(stages)."""
     if not any(side.held) and not any(side.summed):
         return chain
     d = chain.to_dict()
@@ -4122,8 +4183,12 @@ def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
         if side.held[k]:
             st["gradient_size"] = int(st.get("gradient_size", st["output_size"])) + side.held[k]
         for part in [st, *(st.get("options") or [])]:
-            o = int(part.get("backward_overhead", 0) or 0)
-            part["backward_overhead"] = max(0, o - side.twice[k]) + side.summed[k]
+            o = int(part.get("backward_overhead", 0) or 0) + side.summed[k]
+            off = side.twice[k] + side.beyond[k]
+            part["backward_overhead"] = max(0, o - off)
+            frees = int(part.get("backward_frees", 0) or 0) + max(0, off - o)
+            if frees:
+                part["backward_frees"] = min(frees, int(part["saved_size"]))
     return remat.Chain.from_dict(d)
 
 
@@ -4184,6 +4249,11 @@ def _scaled(
         for k in SIZE_FIELDS:
             if k in s:
                 s[k] = math.ceil(s[k] * factor)
+        if "backward_frees" in s:
+            # Taken off: rounded down, and not grown past the measured bytes
+            # (part of them may not grow with the input).
+            s["backward_frees"] = int(s["backward_frees"] * min(1.0, factor))
+            _frees_within(s)
         for k in ("forward_time", "backward_time", "recompute_time"):
             if k in s:
                 s[k] = s[k] * factor
@@ -4209,7 +4279,16 @@ def _in_graph_chain(chain: remat.Chain, copies: Sequence[Sequence[float]]) -> re
             if share:
                 out = int(s["output_size"])
                 figure["saved_size"] = max(out, int(figure["saved_size"]) - round(share * given))
+                _frees_within(figure)
     return remat.Chain.from_dict(d)
+
+
+def _frees_within(part: dict[str, Any]) -> None:
+    """A stage's or option's ``backward_frees`` (a figure taken off its
+    backward) kept within its ``saved_size``, as the chain requires: where
+    the saved bytes were read lower than those measured. O(1)."""
+    if "backward_frees" in part:
+        part["backward_frees"] = min(int(part["backward_frees"]), int(part["saved_size"]))
 
 
 def _forward_phase_peak(chain: remat.Chain, schedule: remat.Schedule, extra: int) -> int:
@@ -4267,6 +4346,22 @@ def _with_loss(chain: remat.Chain, outside: _Outside) -> remat.Chain:
         backward_overhead=max(0, transient - grad) + outside.released,
     )
     return remat.Chain.from_dict(d)
+
+
+def _with_input_held(stack: remat.Chain, outside: _Outside, schedule: remat.Schedule) -> int:
+    """The peak of ``schedule`` on ``stack`` with ``outside``'s head, where
+    the schedule runs the last block with its input kept (F_ck^L, F_all^L):
+    the chain holds a^{L-1} at the head, and the head's measured figure,
+    which counts it too (``_Outside.input_dropped``), is taken without it.
+    Otherwise the schedule's own peak. O(the schedule's replay)."""
+    ops = [(k, l) for k, l, _ in schedule.operations_with_options]
+    last = len(stack)
+    head = ops.index((Op.F_ALL.value, last + 1))
+    kind, l = ops[head - 1]
+    if l != last or kind == Op.F_NONE.value:
+        return int(schedule.peak_memory)
+    lower = replace(outside, post_peak=max(outside.post_after, outside.post_peak - outside.input_dropped))
+    return int(remat.simulate(_with_loss(stack, lower), schedule).peak_memory)
 
 
 def _loss_of(out: Any, example_loss: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:

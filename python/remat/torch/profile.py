@@ -869,6 +869,20 @@ def fixed_parts(full: dict[str, Any], part: dict[str, Any], share: float) -> dic
     return found
 
 
+def _backward_figures(net: int, saved: int) -> dict[str, int]:
+    """A backward's figures from ``net``, its peak above what was alive
+    before it less the gradients the chain holds from it on (delta^{l-1}):
+    ``backward_overhead`` where that is above 0, else ``backward_frees``, what
+    it freed of its saved tensors (at most ``saved``) before it had made those
+    gradients (a U-Net's last up block frees 1 MiB of what it saved before
+    it makes 1.3 MiB of gradients: docs/model.md, "The four operations").
+    The frees are left out where 0, as the chain's JSON leaves them. O(1)."""
+    if net >= 0:
+        return {"backward_overhead": net}
+    frees = min(saved, -net)
+    return {"backward_overhead": 0, "backward_frees": frees} if frees else {"backward_overhead": 0}
+
+
 def _memory_figures(
     runner: _StageRunner,
     run: Callable[[torch.Tensor], torch.Tensor],
@@ -884,7 +898,8 @@ def _memory_figures(
     figure sees the saved tensors it frees. An eager stage's input's and side
     inputs' gradients are held as a step holds them
     (:meth:`_StageRunner.holding`): ``backward_overhead`` is the backward's
-    peak less the input's gradient and the last-read side inputs' ones, and
+    peak less the input's gradient and the last-read side inputs' ones
+    (below 0, ``backward_frees``: :func:`_backward_figures`), and
     ``_side_held`` what each of those keeps allocated (:meth:`_Gradients.held`)."""
     # A first run, not measured, keeps one-time allocations (a GPU library's
     # workspace, lazily initialised state, compiling, this shape's) out.
@@ -922,13 +937,14 @@ def _memory_figures(
             del y
         side_held = sink.held()
     del xl
+    saved_size = max(saved_bytes, out_bytes)
     found: dict[str, Any] = {
         "output_size": out_bytes,
-        "saved_size": max(saved_bytes, out_bytes),
+        "saved_size": saved_size,
         "gradient_size": grad_bytes,
         "forward_overhead": max(0, meter.value(nograd_mark) - out_bytes),
         "recording_overhead": max(0, meter.value(f_mark) - saved_bytes),
-        "backward_overhead": max(0, meter.value(b_mark) - in_grad) if b_mark is not None else 0,
+        **_backward_figures(meter.value(b_mark) - in_grad if b_mark is not None else 0, saved_size),
     }
     if side_held:
         found["_side_held"] = side_held
@@ -1274,7 +1290,7 @@ def _profile_options(
         return {
             "saved_size": saved,
             "forward_overhead": max(0, meter.value(f_mark) - saved),
-            "backward_overhead": max(0, (meter.value(b_mark) if b_mark is not None else 0) - in_grad),
+            **_backward_figures((meter.value(b_mark) if b_mark is not None else 0) - in_grad, saved),
         }
 
     half_batch = 0 if sizes_only else _half_batch(runner, x)
