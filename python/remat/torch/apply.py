@@ -46,7 +46,7 @@ import threading
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1627,7 +1627,8 @@ class AppliedPlan:
         if found > entry.side_gradients or kept > entry.side_kept or merged != entry.side:
             entry.side_gradients = max(found, entry.side_gradients)
             if kept > entry.side_kept:
-                entry.side_kept_readers = self._kept.by_readers(entry.numel / numel)
+                # Another pass's tensors: which the recordings keep is not known.
+                entry.side_kept_readers = []
             entry.side_kept = max(kept, entry.side_kept)
             entry.side = merged
             entry.by_numel.clear()
@@ -1793,7 +1794,11 @@ class AppliedPlan:
             entry.side_gradients = side.total
             entry.side = side.figures(len(self.modules), found.side_held)
             entry.side_kept = self._captured_kept.total if calls is not None else 0
-            entry.side_kept_readers = self._captured_kept.by_readers() if calls is not None else []
+            # What a reader's recording keeps, autograd holds whatever the plan.
+            saved = set().union(*found.side_saved) if len(found.side_saved) == len(self.modules) else None
+            entry.side_kept_readers = (
+                self._captured_kept.by_readers(skip=saved) if calls is not None and saved is not None else []
+            )
             self._older_side = self._captured_kept.older if calls is not None else frozenset()
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
@@ -1896,7 +1901,8 @@ class AppliedPlan:
         dropped: list[tuple[int, str, str]] = []
         fixed: list[dict[str, Any] | None] = []
         copies: list[list[float]] = []
-        held: list[dict[int, tuple[int, int]]] = []
+        held: list[dict[int, tuple[int, int, int]]] = []
+        side_saved: list[set[int]] = []
         outputs: dict[int, int] = {}
         base: dict[str, Any] | None = None
         lasts = self._pass_side(call, calls).last_reads()
@@ -1945,8 +1951,10 @@ class AppliedPlan:
                 fixed.append(None)
                 copies.append([0.0])
                 held.append({})
+                side_saved.append(set())
             records += d["stages"]
             held += found.side_held or [{} for _ in d["stages"]]
+            side_saved += found.side_saved
             inplace += found.inplace
             uses_rng += found.uses_rng
             options += found.options
@@ -1959,7 +1967,7 @@ class AppliedPlan:
         metadata = dict(base.get("metadata") or {})
         metadata["writes_input"] = [l for l, changes in enumerate(inplace, 1) if changes]
         merged = dict(base, stages=records, metadata=metadata)
-        found = Profiled(inplace, uses_rng, options, dropped, fixed, copies, held)
+        found = Profiled(inplace, uses_rng, options, dropped, fixed, copies, held, side_saved)
         return remat.Chain.from_dict(merged), found, outputs
 
     def _with_bridges(self, chain: remat.Chain, entry: _Entry, numel: int) -> remat.Chain:
@@ -2167,8 +2175,12 @@ class AppliedPlan:
             peak = min(peak, _forward_phase_peak(_with_loss(bare, outside), schedule, released))
         unkept = 0
         if kept and in_graph is None:
-            rerun = ex.program.rerun
-            unkept = sum(n for readers, n in entry.side_kept_readers if not any(rerun[l] for l in readers))
+            program = ex.program
+            unkept = sum(
+                n
+                for readers, n in entry.side_kept_readers
+                if not any(program.rerun[l] or program.record_option[l] for l in readers)
+            )
             unkept = min(kept, math.floor(unkept * numel / entry.numel))
             if unkept:
                 note += (
@@ -3975,12 +3987,14 @@ class _Kept:
         #: The counted storages: their bytes and the stages that read them.
         self._counted: dict[int, tuple[int, set[int]]] = {}
 
-    def by_readers(self, factor: float = 1.0) -> list[tuple[frozenset[int], int]]:
-        """The counted bytes by the stages that read them (each storage once,
-        its bytes times ``factor``, rounded up). The executor keeps a block's
-        call, and so these, only where the plan runs the block again: a plan
-        that runs none of a storage's readers again does not keep it."""
-        return [(frozenset(readers), math.ceil(n * factor)) for n, readers in self._counted.values()]
+    def by_readers(self, skip: Set[int] = frozenset()) -> list[tuple[frozenset[int], int]]:
+        """The counted bytes by the stages that read them (each storage once),
+        the storages in ``skip`` (those a reader's recording keeps, which
+        autograd holds whatever the plan) left out. The executor keeps a
+        block's call, and so these, only where the plan runs the block again:
+        a plan that runs none of a storage's readers again, and records each
+        whole, does not keep the rest."""
+        return [(frozenset(readers), n) for key, (n, readers) in self._counted.items() if key not in skip]
 
     def returned(self, l: int, y: Any) -> None:
         """Stage ``l``'s output (tensors nested one level in tuples and lists).
@@ -4148,7 +4162,7 @@ class _SideGradients:
             found.setdefault(max(readers), set()).add(key)
         return found
 
-    def figures(self, stages: int, held: Sequence[dict[int, tuple[int, int]]] = ()) -> _SideFigures:
+    def figures(self, stages: int, held: Sequence[dict[int, tuple[int, int, int]]] = ()) -> _SideFigures:
         """Per k in 0..``stages``: the bytes delta^k holds beside itself
         (``held``), those counted in both delta^k and delta^{k-1} while B^k
         runs (``twice``), and the sum B^k makes out of place where a block
@@ -4169,14 +4183,14 @@ class _SideGradients:
             readers = self._readers[key]
             last = max(readers)
             first = min(self._first[key], min(readers))
-            during, after = held[last - 1].get(key, (own, own)) if last - 1 < len(held) else (own, own)
+            during, after, past = held[last - 1].get(key, (own, own, 0)) if last - 1 < len(held) else (own, own, 0)
             for k in range(first, last):
                 b = max(own, during if k == last - 1 else after)
                 kept[k] += b
                 if k > first:
                     twice[k] += b
             if first < last:
-                beyond[last] += max(0, during - own)
+                beyond[last] += past
             for l in readers:
                 if l != last:
                     summed[l] += own
@@ -4239,11 +4253,12 @@ def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
     ``input_gradient_size`` for delta^0): from the backward of the last block
     that reads each, so that the forward phase does not count them and a
     recomputation in the backward phase does. While B^k runs, one held in
-    both delta^k and delta^{k-1} is alive once, and the rest of the buffers of
-    the gradients B^k makes (``beyond``) is in its measured peak already:
-    taken off B^k's figure, from its transient and then as what it frees (as
-    far as its saved bytes go, an over-count past them); the out-of-place
-    sums added to it. O(stages)."""
+    both delta^k and delta^{k-1} is alive once: taken off B^k's transient as
+    far as it goes (never below 0, an over-count then); the out-of-place sums
+    added to it; and the rest of the buffers of the gradients B^k makes
+    (``beyond``), in its measured peak already, taken off its figure, from
+    its transient and then as what it frees (as far as its saved bytes go).
+    O(stages)."""
     if not any(side.held) and not any(side.summed):
         return chain
     d = chain.to_dict()
@@ -4255,10 +4270,13 @@ def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
         if side.held[k]:
             st["gradient_size"] = int(st.get("gradient_size", st["output_size"])) + side.held[k]
         for part in [st, *(st.get("options") or [])]:
-            o = int(part.get("backward_overhead", 0) or 0) + side.summed[k]
-            off = side.twice[k] + side.beyond[k]
-            part["backward_overhead"] = max(0, o - off)
-            frees = int(part.get("backward_frees", 0) or 0) + max(0, off - o)
+            # What is counted twice comes off the transient only: taken
+            # further, it cancelled the out-of-place sums, and a step whose
+            # blocks read two chunks of one tensor measured 15,872 B above
+            # its prediction (the twice-read test).
+            o = max(0, int(part.get("backward_overhead", 0) or 0) - side.twice[k]) + side.summed[k]
+            part["backward_overhead"] = max(0, o - side.beyond[k])
+            frees = int(part.get("backward_frees", 0) or 0) + max(0, side.beyond[k] - o)
             if frees:
                 part["backward_frees"] = min(frees, int(part["saved_size"]))
     return remat.Chain.from_dict(d)

@@ -235,16 +235,19 @@ class _Meter:
 
 
 def _saved_storages(
-    run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, own: set[int]
+    run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, own: set[int], packed: set[int] | None = None
 ) -> tuple[torch.Tensor, dict[int, int]]:
     """Runs a recording forward (``run``) of the stage on ``x`` and returns its output and
     the storages autograd keeps for the backward (data pointer -> bytes), the
-    storages in ``own`` (parameters, buffers, side inputs, the input) excluded."""
+    storages in ``own`` (parameters, buffers, side inputs, the input) excluded;
+    every storage it keeps, those included, added to ``packed`` where given."""
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "meta":
             key = storage_key(t)
+            if packed is not None:
+                packed.add(key)
             if key not in own and key != 0:
                 saved[key] = t.untyped_storage().nbytes()
         # A new tensor object over the same storage, not ``t`` itself: an output
@@ -375,7 +378,11 @@ class Profiled:
     #: view of a larger buffer (a U-Net's skip connection, a slice of a
     #: concatenation's gradient), which it keeps until its maker's backward.
     #: Eager stages only; empty where none.
-    side_held: list[dict[int, tuple[int, int]]] = field(default_factory=list)
+    side_held: list[dict[int, tuple[int, int, int]]] = field(default_factory=list)
+    #: Per stage, the storages of the side inputs its recording (option 0)
+    #: keeps for the backward, by data pointer (every one where not known):
+    #: autograd holds those until the stage's backward whatever the plan.
+    side_saved: list[set[int]] = field(default_factory=list)
 
 
 def profile_calls(
@@ -444,7 +451,8 @@ def profile_calls(
     dropped: list[tuple[int, str, str]] = []
     fixed: list[dict[str, Any] | None] = []
     input_copies: list[list[float]] = []
-    side_held: list[dict[int, tuple[int, int]]] = []
+    side_held: list[dict[int, tuple[int, int, int]]] = []
+    side_saved: list[set[int]] = []
     measured: dict[
         tuple[Any, ...],
         tuple[dict[str, Any], bool, bool, tuple[Any, ...], list[NamedPolicy | None], list[tuple[str, str]]],
@@ -495,6 +503,8 @@ def profile_calls(
                 stage_fixed: dict[str, Any] | None = rec.pop("_fixed", None)
                 copies = [float(rec.pop("_input_copy", 0.0))]
                 sides = mine.side_tensors()
+                kept_sides = rec.pop("_side_saved", range(len(sides)))  # not known: every one
+                side_saved.append({sides[j].untyped_storage().data_ptr() for j in kept_sides if 0 <= j < len(sides)})
                 side_held.append(
                     {
                         sides[j].untyped_storage().data_ptr(): b
@@ -555,7 +565,9 @@ def profile_calls(
             "writes_input": [l for l, changes in enumerate(inplace, 1) if changes],
         },
     }
-    return remat.Chain.from_dict(chain), Profiled(inplace, uses_rng, options, dropped, fixed, input_copies, side_held)
+    return remat.Chain.from_dict(chain), Profiled(
+        inplace, uses_rng, options, dropped, fixed, input_copies, side_held, side_saved
+    )
 
 
 def _last_read(call: Call, ends: Collection[int]) -> tuple[int, ...]:
@@ -914,8 +926,9 @@ def _memory_figures(
     xl = x.detach().requires_grad_(needs_input_grad)
     in_grad = 0
     b_mark = None
+    packed: set[int] = set()
     with torch.enable_grad(), meter.window(), runner.holding(xl, needs_input_grad) as (xin, sink):
-        y, saved = _saved_storages(run, xin, own | {storage_key(xl)})
+        y, saved = _saved_storages(run, xin, own | {storage_key(xl)}, packed)
         del xin
         f_mark = meter.mark()
         saved[storage_key(y)] = output_bytes(y, x)
@@ -948,6 +961,9 @@ def _memory_figures(
     }
     if side_held:
         found["_side_held"] = side_held
+    # Which side inputs (by position) the recording keeps for the backward:
+    # those the chain does not count in abar^l, held by autograd as long.
+    found["_side_saved"] = [j for j, t in enumerate(runner.call.side_tensors()) if storage_key(t) in packed]
     return found
 
 
@@ -1017,7 +1033,7 @@ class _Gradients:
             grads.append(x.grad)
         return sum(g.numel() * g.element_size() for g in grads)
 
-    def held(self) -> dict[int, tuple[int, int]]:
+    def held(self) -> dict[int, tuple[int, int, int]]:
         """Per last-read side input's storage (by the position of the first
         side tensor on it), the bytes its gradients keep allocated while the
         input's gradient lives and after it: their storages' where that is
@@ -1025,18 +1041,20 @@ class _Gradients:
         concatenation's gradient keeps the whole buffer as long as the view
         lives, the part of the block's input or of an intermediate
         included), less, while it lives, the input's gradient in the same
-        buffer (counted as delta^{l-1}). O(side inputs)."""
+        buffer (counted as delta^{l-1}); and the first figure beyond their
+        elements, which :meth:`made` takes off the backward's peak (the rest
+        of such a buffer, in that peak). O(side inputs)."""
         inputs: dict[int, int] = {}
         for g in self.input:
             key = g.untyped_storage().data_ptr()
             inputs[key] = inputs.get(key, 0) + g.numel() * g.element_size()
-        found: dict[int, tuple[int, int]] = {}
+        found: dict[int, tuple[int, int, int]] = {}
         for i, gs in self.last.items():
             own = sum(g.numel() * g.element_size() for g in gs)
             storages = {g.untyped_storage().data_ptr(): g.untyped_storage().nbytes() for g in gs}
             after = sum(storages.values())
             during = sum(max(0, n - inputs.get(key, 0)) for key, n in storages.items())
-            found[i] = (max(own, during), max(own, after))
+            found[i] = (max(own, during), max(own, after), max(0, during - own))
         return found
 
     def clear(self) -> None:
