@@ -5,14 +5,12 @@
 //! search over every and over nested sequences, and by the same chain without
 //! frees, which must answer as before.
 
-use std::collections::HashMap;
-
 use remat::solve::fronts::Fronts;
 use remat::solve::{Algorithm, SolveError, SolveOptions, exhaustive, min_budget, solve};
 use remat::synthetic::{Rng, small_chain, with_frees, with_options};
 use remat::{Chain, ChainError, Op, simulate, simulate_within};
 
-use crate::common::{self, persistent_sequences};
+use crate::common;
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -63,14 +61,7 @@ fn every_solver_takes_the_frees_off_the_backward() {
         let plain = small_chain(&mut rng, len, 9, 4);
         let plain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 4) } else { plain };
         let chain = with_frees(&mut rng, &plain);
-        let n = chain.len() + 1;
-        let class: Vec<(u64, f64)> = persistent_sequences(&chain, 1, n, &mut HashMap::new())
-            .iter()
-            .map(|ops| {
-                let r = simulate(&chain, ops).unwrap();
-                (r.peak_memory, r.makespan)
-            })
-            .collect();
+        let class = common::persistent_class(&chain);
         let lo = class.iter().map(|p| p.0).min().unwrap();
         let hi = class.iter().map(|p| p.0).max().unwrap();
         assert_eq!(min_budget(&chain, Algorithm::Persistent, &SolveOptions::default()).unwrap(), Some(lo), "{chain:?}");

@@ -4,13 +4,11 @@
 //! replayed by the simulator), by exhaustive search over nested sequences,
 //! and by the same chain with o_r = o_f, which must answer as before.
 
-use std::collections::HashMap;
-
 use remat::solve::{Algorithm, SolveOptions, exhaustive, solve};
 use remat::synthetic::{Rng, small_chain};
 use remat::{Chain, Op, simulate};
 
-use crate::common::{self, persistent_sequences};
+use crate::common;
 
 /// `chain` with a random recording overhead on about half of its stages
 /// (often below the plain forward's, as measured on real blocks).
@@ -46,13 +44,7 @@ fn solvers_charge_the_recording_transient_to_f_all() {
         first_ck.extend([Op::FAll(1, 0), Op::B(1)]);
         let r = simulate(&chain, &first_ck).unwrap();
         assert_eq!(r.steps[0].during.transient, chain.stage(1).forward_overhead);
-        let class: Vec<(u64, f64)> = persistent_sequences(&chain, 1, n, &mut HashMap::new())
-            .iter()
-            .map(|ops| {
-                let r = simulate(&chain, ops).unwrap();
-                (r.peak_memory, r.makespan)
-            })
-            .collect();
+        let class = common::persistent_class(&chain);
         let lo = class.iter().map(|p| p.0).min().unwrap();
         let hi = class.iter().map(|p| p.0).max().unwrap();
         for budget in [lo, (lo + hi) / 2, hi] {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use remat::solve::SolveOptions;
-use remat::{Chain, Op, simulate_within};
+use remat::{Chain, Op, simulate, simulate_within};
 
 /// Exact solve: as many slots as bytes in the budget (slot = 1 byte).
 pub fn exact(budget: u64) -> SolveOptions<'static> {
@@ -62,6 +62,18 @@ pub fn joint_graph_json(name: &str, primal_bytes: u64, forward: Vec<String>) -> 
         prev = format!("d{i}");
     }
     format!(r#"{{"name": "{name}", "nodes": [{}], "outputs": ["f{n}"], "gradients": ["{prev}"]}}"#, nodes.join(",\n"))
+}
+
+/// (peak, makespan) of every persistent sequence of `chain`, each replayed
+/// by the simulator: the persistent DP's class, judged without a recurrence.
+pub fn persistent_class(chain: &Chain) -> Vec<(u64, f64)> {
+    persistent_sequences(chain, 1, chain.len() + 1, &mut HashMap::new())
+        .iter()
+        .map(|ops| {
+            let r = simulate(chain, ops).unwrap_or_else(|e| panic!("{chain:?}: {ops:?}: {e}"));
+            (r.peak_memory, r.makespan)
+        })
+        .collect()
 }
 
 /// Every persistent sequence of (s, t), memoised by sub-chain: for each
