@@ -190,17 +190,13 @@ impl SlotChain {
     /// Memory (without a^{s-1}) while F_all^s runs with delta^t held:
     /// w_d^t + w_abar^s + o_f^s ([the model](crate::model): the gradient is delta^t, not delta^s).
     pub fn forward_all_need(&self, s: usize, t: usize) -> usize {
-        self.gradient[t].saturating_add(self.saved[s]).saturating_add(self.recording_overhead[s])
+        self.forward_all_need_with(s, t, 0)
     }
 
     /// Memory (without a^{s-1}) while B^s runs: w_d^s + w_abar^s + w_d^{s-1}
     /// + o_b^s - f_b^s (the frees rounded down, so never below the bytes').
     pub fn backward_need(&self, s: usize) -> usize {
-        self.gradient[s]
-            .saturating_add(self.saved[s])
-            .saturating_add(self.gradient[s - 1])
-            .saturating_add(self.backward_overhead[s])
-            .saturating_sub(self.backward_frees[s])
+        self.backward_need_with(s, 0)
     }
 
     /// Memory (without a^{s-1}) while F_ck^s runs with delta^t held: w_d^t + w_a^s + o_f^s.

@@ -12,6 +12,18 @@ use remat::{Chain, ChainError, Op, simulate, simulate_within};
 
 use crate::common;
 
+/// A random chain of 1 to 4 stages, with recording options (recompute times
+/// up to `max_time`) on every third (`c`), and frees on about half of its
+/// stages and options: the instances of this file, with the same chain
+/// without frees.
+fn chain_with_frees(rng: &mut Rng, c: usize, max_time: u64) -> (Chain, Chain) {
+    let len = rng.range(1, 4) as usize;
+    let plain = small_chain(rng, len, 9, 4);
+    let plain = if c.is_multiple_of(3) { with_options(rng, &plain, 3, max_time) } else { plain };
+    let chain = with_frees(rng, &plain);
+    (plain, chain)
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
@@ -57,10 +69,7 @@ fn every_solver_takes_the_frees_off_the_backward() {
     let mut rng = Rng::new(2029);
     let (mut cases, mut changed) = (0, 0);
     for c in 0..500 {
-        let len = rng.range(1, 4) as usize;
-        let plain = small_chain(&mut rng, len, 9, 4);
-        let plain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 4) } else { plain };
-        let chain = with_frees(&mut rng, &plain);
+        let (plain, chain) = chain_with_frees(&mut rng, c, 4);
         let class = common::persistent_class(&chain);
         let lo = class.iter().map(|p| p.0).min().unwrap();
         let hi = class.iter().map(|p| p.0).max().unwrap();
@@ -115,10 +124,7 @@ fn in_flight_takes_the_frees_off_the_backward() {
     let mut rng = Rng::new(2030);
     let (mut cases, mut feasible) = (0, 0);
     for c in 0..300 {
-        let len = rng.range(1, 4) as usize;
-        let plain = small_chain(&mut rng, len, 9, 4);
-        let plain = if c % 3 == 0 { with_options(&mut rng, &plain, 3, 3) } else { plain };
-        let (a, b, _) = crate::in_flight::check_chain(&with_frees(&mut rng, &plain));
+        let (a, b, _) = crate::in_flight::check_chain(&chain_with_frees(&mut rng, c, 3).1);
         cases += a;
         feasible += b;
     }

@@ -4286,7 +4286,8 @@ def _with_side_gradients(chain: remat.Chain, side: _SideFigures) -> remat.Chain:
             part["backward_overhead"] = max(0, o - side.beyond[k])
             frees = int(part.get("backward_frees", 0) or 0) + max(0, side.beyond[k] - o)
             if frees:
-                part["backward_frees"] = min(frees, int(part["saved_size"]))
+                part["backward_frees"] = frees
+                _frees_within(part)
     return remat.Chain.from_dict(d)
 
 
