@@ -169,6 +169,12 @@ class Program:
         rerun: ``rerun[l]``, whether stage l runs again: the schedule runs it
             again, or records it with an option (whose backward reruns it).
         backward: the operations after ``B^{L+1}``, as (kind, stage, option).
+        reached: the stages whose backward the schedule runs forwards just
+            before (since the ``B`` before it): the backward phase runs up to
+            ``B^l`` as autograd reaches stage l, as the schedule has it, even
+            where stage l was recorded whole (otherwise those forwards wait
+            for the next stage that runs again, and the step's memory is
+            another order's than the schedule's replay).
         keep: the activations a^j the forward phase keeps that a rerun may
             start from.
         options: whether any operation records with an option.
@@ -222,6 +228,16 @@ class Program:
             if kind is Op.F_ALL:
                 self.record_option[l] = o
         self.backward = ops[split + 1 :]
+        reached: set[int] = set()
+        pending = False
+        for kind, l, _ in self.backward:
+            if kind is Op.B:
+                if pending:
+                    reached.add(l)
+                pending = False
+            else:
+                pending = True
+        self.reached = frozenset(reached)
         held: dict[int, Op] = {0: Op.F_CK}
         for kind, l, _ in forward[:L]:
             held[l] = kind
@@ -676,6 +692,10 @@ class Step:
         #: The residue kept at skipped stages: no holder of theirs anchors it, so
         #: it lives as long as the step does (as long as any holder).
         self._skipped_residue: list[_Residue] = []
+        #: Called with (stage, the operation's index in the schedule, its
+        #: output) after each forward the backward phase runs: an observer's
+        #: (remat.torch.lifetimes).
+        self.on_rerun: Callable[[int, int, torch.Tensor], None] | None = None
 
     # -- the forward phase --------------------------------------------------
 
@@ -734,6 +754,7 @@ class Step:
         kind = program.first[l]
         option = program.first_option[l]
         compiled = ex.recording(l, program_option(program, l))
+        whole = True  # recorded as is: no holders
         if kind is Op.F_ALL and compiled is not None:
             # A compiled option saves its own set (abar^l[o]): recorded as is.
             y = compiled(*call.args, **call.kwargs)
@@ -745,6 +766,7 @@ class Step:
                 y = fn(*call.args, **call.kwargs)
             copies.finish()
         else:
+            whole = False
             if ex.own[l - 1] is None:
                 ex.own[l - 1] = _own_storages(ex.stages[l - 1])
             own = _kept_as_is(ex.own[l - 1], call)
@@ -777,6 +799,8 @@ class Step:
                 else:
                     y = fn(*call.args, **call.kwargs)
             self._rerun_first(l, y)
+        if whole and l in program.reached:
+            self._rerun_first(l, y)  # nothing else of it reaches B^l first
         if ex.learn_rng[l]:
             self._learn_rng(l)
         self.next = l + 1
@@ -981,6 +1005,10 @@ class _Task:
                 self.recorded.discard(l)
             else:
                 self.run(kind, l, option)
+                watch = self.step.on_rerun
+                if watch is not None and l in self.held:
+                    program = self.step.ex.program
+                    watch(l, len(program.operations) - len(ops) + self.pos, self.held[l])
             self.pos += 1
             if on_op is not None:
                 on_op(kind.value, l)
