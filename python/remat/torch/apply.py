@@ -62,6 +62,7 @@ from .budget import format_bytes as _fmt
 from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
+from .lifetimes import OutputLifetimes, replayed_peak
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
 from .policies import COMPILED_DEFAULT_POLICIES, DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
@@ -607,10 +608,38 @@ class _Planned:
     #: the bytes of those whose readers this plan records in the forward
     #: phase and never runs again: its executor does not keep them.
     unkept: int = 0
+    #: The chains whose replay of the schedule bounds the step's peak, with
+    #: the bytes each adds to the forward phase's forwards
+    #: (:func:`replayed_peak`); ``peak`` is the least. Empty where the
+    #: prediction is not replayed again (inside the graph, micro-batches in
+    #: flight).
+    replays: tuple[tuple[remat.Chain, int], ...] = ()
+    #: The blocks' outputs a step of this plan freed before the chain stops
+    #: counting them, each with the operation from which on (see
+    #: :class:`OutputLifetimes`); None until a step has run the plan whole.
+    freed: dict[tuple[int, int], int] | None = None
 
     @property
     def stack_peak(self) -> int:
         return self.schedule.peak_memory if self.peak is None else self.peak
+
+    def lifetimes(self) -> OutputLifetimes | None:
+        """What a step of this plan follows of its blocks' outputs; None where
+        nothing is left to learn."""
+        if self.freed is not None or not self.replays:
+            return None
+        return OutputLifetimes([(k, l) for k, l, _ in self.schedule.operations_with_options], self.learn)
+
+    def learn(self, seen: OutputLifetimes) -> None:
+        """Takes what a step of the plan freed (``seen``) into its predicted
+        peak: the least replay without those outputs. O(replays x the
+        schedule's replay)."""
+        if seen.spoiled or self.freed is not None:
+            return
+        self.freed = dict(seen.freed)
+        if self.freed:
+            lower = min(replayed_peak(c, self.schedule, e, self.freed) for c, e in self.replays)
+            self.peak = min(self.stack_peak, lower)
 
 
 class AppliedPlan:
@@ -707,6 +736,8 @@ class AppliedPlan:
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._last: tuple[_Entry, int, torch.device] | None = None
         self._step: Step | None = None
+        #: What this step follows of its blocks' outputs (see _Planned.freed).
+        self._lifetimes: OutputLifetimes | None = None
         self._executor: Executor | None = None
         self._measure: _Measure | _TracedMeasure | _Verify | None = None
         self._compiled_steps = 0  # training forwards under torch.compile so far
@@ -1548,6 +1579,13 @@ class AppliedPlan:
                 raise
             self._executor = ex
             self._step = ex.begin()
+            self._lifetimes = None
+            if self._last is not None:
+                planned = self._last[0].by_numel.get(self._last[1])
+                if planned is not None and planned.executor is ex:
+                    self._lifetimes = planned.lifetimes()
+                    if self._lifetimes is not None:
+                        self._step.on_rerun = self._lifetimes.rerun
         step, ex = self._step, self._executor
         if step is None or ex is None:
             return original(*args, **kwargs)
@@ -1558,6 +1596,8 @@ class AppliedPlan:
             for b in range(step.next, l):
                 if b in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):
                     self._measure.bridge_ends(b, call.carried)
+                if b not in self._bridges and self._lifetimes is not None:
+                    self._lifetimes.spoil()
             ex.skip(step, l, call.carried)
         if step.next != l:
             self._step = None
@@ -1573,7 +1613,20 @@ class AppliedPlan:
             # side input: the budget counts it apart.
             read = {t.untyped_storage().data_ptr() for t in call.side_tensors()}
             self._measure.returned = [r for r in self._measure.returned if _ptr(r[0]) not in read]  # type: ignore[assignment]
+        life = self._lifetimes
+        if life is not None:
+            life.forward_starts(l)
+            # a^{l-1} as the block takes it: what the model's code made of the
+            # block before's output (a residual add's sum, _with_derived_inputs),
+            # the stack's input, the output of the code between two stacks. (The
+            # last block's output: the head reads it, and the first point after
+            # is B^L, whose own figure has it gone.)
+            life.follow(l - 1, call.carried)
         y = ex.call(step, l, call)
+        if life is not None:
+            out = _carried_or_none(y)
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                out.grad_fn.register_prehook(functools.partial(_backward_reached, life, l))  # type: ignore[no-untyped-call]
         self._kept.returned(l, y)
         self._side.returned(l, y, _carried_or_none(y))
         if isinstance(self._measure, (_Measure, _TracedMeasure)):
@@ -2174,13 +2227,18 @@ class AppliedPlan:
             bridges=sorted(self._bridges),
         )
         self._infeasible = None
-        peak = schedule.peak_memory
+        # Each a replay of the schedule whose peak bounds the step's: the
+        # least of them is the prediction (see _Planned.replays).
+        replays: list[tuple[remat.Chain, int]] = [(chain, 0)]
         if outside is not None and outside.input_dropped and in_graph is None and self.in_flight == 1:
-            peak = min(peak, _with_input_held(stack, outside, schedule))
+            held = _with_input_held(stack, outside, schedule)
+            if held is not None:
+                replays.append((held, 0))
         if released and outside is not None and self.in_flight == 1:
             # (With micro-batches in flight, later ones' forwards follow the
             # first loss's backward: the schedule's figure stays.)
-            peak = min(peak, _forward_phase_peak(_with_loss(bare, outside), schedule, released))
+            replays.append((_with_loss(bare, outside), released))
+        peak = min([schedule.peak_memory] + [replayed_peak(c, schedule, e) for c, e in replays[1:]])
         unkept = 0
         if kept and in_graph is None:
             program = ex.program
@@ -2195,7 +2253,20 @@ class AppliedPlan:
                     f"; of the side inputs set aside as kept, this plan holds {_fmt(kept - unkept)} (it runs "
                     "the blocks that read the rest once)"
                 )
-        return _Planned(chain, schedule, ex, budget, note, total, in_graph, chunks, outside, peak, unkept=unkept)
+        return _Planned(
+            chain,
+            schedule,
+            ex,
+            budget,
+            note,
+            total,
+            in_graph,
+            chunks,
+            outside,
+            peak,
+            unkept=unkept,
+            replays=tuple(replays) if in_graph is None and self.in_flight == 1 else (),
+        )
 
     def _provisional(
         self, chain: remat.Chain, failed: list[tuple[remat.InfeasibleError, int, int]], note: str, extra: dict[str, Any]
@@ -2577,12 +2648,15 @@ class AppliedPlan:
     def _settled(self) -> bool:
         """Whether the next training step on the last input would run the plan
         as it is: the parts outside the stack measured, the step's measurement
-        over, the loss options (if any) measured or refused."""
+        over, the loss options (if any) measured or refused, and what a step
+        of the plan frees of its blocks' outputs seen (_Planned.freed)."""
+        c = self._current()
         return (
-            self._current() is not None
+            c is not None
             and self._outside is not None
             and self._measure is None
             and (self._lm_head is None or self._head_options is not None or self._head_refused is not None)
+            and (c.freed is not None or not c.replays)
         )
 
     def explain(self) -> str:
@@ -4390,24 +4464,6 @@ def _frees_within(part: dict[str, Any]) -> None:
         part["backward_frees"] = min(int(part["backward_frees"]), int(part["saved_size"]))
 
 
-def _forward_phase_peak(chain: remat.Chain, schedule: remat.Schedule, extra: int) -> int:
-    """The peak of ``schedule`` replayed on ``chain`` with ``extra`` bytes more
-    in every stage's forward before the loss's backward (the forward phase),
-    none in the recomputations after it: what is before the stack and gone by
-    its backward (the chain the solver saw counts it in every forward, a
-    recomputation's too). ``chain``'s loss counts it already. O(operations)."""
-    replay = remat.simulate(chain, schedule)
-    last = len(chain.to_dict()["stages"]) + 1
-    peak, forward = 0, True
-    for st in replay.steps:
-        kind, l = st["op"][0], int(st["op"][1])
-        during = int(st["during"]["total"])
-        peak = max(peak, during + (extra if forward and kind != Op.B.value and l != last else 0))
-        if kind == Op.B.value and l == last:
-            forward = False
-    return peak
-
-
 def _with_derived_inputs(chain: remat.Chain, derived: set[int]) -> remat.Chain:
     """``chain`` where each block l of ``derived`` takes what the model's code
     made of block l-1's output, not that output: a rerun of block l-1 cannot
@@ -4447,20 +4503,25 @@ def _with_loss(chain: remat.Chain, outside: _Outside) -> remat.Chain:
     return remat.Chain.from_dict(d)
 
 
-def _with_input_held(stack: remat.Chain, outside: _Outside, schedule: remat.Schedule) -> int:
-    """The peak of ``schedule`` on ``stack`` with ``outside``'s head, where
+def _backward_reached(life: OutputLifetimes, l: int, _grads: Any) -> None:
+    """``B^l`` begins: a pre-hook on the node that made block l's output."""
+    life.backward_starts(l)
+
+
+def _with_input_held(stack: remat.Chain, outside: _Outside, schedule: remat.Schedule) -> remat.Chain | None:
+    """``stack`` with ``outside``'s head less the last block's input, where
     the schedule runs the last block with its input kept (F_ck^L, F_all^L):
     the chain holds a^{L-1} at the head, and the head's measured figure,
     which counts it too (``_Outside.input_dropped``), is taken without it.
-    Otherwise the schedule's own peak. O(the schedule's replay)."""
+    None otherwise. O(stages)."""
     ops = [(k, l) for k, l, _ in schedule.operations_with_options]
     last = len(stack)
     head = ops.index((Op.F_ALL.value, last + 1))
     kind, l = ops[head - 1]
     if l != last or kind == Op.F_NONE.value:
-        return int(schedule.peak_memory)
+        return None
     lower = replace(outside, post_peak=max(outside.post_after, outside.post_peak - outside.input_dropped))
-    return int(remat.simulate(_with_loss(stack, lower), schedule).peak_memory)
+    return _with_loss(stack, lower)
 
 
 def _loss_of(out: Any, example_loss: Callable[[Any], torch.Tensor] | None) -> torch.Tensor:
