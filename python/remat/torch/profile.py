@@ -951,12 +951,13 @@ def _memory_figures(
         side_held = sink.held()
     del xl
     saved_size = max(saved_bytes, out_bytes)
+    copies = buffer_copies(runner.stage)
     found: dict[str, Any] = {
         "output_size": out_bytes,
         "saved_size": saved_size,
         "gradient_size": grad_bytes,
-        "forward_overhead": max(0, meter.value(nograd_mark) - out_bytes),
-        "recording_overhead": max(0, meter.value(f_mark) - saved_bytes),
+        "forward_overhead": max(0, meter.value(nograd_mark) - out_bytes) + copies,
+        "recording_overhead": max(0, meter.value(f_mark) - saved_bytes) + copies,
         **_backward_figures(meter.value(b_mark) - in_grad if b_mark is not None else 0, saved_size),
     }
     if side_held:
@@ -965,6 +966,18 @@ def _memory_figures(
     # those the chain does not count in abar^l, held by autograd as long.
     found["_side_saved"] = [j for j, t in enumerate(runner.call.side_tensors()) if storage_key(t) in packed]
     return found
+
+
+def buffer_copies(stage: nn.Module) -> int:
+    """The bytes of the copies of ``stage``'s buffers that each of its runs
+    again holds: the executor puts the buffers back after a rerun
+    (BatchNorm's running statistics move once per step, as in plain
+    training), from copies made before it (Step.rerun_context). A forward's
+    transient counts them, the first run's too (the chain has one transient
+    per forward; a first run makes none): a DenseNet step measured 41,664 B
+    above its prediction, the running statistics of the dense block it ran
+    again at its peak. O(buffers)."""
+    return sum(b.numel() * b.element_size() for b in stage.buffers())
 
 
 def _holder_run(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, meter: _Meter, grad: bool) -> int:
@@ -1307,7 +1320,7 @@ def _profile_options(
         saved = max(meter.value(saved_mark), output_size)
         return {
             "saved_size": saved,
-            "forward_overhead": max(0, meter.value(f_mark) - saved),
+            "forward_overhead": max(0, meter.value(f_mark) - saved) + buffer_copies(runner.stage),
             **_backward_figures((meter.value(b_mark) if b_mark is not None else 0) - in_grad, saved),
         }
 
