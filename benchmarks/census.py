@@ -757,6 +757,7 @@ def run_case(case: Case, timeout: int, memory: int | str = "50%") -> dict[str, A
             rec["explain"] = explain
             rec["budget"] = whole_budget(plan, explain)
             rec["predicted"] = predicted
+            rec["schedule"] = str(plan.schedule)
             phase = "measured step"
             loss_b, rec["measured"] = step(b, main, case.loss)
             rec["predicted_after"] = plan.peak_memory
