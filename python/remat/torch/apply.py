@@ -2573,8 +2573,9 @@ class AppliedPlan:
     def plan_on(self, example_inputs: Any, example_loss: Callable[[Any], torch.Tensor] | None = None) -> AppliedPlan:
         """Plans on an example batch before training (the pre-flight): runs the
         forward and backward of a first step on it (one, or up to three while
-        the measurement of the parts outside the stack settles), as the first
-        training step would, then puts back what that touched, so no training
+        the measurement of the parts outside the stack settles and the plan
+        has not yet seen which of its blocks' outputs a step frees early), as
+        the first training step would, then puts back what that touched, so no training
         step was taken: every parameter's ``.grad`` as it was (the optimizer
         sees nothing), the buffers (BatchNorm's running statistics) and the
         RNG states. The output is held through the backward, as
