@@ -638,7 +638,13 @@ class _Planned:
             return
         self.freed = dict(seen.freed)
         if self.freed:
-            lower = min(replayed_peak(c, self.schedule, e, self.freed) for c, e in self.replays)
+            # Called from a backward's hook: a refinement of the prediction
+            # never stops a step (the chain's own figure stands).
+            try:
+                lower = min(replayed_peak(c, self.schedule, e, self.freed) for c, e in self.replays)
+            except (ValueError, RuntimeError) as e:
+                _log.debug("the plan's prediction is the chain's: %s", e)
+                return
             self.peak = min(self.stack_peak, lower)
 
 
