@@ -411,13 +411,21 @@ def test_a_rerun_comes_before_anything_its_backward_allocates() -> None:
     what it allocated stayed alive through the rerun (a Mixtral step 13,840 B
     above its prediction; here the rerun's peak 65,536 B above it): the
     rerun's peak, by the allocator, is at most the simulator's figure."""
+    measured, figure = _rerun_against_replay(_Routed())
+    assert measured <= figure, (measured, figure)
+
+
+def _rerun_against_replay(middle: nn.Module) -> tuple[int, int]:
+    """Stage 2 (``middle``, between two Linears) run again before its backward
+    (``F_all^2`` of the backward phase; 1 and 3 recorded): the peak of that
+    rerun by the allocator, and the simulator's figure for it on the chain
+    ``rt.profile`` measured."""
     from remat.torch.memory import AllocatorTrace
 
     torch.manual_seed(0)
-    stages = [nn.Linear(64, 64), _Routed(), nn.Linear(64, 64)]
+    stages = [nn.Linear(64, 64), middle, nn.Linear(64, 64)]
     x = torch.randn(256, 64, generator=torch.Generator().manual_seed(1))
     chain = rt.profile(stages, x, repeat=1)
-    # Stage 2 runs again before its backward; 1 and 3 are recorded.
     ops = [("F_all", 1), ("F_ck", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("F_all", 2), ("B", 2), ("B", 1)]
     marks: list[tuple[str, int, int]] = []
     with AllocatorTrace() as trace:
@@ -433,7 +441,7 @@ def test_a_rerun_comes_before_anything_its_backward_allocates() -> None:
     # x was made before the trace (the chain counts it as a^0); the loss and
     # its gradient (4 B each) are outside the chain.
     measured = trace.alive(start) + trace.peak(start, end) + x.numel() * x.element_size() - 8
-    assert measured <= step["during"]["total"], (measured, step["during"]["total"])
+    return measured, int(step["during"]["total"])
 
 
 class _Normed(nn.Module):
@@ -452,26 +460,8 @@ def test_a_rerun_holds_copies_of_its_stages_buffers_and_its_figure_counts_them()
     them (a DenseNet step measured 41,664 B above its prediction, its second
     dense block's running statistics, at a rerun). By the allocator, the
     rerun's peak is at most the simulator's figure for it."""
-    from remat.torch.memory import AllocatorTrace
-
-    torch.manual_seed(0)
-    stages = [nn.Linear(64, 64), _Normed(), nn.Linear(64, 64)]
-    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(1))
-    chain = rt.profile(stages, x, repeat=1)
-    ops = [("F_all", 1), ("F_ck", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("F_all", 2), ("B", 2), ("B", 1)]
-    marks: list[tuple[str, int, int]] = []
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients([p for s in stages for p in s.parameters()])
-        out = rt.run_schedule(stages, ops, x, on_op=lambda k, l: marks.append((k, l, trace.mark())))
-        loss = out.square().sum()
-        del out
-        loss.backward()
-    rerun = [i for i, (k, l, _) in enumerate(marks) if (k, l) == ("F_all", 2)][-1]
-    start, end = marks[rerun - 1][2], marks[rerun][2]
-    replay = remat.simulate(chain, ops)
-    step = [s for s in replay.steps if tuple(s["op"][:2]) == ("F_all", 2)][-1]
-    measured = trace.alive(start) + trace.peak(start, end) + x.numel() * x.element_size() - 8
-    assert measured <= step["during"]["total"], (measured, step["during"]["total"])
+    measured, figure = _rerun_against_replay(_Normed())
+    assert measured <= figure, (measured, figure)
 
 
 def test_forwards_the_schedule_runs_before_a_whole_recorded_stage_run_before_its_backward() -> None:

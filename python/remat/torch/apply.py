@@ -1629,12 +1629,11 @@ class AppliedPlan:
             # is B^L, whose own figure has it gone.)
             life.follow(l - 1, call.carried)
         y = ex.call(step, l, call)
-        if life is not None:
-            out = _carried_or_none(y)
-            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
-                out.grad_fn.register_prehook(functools.partial(_backward_reached, life, l))  # type: ignore[no-untyped-call]
+        out = _carried_or_none(y)
+        if life is not None and out is not None and out.grad_fn is not None:
+            out.grad_fn.register_prehook(functools.partial(_backward_reached, life, l))  # type: ignore[no-untyped-call]
         self._kept.returned(l, y)
-        self._side.returned(l, y, _carried_or_none(y))
+        self._side.returned(l, y, out)
         if isinstance(self._measure, (_Measure, _TracedMeasure)):
             self._measure.block_returned(y)
         if l + 1 in self._bridges and isinstance(self._measure, (_Measure, _TracedMeasure)):

@@ -798,9 +798,10 @@ class Step:
                         y = fn(*call.args, **call.kwargs)
                 else:
                     y = fn(*call.args, **call.kwargs)
+        if not whole or l in program.reached:
+            # (A stage recorded whole: only where the schedule runs forwards
+            # just before its backward; nothing else of it reaches B^l first.)
             self._rerun_first(l, y)
-        if whole and l in program.reached:
-            self._rerun_first(l, y)  # nothing else of it reaches B^l first
         if ex.learn_rng[l]:
             self._learn_rng(l)
         self.next = l + 1
