@@ -203,6 +203,79 @@ def test_a_stack_of_more_blocks_than_dynamos_recompile_limit_compiles_once_per_v
         torch._dynamo.reset()
 
 
+def llama16() -> nn.Module:
+    """Sixteen blocks: twice Dynamo's ``recompile_limit`` (8)."""
+    config = transformers.LlamaConfig(
+        num_hidden_layers=16,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=512,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).train()
+
+
+def block_graphs(model: nn.Module) -> int:
+    """How many compiled entries Dynamo holds for the forward remat installed
+    on the model's blocks (one code object for every block of a plan)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    code = model.model.layers[0].forward.__code__
+    assert code.co_name.startswith("remat_block_of_"), code.co_name
+    return len(_debug_get_cache_entry_list(code))
+
+
+def test_sixteen_blocks_and_three_plans_compile_one_graph_per_kind_of_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing a compiled block's wrapper reads tells one block from another:
+    a plan's blocks share their graphs, one per recording option, however many
+    blocks and plans a process holds. On transformers 5.25 the wrapper was
+    guarded on the block's index (``stages[0] == 2``): recompiled for every
+    block, and past ``recompile_limit`` its blocks ran eagerly (an in-graph plan
+    then measured above its budget). Dynamo is told to fail rather than give
+    up on a code object, so a limit hit is an error here."""
+    import importlib
+
+    import torch._dynamo.config as dynamo_config
+
+    # Any in-graph plan within the budget is taken, however slow: what is
+    # tested is how its blocks compile.
+    monkeypatch.setattr(importlib.import_module("remat.torch.apply"), "_IN_GRAPH_GAIN", 10.0)
+    torch._dynamo.reset()
+    plans: list[tuple[nn.Module, rt.AppliedPlan]] = []
+    with dynamo_config.patch(fail_on_recompile_limit_hit=True), steady_profiles():
+        try:
+            # Inside torch.compile's graph: a plan that stores everything and
+            # one whose blocks run two options; then compiled blocks of
+            # remat's own (compile=True), run by the executor.
+            for kwargs in (
+                {"memory": 1 << 40},
+                {"memory": "90%", "policies": (rt.SAVE_MATMULS, rt.SAVE_INPUT)},
+                {"memory": "45%", "compile": True},
+            ):
+                model = llama16()
+                plan = rt.apply(model, **kwargs)  # type: ignore[arg-type]
+                run = model if kwargs.get("compile") else torch.compile(model, backend="aot_eager")
+                for _ in range(5):
+                    step(run, model)
+                plans.append((model, plan))
+            for model, plan in plans[:2]:
+                assert plan._in_graph and plan._verified is not None, plan.explain()
+                kinds = {o for o, _ in plan._in_graph.values()}
+                # One graph per recording option its blocks run, and at most one
+                # from the steps before (the wrapper up to the executor's break).
+                assert 1 <= block_graphs(model) <= len(kinds) + 1, (block_graphs(model), kinds)
+            assert len({o for o, _ in plans[1][1]._in_graph.values()}) > 1, plans[1][1]._in_graph
+            model, plan = plans[2]
+            assert plan.schedule is not None
+            assert block_graphs(model) <= 1  # compiled blocks: the executor runs them, the wrapper breaks at once
+        finally:
+            for _, plan in plans:
+                plan.remove()
+            torch._dynamo.reset()
+
+
 def test_compile_argument_is_checked() -> None:
     assert compile_options(None) is None and compile_options(False) is None
     assert compile_options(True) == {}

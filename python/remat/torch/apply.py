@@ -40,7 +40,6 @@ import functools
 import logging
 import math
 import random
-import re
 import sys
 import threading
 import types
@@ -57,7 +56,7 @@ from torch.utils.checkpoint import checkpoint
 
 import remat
 
-from .budget import auto_budget
+from .budget import auto_budget, check_memory, share_of
 from .budget import format_bytes as _fmt
 from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
 from .executor import Executor, Op, Program, Step, autocast_enabled
@@ -317,9 +316,6 @@ def _resolve_blocks(
     )
 
 
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
-
-
 def _reset_code(code: Any) -> None:
     """Drops Dynamo's cache and decisions for one code object (where this
     torch has the call: a later trace then starts afresh)."""
@@ -493,6 +489,41 @@ class _BridgeFigures:
     transient: int  # beyond that, while it ran
     numel: int
     backward: int = 0  # its backward's transient (0 until measured)
+
+
+class _BlockSlot:
+    """What the forward remat installs on one block reads: the block's stages
+    (several where the model calls it several times in a forward) and its
+    in-graph plans. A plain object, so that Dynamo, tracing the forward,
+    guards on what is read of it (the option a block runs), not on which
+    block it is: blocks that run one option share one compiled graph."""
+
+    def __init__(self, stages: list[int]) -> None:
+        self.stages = stages
+        #: (stage, elements of its input) -> (option, context function).
+        self.plans: dict[tuple[int, int], tuple[int, Any]] = {}
+        #: The same for a block called once, by elements alone.
+        self.by_numel: dict[int, tuple[int, Any]] = {}
+
+    def set_plans(self, found: dict[tuple[int, int], tuple[int, Any]]) -> None:
+        """Keeps the plans of ``found`` (every block's) that are this block's."""
+        self.plans = {(l, n): p for (l, n), p in found.items() if l in self.stages}
+        self.by_numel = {n: p for (_, n), p in self.plans.items()} if len(self.stages) == 1 else {}
+
+    def stage(self, expected: int | None) -> int:
+        """The stage this call of the block is: the one the pass expects next
+        where the block is several stages, else its only one."""
+        if len(self.stages) > 1 and expected in self.stages:
+            assert expected is not None
+            return expected
+        return self.stages[0]
+
+    def in_graph_plan(self, expected: int | None, numel: int) -> tuple[int, Any] | None:
+        """The in-graph plan of this call at ``numel`` input elements, if any.
+        A block called once looks up by elements alone: its stage stays unread."""
+        if len(self.stages) == 1:
+            return self.by_numel.get(numel)
+        return self.plans.get((self.stage(expected), numel))
 
 
 class _Between(nn.Module):
@@ -751,6 +782,12 @@ class AppliedPlan:
         #: input) -> (its option, that option's checkpoint context function).
         #: Read by the forwards remat installs while Dynamo traces them.
         self._in_graph: dict[tuple[int, int], tuple[int, Any]] = {}
+        #: Each stage's block's slot (see _BlockSlot): what its forward reads.
+        self._slots: dict[int, _BlockSlot] = {}
+        #: Whether ``_in_graph`` holds a plan: what the forwards and hooks
+        #: Dynamo traces read (a dict read there is guarded on its contents,
+        #: so every new plan compiled every block's wrapper again).
+        self._in_graph_on = False
         self._verifying = False  # the next compiled step measures the in-graph plan's peak
         # The side inputs of the pass's blocks so far (see _side_inputs).
         self._side = _SideGradients()
@@ -920,22 +957,24 @@ class AppliedPlan:
             self._had_instance_forward.append(m.__dict__.get("forward"))
             original = m.forward
             self._originals.append(original)
-            stages = [l for l, other in enumerate(self.modules, 1) if other is m]
-            m.forward = self._make_forward(stages, original)  # type: ignore[method-assign]
+            slot = _BlockSlot([l for l, other in enumerate(self.modules, 1) if other is m])
+            for l in slot.stages:
+                self._slots[l] = slot
+            m.forward = self._make_forward(slot, original)  # type: ignore[method-assign]
         starts = torch.compiler.disable(self._model_starts, recursive=True)
 
         def model_starts(module: nn.Module, args: Any, kwargs: Any) -> None:
             # Traced by Dynamo under torch.compile (which then sees True), then
             # one graph break into the eager measurement; none where the plan
             # runs inside the graph (once its peak is measured).
-            if self._in_graph and not self._verifying and torch.compiler.is_compiling():
+            if self._in_graph_on and not self._verifying and torch.compiler.is_compiling():
                 return
             starts(torch.compiler.is_compiling(), args, kwargs)
 
         ends = torch.compiler.disable(self._model_ends, recursive=True)
 
         def model_ends(module: nn.Module, args: Any, output: Any) -> None:
-            if self._in_graph and not self._verifying and torch.compiler.is_compiling():
+            if self._in_graph_on and not self._verifying and torch.compiler.is_compiling():
                 return
             ends(module, args, output)
 
@@ -976,32 +1015,38 @@ class AppliedPlan:
         if self._use_cache:
             config.use_cache = False
 
-    def _make_forward(self, stages: list[int], original: Callable[..., Any]) -> Callable[..., Any]:
-        # ``stages``: the module's stages, more than one where the model calls
-        # it several times in a forward (ALBERT's shared layer): each call is
-        # the stage the pass over the stack expects next.
+    def _make_forward(self, slot: _BlockSlot, original: Callable[..., Any]) -> Callable[..., Any]:
+        # ``slot.stages``: the module's stages, more than one where the model
+        # calls it several times in a forward (ALBERT's shared layer): each
+        # call is the stage the pass over the stack expects next.
         # The executor runs eagerly (Python state, saved-tensor hooks), so
         # Dynamo breaks the graph into it; the blocks it runs are compiled
         # functions of their own when the model runs compiled (Dynamo, tracing
         # this wrapper, sees is_compiling() True) or compile= says so. A rerun
         # and a run without gradients (inference, generate()) are the block
         # itself, which Dynamo traces into the model's graph.
+        # Nothing this wrapper reads while Dynamo traces it may tell one block
+        # from another, or Dynamo guards on it and compiles the wrapper again
+        # for every block (past ``recompile_limit``, 8, the rest ran eagerly:
+        # transformers 5.25's Llama, guarded on ``stages[0]``): the block's
+        # index is read only inside the executor (``_call``), and the in-graph
+        # plan through the block's slot, by elements, so that blocks with
+        # one option share one graph.
         scheduled = torch.compiler.disable(self._call, recursive=True)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._capturing is not None:
-                return self._captured(stages, original, args, kwargs)
+                return self._captured(slot.stages, original, args, kwargs)
             if self._rerunning or not torch.is_grad_enabled():
                 body = self._body
                 if body is not None:  # a compiled recomputation (see _variant)
                     self._body = None
                     return body(*args, **kwargs)
                 return original(*args, **kwargs)
-            l = self._expected if len(stages) > 1 and self._expected in stages else stages[0]
-            if self._in_graph and torch.compiler.is_compiling():
+            if self._in_graph_on and torch.compiler.is_compiling():
                 # A plan that records every block runs inside the model's graph.
                 numel = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "").numel()
-                planned = self._in_graph.get((l, numel)) if isinstance(numel, int) else None
+                planned = slot.in_graph_plan(self._expected, numel) if isinstance(numel, int) else None
                 if planned is not None:
                     option, context = planned
                     if not option:
@@ -1009,7 +1054,7 @@ class AppliedPlan:
                     if context is None:
                         return checkpoint(original, *args, use_reentrant=False, **kwargs)
                     return checkpoint(original, *args, use_reentrant=False, context_fn=context, **kwargs)
-            return scheduled(l, original, torch.compiler.is_compiling(), args, kwargs)
+            return scheduled(slot, original, torch.compiler.is_compiling(), args, kwargs)
 
         # One code object for every block of the plan: a compiled block calls
         # its module, and Dynamo guards on ``module.forward.__code__``; a code
@@ -1442,7 +1487,7 @@ class AppliedPlan:
         # plan (tensors the blocks share, kept across them: the attention
         # mask, expanded): plan again that much lower, and measure again.
         self._in_graph_excess = max(self._in_graph_excess, peak - predicted)
-        self._in_graph = {}
+        self._set_in_graph({})
         refused = (
             f"the plan ran inside torch.compile's graph at {_fmt(peak)}, above the step's budget "
             f"{_fmt(planned.total)}: remat's executor runs the blocks from then on"
@@ -1565,8 +1610,14 @@ class AppliedPlan:
         return found
 
     def _call(
-        self, l: int, original: Callable[..., Any], compiling: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        slot: _BlockSlot,
+        original: Callable[..., Any],
+        compiling: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
+        l = slot.stage(self._expected)
         expected = self._check_order(l)
         args, kwargs = _without_cache(args, kwargs)
         call = Call.of(args, kwargs)
@@ -2381,7 +2432,8 @@ class AppliedPlan:
         elif m == "auto":
             total, how = auto_budget(self.model, device, 0, self.optimizer_state_bytes)
         else:
-            share = float(_PERCENT.match(m).group(1)) / 100  # type: ignore[union-attr]
+            share = share_of(m)
+            assert share is not None
             store_all = remat.simulate(chain, remat.solve(chain, 1 << 62, algorithm="store-all")).peak_memory
             whole = max(store_all + fixed, outside.pre_backward if outside is not None else 0)
             total = int(share * whole)
@@ -2441,6 +2493,13 @@ class AppliedPlan:
         # A compiled plan the executor runs: its next step is measured.
         self._verifying_executor = entry.compiled and not self._verifying
 
+    def _set_in_graph(self, found: dict[tuple[int, int], tuple[int, Any]]) -> None:
+        """The in-graph plans from now on, given to each block's slot too."""
+        self._in_graph = found
+        self._in_graph_on = bool(found)
+        for slot in {id(s): s for s in self._slots.values()}.values():
+            slot.set_plans(found)
+
     def _run_in_graph(self, entry: _Entry, numel: int, planned: _Planned) -> None:
         """From the next forward, blocks of ``numel`` elements run inside
         torch.compile's graph where the plan allows (the next step's peak is
@@ -2452,10 +2511,15 @@ class AppliedPlan:
         size = torch.empty((), dtype=dtype).element_size()
         inputs = [d["input_size"], *(s["output_size"] for s in d["stages"][:-1])]
         found = dict(self._in_graph)
+        # One context function per policy: Dynamo guards on the function a
+        # block's plan names, so blocks with one option share one graph.
+        contexts: dict[str, Any] = {}
         for l, o in enumerate(planned.in_graph, 1):
             policy = entry.options[l - 1][o] if o else None
-            found[(l, inputs[l - 1] // size)] = (o, None if policy is None else in_graph_context(policy))
-        self._in_graph = found
+            if policy is not None and policy.name not in contexts:
+                contexts[policy.name] = in_graph_context(policy)
+            found[(l, inputs[l - 1] // size)] = (o, None if policy is None else contexts[policy.name])
+        self._set_in_graph(found)
         self._verifying = True
         self._verified = None
         self._retrace()
@@ -4685,7 +4749,7 @@ def apply(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    memory = _check_memory(memory)
+    memory = check_memory(memory, "apply")
     if slots is None:
         slots = remat.DEFAULT_SLOTS
     if exact_memory is not None:
@@ -4742,21 +4806,3 @@ def apply(
             plan.remove()
             raise
     return plan
-
-
-def _check_memory(memory: object) -> int | str:
-    if isinstance(memory, bool) or not isinstance(memory, (int, str)):
-        raise ValueError(f"memory must be bytes (int), a size string, a share such as '60%' or 'auto', got {memory!r}")
-    if isinstance(memory, int):
-        if memory <= 0:
-            raise ValueError(f"memory must be positive, got {memory}")
-        return memory
-    if memory == "auto":
-        return memory
-    m = _PERCENT.match(memory)
-    if m:
-        share = float(m.group(1))
-        if not 0 < share <= 100:
-            raise ValueError(f"memory={memory!r}: a share must be above 0% and at most 100%")
-        return memory
-    return int(remat.parse_size(memory))
