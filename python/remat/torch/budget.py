@@ -3,12 +3,14 @@ budgets in bytes, and how they are written for people."""
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
 import remat
 
-__all__ = ["auto_budget", "format_bytes"]
+__all__ = ["MemoryArgumentError", "auto_budget", "check_memory", "format_bytes", "share_of"]
 
 
 def format_bytes(n: float) -> str:
@@ -17,6 +19,82 @@ def format_bytes(n: float) -> str:
 
 
 _fmt = format_bytes
+
+#: A share of what storing everything needs: ``"60%"``, ``"62.5 %"``,
+#: ``".5%"``, ``"50.%"`` (as the command line reads them).
+SHARE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*%\s*$")
+
+#: The largest budget in bytes taken: one exbibyte, far above any device,
+#: far below where the solver's sums of bytes would overflow.
+MAX_BYTES = 1 << 60
+
+
+class MemoryArgumentError(ValueError, TypeError):
+    """A ``memory=`` argument remat cannot read: a ``ValueError`` (a bad value),
+    and a ``TypeError`` too (a value of the wrong type), so that either
+    ``except`` catches it."""
+
+
+def share_of(memory: str) -> float | None:
+    """The share ``memory`` names (``"60%"`` -> 0.6), None where it names none.
+
+    # Example
+
+    ```python
+    from remat.torch.budget import share_of
+
+    assert share_of("60%") == 0.6 and share_of(".5%") == 0.005 and share_of("2GiB") is None
+    ```
+    """
+    m = SHARE.match(memory)
+    return float(m.group(1)) / 100 if m else None
+
+
+def check_memory(memory: object, caller: str = "apply", shares: bool = True, auto: bool = True) -> int | str:
+    """``memory=`` as :func:`remat.torch.apply` and :func:`remat.torch.max_batch`
+    take it: bytes (an int), a size (``"2GiB"``), with ``shares`` a share of
+    storing everything (``"60%"``), with ``auto`` ``"auto"``. Returns the bytes,
+    or the share or ``"auto"`` as given. O(length of the string).
+
+    Raises:
+        MemoryArgumentError: anything else, naming ``caller``, the argument and
+            its value, and what it takes.
+
+    # Example
+
+    ```python
+    from remat.torch.budget import check_memory
+
+    assert check_memory("1KiB") == 1024 and check_memory("60%") == "60%"
+    ```
+    """
+    takes = "bytes (int), a size such as '2GiB'" + (", a share such as '60%'" if shares else "")
+    takes += " or 'auto'" if auto else ""
+    if isinstance(memory, bool) or not isinstance(memory, (int, str)):
+        raise MemoryArgumentError(f"{caller}: memory must be {takes}, got {memory!r}")
+    if isinstance(memory, int):
+        if memory <= 0:
+            raise MemoryArgumentError(f"{caller}: memory must be positive, got {memory}")
+        if memory > MAX_BYTES:
+            raise MemoryArgumentError(
+                f"{caller}: memory={memory} bytes is above 1 EiB, more than any device holds; "
+                "to store everything, pass memory='100%'"
+            )
+        return memory
+    if auto and memory.strip() == "auto":
+        return "auto"
+    share = share_of(memory)
+    if share is not None:
+        if not shares:
+            raise MemoryArgumentError(f"{caller}: memory={memory!r} is a share; pass {takes}")
+        if not 0 < share <= 1:
+            raise MemoryArgumentError(f"{caller}: memory={memory!r}: a share must be above 0% and at most 100%")
+        return memory
+    try:
+        size = int(remat.parse_size(memory))
+    except ValueError as e:
+        raise MemoryArgumentError(f"{caller}: memory={memory!r}: {e}; memory takes {takes}") from e
+    return check_memory(size, caller, shares, auto) if size > MAX_BYTES or size <= 0 else size
 
 
 def _memory_fraction(device: torch.device) -> float:

@@ -39,7 +39,7 @@ from torch import nn
 import remat
 
 from .apply import apply
-from .budget import auto_budget
+from .budget import auto_budget, check_memory
 from .budget import format_bytes as _fmt
 from .memory import AllocatorTrace
 
@@ -185,16 +185,9 @@ def _budget(model: nn.Module, memory: object, apply_kwargs: Mapping[str, Any]) -
     if memory == "auto":
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
         return auto_budget(model, device, 0, apply_kwargs.get("optimizer_state_bytes"))[0]
-    if isinstance(memory, bool) or not isinstance(memory, (int, str)):
-        raise TypeError(f"max_batch: memory must be bytes (int) or a size string such as '2GiB', got {memory!r}")
-    if isinstance(memory, int):
-        if memory <= 0:
-            raise ValueError(f"max_batch: memory must be positive, got {memory}")
-        return memory
-    try:
-        return int(remat.parse_size(memory))
-    except ValueError as e:
-        raise ValueError(f"max_batch: memory={memory!r}: {e}") from e
+    checked = check_memory(memory, "max_batch", shares=False)
+    assert isinstance(checked, int)
+    return checked
 
 
 def _cuda_device(model: nn.Module) -> torch.device | None:

@@ -11,7 +11,7 @@ from torch import nn
 
 import remat
 
-from .budget import auto_budget
+from .budget import auto_budget, check_memory
 from .budget import format_bytes as _fmt
 from .executor import Executor, Op, Program, autocast_enabled
 from .profile import _names, _StageRunner, preserved_state, profile_calls, stages_of
@@ -119,12 +119,7 @@ class Checkpointed(nn.Module):
         super().__init__()
         stages = stages_of(module)
         self.module = module if isinstance(module, nn.Sequential) else nn.Sequential(*stages)
-        if isinstance(memory, bool) or not isinstance(memory, (int, str)):
-            raise ValueError(f"memory must be bytes (int), a size string or 'auto', got {memory!r}")
-        if isinstance(memory, int) and memory <= 0:
-            raise ValueError(f"memory must be positive, got {memory}")
-        if isinstance(memory, str) and memory != "auto":
-            memory = remat.parse_size(memory)  # a ValueError now rather than at the first step
+        memory = check_memory(memory, "Checkpointed", shares=False)  # an error now rather than at the first step
         self.memory: int | str = memory
         self.algorithm = algorithm
         self.slots = slots
