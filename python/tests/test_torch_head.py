@@ -612,6 +612,7 @@ def test_a_plan_whose_head_was_measured_in_parts_trains_within_its_budget(monkey
     assert abs(peak - plan.peak_memory) <= 0.02 * plan.peak_memory
 
 
+@pytest.mark.slow
 def test_compiled_blocks_plan_the_head_in_chunks_and_a_compiled_model_keeps_it_whole() -> None:
     """Below the whole head's floor: with compile=True (remat compiles the
     blocks) the plan chunks the head, within the budget by the allocator and
@@ -665,3 +666,28 @@ def test_planned_on_a_small_batch_the_first_step_of_a_large_one_never_holds_the_
         peak, _ = step(m, ids)
     assert plan.profiles == 1 and plan.loss_chunks is not None and plan.loss_chunks > 1
     assert plan.peak_memory is not None and peak <= plan.peak_memory <= budget
+
+
+def test_a_loss_head_naming_what_the_model_lacks_is_refused_at_apply() -> None:
+    """A LossHead whose targets argument the forward lacks, or whose head is
+    another model's, was accepted and surfaced at the first chunked step as an
+    InfeasibleError about the budget."""
+
+    class Tiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4))
+            self.out = nn.Linear(8, 50)
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = b(x)
+            return nn.functional.cross_entropy(self.out(x).view(-1, 50), labels.view(-1))
+
+    model = Tiny()
+    with pytest.raises(ValueError, match=r"LossHead\(targets='targets'\).*takes no argument 'targets'.*x, labels"):
+        rt.apply(model, memory="50%", head=rt.LossHead(model.out))
+    with pytest.raises(ValueError, match="not a submodule of Tiny"):
+        rt.apply(model, memory="50%", head=rt.LossHead(nn.Linear(8, 50), targets="labels"))
+    plan = rt.apply(model, memory="50%", head=rt.LossHead(model.out, targets="labels"))
+    plan.remove()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import random
@@ -4765,6 +4766,8 @@ def apply(
         raise TypeError(
             f"head must be a remat.torch.LossHead (the head module and the targets' argument), got {head!r}"
         )
+    if head is not None:
+        _check_head(model, head)
     if example_loss is not None and example_inputs is None:
         raise ValueError("example_loss= is the loss of example_inputs=, which is missing")
     named = resolve_policies(policies)
@@ -4806,3 +4809,25 @@ def apply(
             plan.remove()
             raise
     return plan
+
+
+def _check_head(model: nn.Module, head: LossHead) -> None:
+    """A :class:`LossHead` must name the model's own head module and an
+    argument of its forward: either mistake surfaced at the first chunked
+    step as an error about the budget."""
+    if not any(m is head.head for m in model.modules()):
+        raise ValueError(
+            f"head=LossHead({type(head.head).__name__}): that module is not a submodule of {type(model).__name__}; "
+            "pass the nn.Linear of this model that makes the logits"
+        )
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return  # a forward whose signature cannot be read: the first step checks the loss
+    if head.targets in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    raise ValueError(
+        f"head=LossHead(targets={head.targets!r}): {type(model).__name__}.forward takes no argument "
+        f"{head.targets!r} (it takes {', '.join(params) or 'none'}); name the argument that holds the targets, "
+        f"e.g. LossHead(head, targets={next(iter(params), 'targets')!r})"
+    )
