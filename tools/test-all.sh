@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite, Rust and Python, in one command on a fresh machine:
 #
-#   tools/test-all.sh                # everything
+#   tools/test-all.sh                # everything but the cases marked slow
 #   tools/test-all.sh --python-only  # skip `cargo test` (still builds the CLI the tests compare with)
+#   tools/test-all.sh --slow         # also the cases marked slow (CI runs them: .ci/run)
+#   tools/test-all.sh -k compile     # arguments after the options go to pytest
 #
 # 1. `cargo test` (the library, the command line, the examples of the README
 #    and of docs/guide.md);
-# 2. a virtualenv ($REMAT_VENV, default .venv) with maturin, pytest, ruff,
-#    mypy, torch, transformers, accelerate, torchvision and diffusers, each installed from the package registry only when
-#    missing (pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for
+# 2. a virtualenv ($REMAT_VENV, default .venv) with the versions
+#    python/constraints.txt pins of maturin, pytest, ruff, mypy, torch,
+#    transformers, accelerate, torchvision, timm and diffusers, installed from
+#    the package registry when they differ (REMAT_CONSTRAINTS= empty: the
+#    newest releases; pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for
 #    PyTorch's CPU-only wheels);
 # 3. `pip install .`: the package as a user gets it, remat._core built by
 #    maturin (a regular install, not an editable one: for development, run
 #    `maturin develop --release` in the venv afterwards);
 # 4. ruff (lint and format), mypy on the typed core, and pytest python/tests
-#    (the torch tests on the CPU).
+#    (the torch tests on the CPU, two workers), less the cases marked slow
+#    (pyproject.toml) unless --slow is given.
 #
 # Needs: a Rust toolchain (cargo), Python >= 3.9 with venv, network access to
 # the registries on the first run. Exit status: 0 when everything passed.
@@ -27,10 +32,19 @@ python="${PYTHON:-python3}"
 
 step() { printf '\n== %s\n' "$*"; }
 
+python_only=false
+slow="not slow"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python-only) python_only=true ;;
+        --slow) slow="" ;;
+        *) break ;;
+    esac
+    shift
+done
 case "${1:-}" in
-    "") python_only=false ;;
-    --python-only) python_only=true ;;
-    *) echo "usage: tools/test-all.sh [--python-only]" >&2; exit 2 ;;
+    ""|-*) ;;  # the rest goes to pytest (tools/test-latest.sh -k compile)
+    *) echo "usage: tools/test-all.sh [--python-only] [--slow] [PYTEST_ARGS...]" >&2; exit 2 ;;
 esac
 
 if $python_only; then
@@ -48,23 +62,30 @@ step "Python environment ($venv)"
 py="$venv/bin/python"
 # As `activate` does: the build backend runs `maturin` from PATH.
 export PATH="$venv/bin:$PATH"
-missing=()
-"$py" -c 'import maturin' 2>/dev/null || missing+=("maturin>=1.9,<2")
-"$py" -c 'import pytest' 2>/dev/null || missing+=("pytest")
-"$py" -c 'import ruff' 2>/dev/null || missing+=("ruff")
-"$py" -c 'import mypy' 2>/dev/null || missing+=("mypy")
-"$py" -c 'import torch' 2>/dev/null || missing+=("torch")
-"$py" -c 'import numpy' 2>/dev/null || missing+=("numpy")  # torch warns without it
-# The models remat.torch is tested on, built from configs (nothing downloaded).
-"$py" -c 'import transformers' 2>/dev/null || missing+=("transformers")
-"$py" -c 'import accelerate' 2>/dev/null || missing+=("accelerate")  # HF's Trainer needs it
-"$py" -c 'import torchvision' 2>/dev/null || missing+=("torchvision")
-"$py" -c 'import diffusers' 2>/dev/null || missing+=("diffusers")  # a U-Net's two stacks
-if [ ${#missing[@]} -gt 0 ]; then
-    "$py" -m pip install --quiet --upgrade pip
-    echo "installing: ${missing[*]}"
-    "$py" -m pip install --quiet "${missing[@]}"
+# The test environment: exactly the versions python/constraints.txt pins
+# (a fresh clone tests what CI tested); REMAT_CONSTRAINTS= (empty) takes the
+# newest releases instead (tools/test-latest.sh). pip answers from the venv
+# without the network when the pinned versions are there.
+constraints="${REMAT_CONSTRAINTS-$root/python/constraints.txt}"
+# The models remat.torch is tested on are built from configs (nothing
+# downloaded): transformers, torchvision, timm and diffusers (a U-Net's two
+# stacks); accelerate for HF's Trainer; numpy because torch warns without it.
+packages=(maturin pytest pytest-xdist ruff mypy torch numpy transformers accelerate torchvision timm diffusers)
+if [ -n "$constraints" ]; then
+    if ! "$py" -m pip install --quiet -c "$constraints" "${packages[@]}" --dry-run --report - 2>/dev/null |
+        "$py" -c 'import json, sys; sys.exit(bool(json.load(sys.stdin)["install"]))'; then
+        echo "installing the pinned test environment ($constraints)"
+        "$py" -m pip install --quiet -c "$constraints" "${packages[@]}"
+    fi
+else
+    echo "installing the newest releases"
+    "$py" -m pip install --quiet --upgrade "${packages[@]}"
 fi
+"$py" - <<'PY'
+from importlib.metadata import version
+names = ["torch", "transformers", "torchvision", "timm", "diffusers", "accelerate"]
+print("testing with " + ", ".join(f"{n} {version(n)}" for n in names))
+PY
 
 step "pip install . (builds remat._core)"
 # No build isolation: the venv's maturin builds it, so a rerun needs no network.
@@ -80,7 +101,10 @@ step "pytest python/tests"
 export REMAT_BIN="$CARGO_TARGET_DIR/debug/remat"
 # Run from outside python/ so that `import remat` is the installed package.
 status=0
-"$py" -m pytest -q -p no:cacheprovider "$root/python/tests" || status=$?
+# Two workers on CI's two cores (the torch tests run one thread each);
+# REMAT_PYTEST_WORKERS=0 runs them in this process.
+"$py" -m pytest -q -p no:cacheprovider -n "${REMAT_PYTEST_WORKERS:-auto}" ${slow:+-m "$slow"} "$root/python/tests" "$@" ||
+    status=$?
 # pytest's 5 means no test was collected: the suite has tests, so that is a
 # failure too (a broken collection must not pass).
 if [ "$status" -ne 0 ]; then

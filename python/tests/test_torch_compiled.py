@@ -374,7 +374,7 @@ def test_compiled_schedule_equals_the_eager_schedule(eager_random: None) -> None
 # -- apply under torch.compile ------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [llama, gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("make", [llama, pytest.param(gpt2, marks=pytest.mark.slow)], ids=["llama", "gpt2"])
 @pytest.mark.parametrize("how", ["torch.compile(model)", "compile=True"])
 def test_gradients_equal_compiled_plain_training(make: Callable[[], nn.Module], how: str, eager_random: None) -> None:
     plain = make()
@@ -403,6 +403,7 @@ def test_gradients_equal_compiled_plain_training(make: Callable[[], nn.Module], 
     assert "compiled" in plan.explain() or "inside torch.compile's graph" in plan.explain()
 
 
+@pytest.mark.slow
 def test_eager_and_compiled_forwards_get_plans_of_their_own() -> None:
     model = gpt2()
     plan = rt.apply(model, memory="50%")
@@ -445,7 +446,7 @@ def compiled_store_all_peak(make: Callable[[], nn.Module]) -> int:
     return measured_step(run, model)
 
 
-@pytest.mark.parametrize("make", [llama, gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("make", [llama, pytest.param(gpt2, marks=pytest.mark.slow)], ids=["llama", "gpt2"])
 def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Callable[[], nn.Module]) -> None:
     # Before compiled blocks, a budget planned eagerly ran 25% over it under
     # torch.compile, silently: the step's parts outside the stack were measured
@@ -483,6 +484,7 @@ def test_the_budget_holds_under_torch_compile_by_the_allocators_count(make: Call
                 assert abs(peak - chain) <= 0.02 * chain, (peak, chain, plan.explain())
 
 
+@pytest.mark.slow
 def test_an_in_graph_plan_measured_below_its_prediction_is_solved_higher_once() -> None:
     """An in-graph plan whose first step measures well below the chain's
     prediction (torchvision's ResNet-50: 104.09 MiB against 118.99) is solved
@@ -534,6 +536,7 @@ def test_an_in_graph_plan_measured_below_its_prediction_is_solved_higher_once() 
         assert peak <= final.total and peak == plan.peak_memory, (peak, final.total, plan.explain())
 
 
+@pytest.mark.slow
 def test_a_step_that_adds_into_grad_is_measured_again() -> None:
     """A compiled plan's verified step gave the parameters their first
     gradients, left out from their allocation (each is one the step leaves
@@ -752,6 +755,7 @@ def in_graph_plan(
     return model, run, plan
 
 
+@pytest.mark.slow
 def test_a_plan_that_records_every_block_runs_inside_the_graph_without_a_break(eager_random: None) -> None:
     # Storing everything records every block (option 0) on steady times (a
     # compiled option may measure faster than option 0, and under load one
@@ -851,6 +855,7 @@ def test_an_in_graph_plan_over_its_budget_is_solved_again_below_it(monkeypatch: 
         assert measured_step(run, model) <= before.total
 
 
+@pytest.mark.slow
 def test_in_graph_plans_that_measure_no_lower_are_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan solved lower inside the graph that measures no lower than the
     one before is the last in-graph plan: the executor runs the fastest plan
@@ -900,6 +905,7 @@ def test_an_in_graph_plan_over_its_budget_goes_back_to_the_executor() -> None:
     assert "remat's executor runs the blocks" in plan.explain()
 
 
+@pytest.mark.slow
 def test_blocks_whose_shapes_change_run_inside_the_graph_too(eager_random: None) -> None:
     # ResNet's stages change the activation's shape from block to block: each
     # block finds its own part of the plan by the elements of its input.
@@ -948,6 +954,7 @@ class ConvBlock(nn.Module):
         return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
 
 
+@pytest.mark.slow
 def test_one_graphs_blocks_are_predicted_without_the_input_copy_a_block_compiled_alone_saves() -> None:
     # Compiled alone, a block of convolutions saves a channels-last copy of its
     # input beside the input; in one model's graph every activation is laid

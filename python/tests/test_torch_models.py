@@ -705,6 +705,7 @@ def test_sequential_with_an_in_place_first_op_profiles_and_trains() -> None:
     assert_same_gradients(plain, stages)
 
 
+@pytest.mark.slow
 def test_torch_compile_after_apply() -> None:
     # Two eager steps, then the model compiled: the compiled forward gets a plan
     # of its own, its blocks run compiled (test_torch_compiled.py has the rest).
@@ -1188,7 +1189,7 @@ def _encoder_decoder(kind: str) -> Callable[[], nn.Module]:
     return make
 
 
-@pytest.mark.parametrize("kind", ["t5", "bart"])
+@pytest.mark.parametrize("kind", [pytest.param("t5", marks=pytest.mark.slow), "bart"])
 def test_an_encoder_decoder_plans_both_stacks_below_hf_checkpointing(kind: str) -> None:
     """The encoder's and the decoder's stacks are one chain, the model's code
     between them a stage recorded once (docs/model.md, "Several stacks").
