@@ -60,6 +60,7 @@ import remat
 from .budget import auto_budget, check_memory, share_of
 from .budget import format_bytes as _fmt
 from .compiled import CompiledBlocks, compile_options, in_graph_context, own_code
+from .copies import leave_out_of_copies, stop_leaving_out
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
 from .lifetimes import OutputLifetimes, replayed_peak
@@ -829,6 +830,10 @@ class AppliedPlan:
         self._shapes_measured: set[int] = set()
         self._shape_measure = False
         self._hooks: list[Any] = []
+        #: The forward installed on each block (by id), and the modules whose
+        #: copies leave this plan out (see copies.py).
+        self._installed: dict[int, Callable[..., Any]] = {}
+        self._copied_out: list[nn.Module] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
         #: The model's inputs in the forward now running (see _capture), and
         #: while _capture runs, each block's call found so far.
@@ -942,6 +947,24 @@ class AppliedPlan:
 
     # -- installing ---------------------------------------------------------
 
+    def _ours(self, module: nn.Module) -> bool:
+        """Whether ``module.forward`` is still the one this plan installed (a
+        later plan's, or the user's, is not this plan's to put back)."""
+        installed = self._installed.get(id(module))
+        return installed is not None and module.__dict__.get("forward") is installed
+
+    def _leave_out_of_copies(self, module: nn.Module, i: int | None) -> None:
+        """Copies and pickles of ``module`` leave out this plan's forward
+        (block ``i``'s; the model's with ``i`` None) and hooks (see copies.py)."""
+
+        def installed() -> dict[str, Any]:
+            if i is not None:
+                return {"forward": self._had_instance_forward[i]} if self._ours(module) else {}
+            return {"forward": self._had_model_forward} if self._head_forward else {}
+
+        leave_out_of_copies(module, installed, lambda: {h.id for h in self._hooks})
+        self._copied_out.append(module)
+
     def _install(self) -> None:
         first: dict[int, int] = {}  # a module's first stage (0-based): one called several times is several stages
         for i, m in enumerate(self.modules):
@@ -962,6 +985,8 @@ class AppliedPlan:
             for l in slot.stages:
                 self._slots[l] = slot
             m.forward = self._make_forward(slot, original)  # type: ignore[method-assign]
+            self._installed[id(m)] = m.forward
+            self._leave_out_of_copies(m, i)
         starts = torch.compiler.disable(self._model_starts, recursive=True)
 
         def model_starts(module: nn.Module, args: Any, kwargs: Any) -> None:
@@ -985,7 +1010,10 @@ class AppliedPlan:
         self._hooks.append(
             self.model.register_forward_hook(own_code(model_ends, f"remat_ends_{id(self):x}"), always_call=True)
         )
+        self._leave_out_of_copies(self.model, None)
         if self._lm_head is not None:
+            leave_out_of_copies(self._lm_head.head, dict, lambda: {h.id for h in self._hooks})
+            self._copied_out.append(self._lm_head.head)
             # The loss options are measured from hooks on a step the model's
             # own forward runs; its forward is replaced only once a plan
             # computes the loss in chunks (see _chunked_forward).
@@ -1083,12 +1111,16 @@ class AppliedPlan:
     def remove(self) -> None:
         """Puts every block's ``forward`` back; the model is as before :func:`apply`."""
         for m, before in zip(self.modules, self._had_instance_forward):
-            if isinstance(m, _Between):
-                continue
+            if isinstance(m, _Between) or not self._ours(m):
+                continue  # put back already, or another plan's now (remove() called twice)
             if before is None:
                 m.__dict__.pop("forward", None)
             else:
                 m.forward = before  # type: ignore[method-assign]
+        self._installed = {}
+        for m in self._copied_out:
+            stop_leaving_out(m)
+        self._copied_out = []
         if self._head_forward:
             if self._had_model_forward is None:
                 self.model.__dict__.pop("forward", None)
