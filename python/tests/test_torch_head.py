@@ -691,3 +691,57 @@ def test_a_loss_head_naming_what_the_model_lacks_is_refused_at_apply() -> None:
         rt.apply(model, memory="50%", head=rt.LossHead(nn.Linear(8, 50), targets="labels"))
     plan = rt.apply(model, memory="50%", head=rt.LossHead(model.out, targets="labels"))
     plan.remove()
+
+
+def test_chunked_loss_with_every_target_ignored_is_nan_with_zero_gradients_as_cross_entropy() -> None:
+    """All targets ``ignore_index``: cross_entropy's mean is 0/0 (NaN) and its
+    gradients are zero; the chunked loss put NaN in every gradient."""
+    h = torch.randn(12, 8, requires_grad=True)
+    w = torch.randn(50, 8, requires_grad=True)
+    t = torch.full((12,), -100)
+    whole = nn.functional.cross_entropy(h @ w.T, t)
+    whole.backward()
+    expected = (h.grad.clone(), w.grad.clone())  # type: ignore[union-attr]
+    h.grad, w.grad = None, None
+    chunked = rt.chunked_cross_entropy(h, w, t, chunks=3)
+    chunked.backward()
+    assert torch.isnan(whole) and torch.isnan(chunked)
+    assert torch.equal(h.grad, expected[0]) and torch.equal(w.grad, expected[1])  # type: ignore[arg-type]
+    assert not h.grad.any()  # type: ignore[union-attr]
+
+
+def test_chunked_loss_refuses_a_target_out_of_range_as_cross_entropy_does() -> None:
+    h, w = torch.randn(6, 8), torch.randn(50, 8)
+    for bad in (-1, 50):
+        t = torch.tensor([1, 2, bad, 3, -100, 4])
+        with pytest.raises(IndexError):
+            nn.functional.cross_entropy(h @ w.T, t)
+        with pytest.raises(IndexError, match=rf"target {bad} is out of bounds for 50 classes"):
+            rt.chunked_cross_entropy(h, w, t, chunks=2)
+
+
+def test_a_causal_lms_ignore_index_reaches_the_chunked_loss() -> None:
+    """``model(ids, labels=..., ignore_index=0)``: Hugging Face's loss skips the
+    zeros; once the head was chunked, remat's counted them (loss and gradients
+    off by 8.9 relative)."""
+    labels = IDS.clone()
+    labels[:, ::3] = 0  # a third of the positions are the ignored index
+    plain = llama()
+    plain.config.use_cache = False
+    torch.manual_seed(7)
+    expected = plain(IDS, labels=labels, ignore_index=0).loss
+    expected.backward()
+    m = llama()
+    budget = int(0.6 * hf_peak(llama))
+    with steady_profiles():
+        plan = rt.apply(m, memory=budget)
+        for _ in range(3):
+            m.zero_grad(set_to_none=True)
+            torch.manual_seed(7)
+            loss = m(IDS, labels=labels, ignore_index=0).loss
+            loss.backward()
+    assert plan.loss_chunks is not None and plan.loss_chunks > 1, plan.explain()
+    assert abs(float(loss) - float(expected)) <= 1e-6 * abs(float(expected))
+    for (name, p), q in zip(m.named_parameters(), plain.parameters()):
+        assert p.grad is not None and q.grad is not None, name
+        assert rel(p.grad, q.grad) <= 1e-5, name

@@ -81,6 +81,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         scale = 1.0 / denominator.to(torch.float32)
+        # No target counted (every one ignore_index): the loss is 0/0, NaN, as
+        # cross_entropy's mean; the gradients are zero, as its backward's
+        # (with the loss's scale they were NaN in every parameter: round 5).
+        grad_scale = torch.where(denominator > 0, scale, torch.zeros_like(scale))
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for a, b in _bounds(hidden.shape[0], chunks):
             h = hidden[a:b]
@@ -96,7 +100,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             rows = torch.arange(t.shape[0], device=t.device)
             g[rows[valid], t[valid]] -= 1.0
             g[~valid] = 0.0
-            g.mul_(scale)
+            g.mul_(grad_scale)
             gd = g.to(hidden.dtype)
             del g
             if grad_h is not None:
@@ -170,8 +174,19 @@ def chunked_cross_entropy(
     t = targets.reshape(-1).to(h.device)
     if t.shape[0] != h.shape[0]:
         raise ValueError(f"targets has {t.shape[0]} elements for {h.shape[0]} tokens of hidden {tuple(hidden.shape)}")
+    counted = t != ignore_index
+    vocabulary = weight.shape[0]
+    out_of_range = counted & ((t < 0) | (t >= vocabulary))
+    if bool(out_of_range.any()):
+        # As cross_entropy raises (chunks gathered at the clamped index and
+        # trained on a wrong target in silence).
+        bad = int(t[out_of_range][0])
+        raise IndexError(
+            f"chunked_cross_entropy: target {bad} is out of bounds for {vocabulary} classes "
+            f"(targets are class indices in [0, {vocabulary}) or ignore_index={ignore_index})"
+        )
     if num_items_in_batch is None:
-        denominator = (t != ignore_index).sum().to(torch.float32)
+        denominator = counted.sum().to(torch.float32)
     else:
         denominator = torch.as_tensor(num_items_in_batch, device=h.device).to(torch.float32)
     out = _ChunkedLinearCrossEntropy.apply(h, weight, bias, t, chunks, ignore_index, denominator)
@@ -202,7 +217,7 @@ class HeadOption:
 #: show the difference, so the check of the loss alone would let them pass.
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
-_DROP = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels", "return_dict")
+_DROP = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels", "ignore_index", "return_dict")
 
 
 class CausalLMHead:
@@ -279,7 +294,11 @@ class CausalLMHead:
             return None
         if named.get("logits_to_keep") not in (None, 0):
             return None
-        loss_kwargs = {k: named[k] for k in ("num_items_in_batch", "shift_labels") if named.get(k) is not None}
+        # What Hugging Face's loss_function takes besides the logits and labels
+        # (ignore_index was lost once the head was chunked: round 5).
+        loss_kwargs = {
+            k: named[k] for k in ("num_items_in_batch", "shift_labels", "ignore_index") if named.get(k) is not None
+        }
         base = {k: v for k, v in named.items() if k not in _DROP}
         if not self._takes_any and any(k not in self._base_params for k in base):
             return None
@@ -300,15 +319,17 @@ class CausalLMHead:
             logits = self.head(hidden) if hooks else nn.functional.linear(hidden, self.head.weight, self.head.bias)
             vocab = self.head.out_features
             return self.model.loss_function(logits=logits, labels=labels, vocab_size=vocab, **loss_kwargs), logits
+        ignore_index = int(loss_kwargs.get("ignore_index", -100))
         shifted = loss_kwargs.get("shift_labels")
         if shifted is None:
-            shifted = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+            shifted = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
         loss = chunked_cross_entropy(
             hidden,
             self.head.weight,
             shifted,
             bias=self.head.bias,
             chunks=chunks,
+            ignore_index=ignore_index,
             num_items_in_batch=loss_kwargs.get("num_items_in_batch"),
         )
         return loss, None
