@@ -537,3 +537,19 @@ def test_integer_input_stage() -> None:
     ours(ids).sum().backward()
     for p, q in zip(plain.parameters(), module.parameters()):
         assert q.grad is not None and p.grad is not None and torch.equal(p.grad, q.grad)
+
+
+def test_an_empty_batch_runs_plainly_and_the_plan_goes_on() -> None:
+    """An empty batch (the last of a filtered loader) raised a bare
+    ZeroDivisionError and, as the first step, broke the plan for good: every
+    later shape was sized by its zero elements."""
+    plain, ours = make(), make()
+    plan = rt.apply(ours, memory="35%")
+    empty = torch.randn(0, 8)
+    for x in (empty, X, X, empty, X):
+        for m in (plain, ours):
+            m.zero_grad(set_to_none=True)
+            torch.manual_seed(5)
+            m(x).square().sum().backward()
+        assert_same(grads(plain), grads(ours))
+    assert recomputes(plan) and plan.peak_memory is not None

@@ -1656,8 +1656,15 @@ class AppliedPlan:
         call = Call.of(args, kwargs)
         if l == 1 or expected == 1:  # the pass's first block (the ones before it skipped)
             x = call.carried
-            if not (x.requires_grad or any(p.requires_grad for m in self.modules for p in m.parameters())):
+            if x.numel() == 0 or not (
+                x.requires_grad or any(p.requires_grad for m in self.modules for p in m.parameters())
+            ):
+                # Nothing to plan: no gradient, or an empty batch (which keeps
+                # no activations; profiled, every later shape was sized by
+                # its zero elements: a bare ZeroDivisionError for good).
                 self._step = None
+                if x.numel() == 0 and isinstance(self._measure, (_Measure, _TracedMeasure)):
+                    self._end_measure()  # nothing of this step to learn from
                 return original(*args, **kwargs)
             if isinstance(self._measure, (_Measure, _TracedMeasure)):
                 self._measure.stack_starts(x, call.side_tensors())
