@@ -63,6 +63,7 @@ from .compiled import CompiledBlocks, compile_options, in_graph_context, own_cod
 from .copies import leave_out_of_copies, stop_leaving_out
 from .executor import Executor, Op, Program, Step, autocast_enabled
 from .head import CausalLMHead, HeadOption, LossHead, UserHead, measure_options
+from .hf_capture import outputs_not_captured
 from .lifetimes import OutputLifetimes, replayed_peak
 from .memory import AllocatorTrace, LiveBytes
 from .offload import Bandwidth, bandwidth, with_offload
@@ -1932,8 +1933,9 @@ class AppliedPlan:
             # down, such parts are over-estimated, never under.
             entry = None
         if entry is None:
-            calls = self._capture()
-            chain, found, outputs = self._profile(call, calls, compiled)
+            with outputs_not_captured():  # remat's own runs of the blocks: not the model's outputs
+                calls = self._capture()
+                chain, found, outputs = self._profile(call, calls, compiled)
             self.profiles += 1
             options = found.options
             if self.offload and not compiled and x.device.type in _OFFLOAD_DEVICES:
@@ -2016,7 +2018,8 @@ class AppliedPlan:
         kept, derived = self._inputs, self._captured_derived
         self._inputs = inputs
         try:
-            calls = self._capture(quiet=True, keep_first=True)
+            with outputs_not_captured():
+                calls = self._capture(quiet=True, keep_first=True)
         finally:
             self._inputs, self._captured_derived = kept, derived
         first, self._captured_first = self._captured_first, None
@@ -2025,7 +2028,8 @@ class AppliedPlan:
         if numel and first.carried.numel() != numel:
             return None
         try:
-            chain, _, _ = self._profile(first, calls, False, repeat=1, sizes_only=True)
+            with outputs_not_captured():
+                chain, _, _ = self._profile(first, calls, False, repeat=1, sizes_only=True)
         except Exception as e:  # a refinement: the plan reads the fit without it
             _log.debug("%s at a shorter sequence: not profiled (%s)", type(self.model).__name__, e)
             return None
