@@ -1610,7 +1610,24 @@ class AppliedPlan:
 
     def _key(self, x: torch.Tensor, compiled: bool) -> tuple[Any, ...]:
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
-        return (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
+        key = (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
+        if len(self.stacks) > 1:
+            # The first stack's input says nothing of the later stacks' (T5's
+            # target, CLIP's text): a plan made for other inputs ran them
+            # unprofiled, +58% to +350% over a byte budget (round 5). Each
+            # shape of the model's inputs is a plan of its own.
+            key += (self._input_shapes(),)
+        return key
+
+    def _input_shapes(self) -> tuple[Any, ...]:
+        """The shapes of the tensors the model's forward was given on this
+        step, by position and name (() outside a training step's forward)."""
+        if self._inputs is None:
+            return ()
+        args, kwargs = self._inputs
+        found: list[tuple[Any, ...]] = [(i, tuple(v.shape)) for i, v in enumerate(args) if isinstance(v, torch.Tensor)]
+        found += [(k, tuple(v.shape)) for k, v in sorted(kwargs.items()) if isinstance(v, torch.Tensor)]
+        return tuple(found)
 
     def _variant(self, i: int, policy: NamedPolicy | None) -> Callable[..., Any]:
         """How the executor calls block i + 1's compiled variant for ``policy``
