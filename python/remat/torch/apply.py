@@ -557,7 +557,7 @@ class _Entry:
     #: not at all (the head's parameter gradients, which a scaled figure
     #: keeps whole) is read as it is. DeBERTa-v2 at 48 of 64 tokens was
     #: predicted 2.2% high.
-    outside_at: dict[int, _Outside] = field(default_factory=dict)
+    outside_at: dict[tuple[int, int], _Outside] = field(default_factory=dict)
     #: Bytes of the gradients of the blocks' side inputs that require one (an
     #: encoder's output, read by every decoder block's cross-attention; a
     #: U-Net's skip connections, nested in a tuple), with ``numel`` elements
@@ -580,10 +580,10 @@ class _Entry:
     #: None where not: shorter sequences then scale linearly.
     shorter: dict[str, Any] | None = None
     #: The stacks' sizes profiled at a sequence below half the first one's
-    #: (see _SHAPES_PROFILED), by elements between blocks: read as they are
+    #: (see _SHAPES_PROFILED), by elements between blocks and length: read as they are
     #: (the times scaled), where the fit through T and T/2 would read every
     #: size at least at its linear scaling, 11-19% high on GPT-2 and Llama.
-    sized: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sized: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     #: For each plan of ``by_numel`` where ``shorter`` is known, the sequence
     #: length it was solved for (as many elements at another length differ).
     lengths: dict[int, int] = field(default_factory=dict)
@@ -828,7 +828,7 @@ class AppliedPlan:
         #: The model's inputs' elements of each shape whose outside parts were
         #: measured (see _SHAPES_MEASURED), and whether the measurement under
         #: way is of a shape after the first.
-        self._shapes_measured: set[int] = set()
+        self._shapes_measured: set[tuple[Any, ...]] = set()
         self._shape_measure = False
         self._hooks: list[Any] = []
         #: The forward installed on each block (by id), and the modules whose
@@ -1349,7 +1349,10 @@ class AppliedPlan:
                     entry.by_numel.clear()
         self._end_measure()  # a measurement the last step never finished
         self._shape_measure = False
-        shape = self._input_elements()  # which shape this step is (see _SHAPES_MEASURED)
+        # Which shape this step is (see _SHAPES_MEASURED): by the inputs'
+        # shapes, not their elements (2 x 64 tokens hold other T x T parts,
+        # an eager attention's mask, than 4 x 32).
+        elements, shape = self._input_elements(), self._input_shapes()
         if compiling and torch.is_grad_enabled():
             self._compiled_steps += 1
             if self._compiled_steps == 1:
@@ -1368,7 +1371,7 @@ class AppliedPlan:
             and not compiling
             and not self._compiled(compiling)
             and self.in_flight == 1
-            and 0 < shape
+            and 0 < elements
             and shape not in self._shapes_measured
             and len(self._shapes_measured) < _SHAPES_MEASURED
             and (self._on_gpu() or AllocatorTrace.available())
@@ -1992,13 +1995,13 @@ class AppliedPlan:
             if (
                 entry.shorter is not None
                 and 0 < 2 * length < entry.shape[1]
-                and numel not in entry.sized
+                and (numel, length) not in entry.sized
                 and len(entry.sized) < _SHAPES_PROFILED
                 and self._inputs is not None
             ):
                 sizes = self._sizes_on(self._inputs, entry.shape[1], numel)
                 if sizes is not None:
-                    entry.sized[numel] = sizes
+                    entry.sized[numel, length] = sizes
             planned = self._solve(entry, numel, x.device)
             entry.by_numel[numel] = planned
         self._last = (entry, numel, x.device)
@@ -2177,7 +2180,9 @@ class AppliedPlan:
     def _solve(self, entry: _Entry, numel: int, device: torch.device, at_least: int = 0) -> _Planned:
         base, factor = entry.base, numel / entry.numel
         length = entry.lengths.get(numel, 0)
-        sized = entry.sized.get(numel)
+        # By elements and length: 2 x 128 tokens are not 4 x 64 (sized by
+        # elements alone, they were planned on 4 x 64's sizes: 17% over).
+        sized = entry.sized.get((numel, length))
         if sized is not None:
             # Profiled at this very shape: its sizes as they are.
             base, factor = _with_sizes(entry.base, sized, factor), 1.0
@@ -2189,7 +2194,7 @@ class AppliedPlan:
         stack = _scaled(base, factor, self._weight_gradients, entry.fixed) if abs(factor - 1) > 1e-12 else base
         stack = self._with_bridges(stack, entry, numel)
         stack = _with_derived_inputs(stack, entry.derived)
-        outside = entry.outside_at.get(numel)
+        outside = entry.outside_at.get((numel, length))
         if outside is None and entry.outside is not None:
             outside = entry.outside.scaled(numel, self._input_elements())
         side = math.ceil(entry.side_gradients * numel / entry.numel)
@@ -2511,7 +2516,7 @@ class AppliedPlan:
         """Adds what the part before the stack takes in its backward, measured at
         the end of a step, and plans again with it."""
         if self._shape_measure and self._last is not None:
-            found = self._last[0].outside_at.get(numel)
+            found = self._last[0].outside_at.get((numel, self._last[0].lengths.get(numel, 0)))
             if found is not None:
                 found.pre_backward = peak
                 self._measured(found)
@@ -2543,7 +2548,7 @@ class AppliedPlan:
                 # The head ran in chunks: its figures are the whole head's
                 # only on a step that runs it whole (the first shape's).
                 return
-            entry.outside_at[numel] = outside
+            entry.outside_at[numel, entry.lengths.get(numel, 0)] = outside
             entry.by_numel[numel] = self._solve(entry, numel, device)
             return
         self._outside = outside

@@ -1,0 +1,59 @@
+"""Shapes of as many tokens at another length are planned for their own
+length (round 5: below half the profiled length, 2 x 128 after 4 x 64 was
+planned on 4 x 64's sizes and parts outside the stack, 17% over)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_models import steady_profiles
+
+import remat.torch as rt
+from remat.torch.memory import AllocatorTrace
+
+torch.set_num_threads(1)
+transformers = pytest.importorskip("transformers")
+
+
+def llama() -> nn.Module:
+    config = transformers.LlamaConfig(
+        num_hidden_layers=4,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=160,
+        vocab_size=512,
+        attn_implementation="eager",  # T x T scores and a T x T mask: what grows faster than the tokens
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).train()
+
+
+def step(model: nn.Module, batch: int, length: int, measured: bool = False) -> int:
+    ids = torch.randint(0, 512, (batch, length), generator=torch.Generator().manual_seed(length))
+    model.zero_grad(set_to_none=True)
+    if not measured:
+        model(ids, labels=ids).loss.backward()
+        return 0
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        model(ids, labels=ids).loss.backward()
+        end = trace.mark()
+    return trace.peak(0, end)
+
+
+def test_as_many_tokens_at_another_length_are_predicted_for_that_length() -> None:
+    model = llama()
+    with steady_profiles():
+        plan = rt.apply(model, memory="50%")
+        predicted = {}
+        for batch, length in ((1, 256), (4, 32), (2, 64)):  # the last two: 128 tokens each, below half of 256
+            step(model, batch, length)
+            step(model, batch, length)  # a new shape's first step measures what lies outside the stack
+            peak = step(model, batch, length, measured=True)
+            assert plan.peak_memory is not None
+            predicted[batch, length] = plan.peak_memory
+            assert peak <= plan.peak_memory, (batch, length, peak / plan.peak_memory)
+            assert plan.peak_memory - peak <= 0.02 * plan.peak_memory, (batch, length, peak / plan.peak_memory)
+    assert predicted[2, 64] > predicted[4, 32]  # T x T parts: twice the length, twice their bytes
