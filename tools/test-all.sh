@@ -15,8 +15,9 @@
 #    newest releases; pip honours PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, e.g. for
 #    PyTorch's CPU-only wheels);
 # 3. `pip install .`: the package as a user gets it, remat._core built by
-#    maturin (a regular install, not an editable one: for development, run
-#    `maturin develop --release` in the venv afterwards);
+#    maturin in the `dev` profile `cargo test` built (a regular install, not
+#    an editable one: for development, run `maturin develop --release` in the
+#    venv afterwards);
 # 4. ruff (lint and format), mypy on the typed core, and pytest python/tests
 #    (the torch tests on the CPU, two workers), less the cases marked slow
 #    (pyproject.toml) unless --slow is given.
@@ -30,7 +31,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 venv="${REMAT_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
 
-step() { printf '\n== %s\n' "$*"; }
+started=$SECONDS
+# Each step with the seconds since the start: where the time goes.
+step() { printf '\n== %s (at %ds)\n' "$*" "$((SECONDS - started))"; }
 
 python_only=false
 slow="not slow"
@@ -89,7 +92,11 @@ PY
 
 step "pip install . (builds remat._core)"
 # No build isolation: the venv's maturin builds it, so a rerun needs no network.
-"$py" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall "$root"
+# The `dev` profile (opt-level 2, debug assertions on): it reuses what `cargo
+# test` compiled, where a release build compiled every dependency again (3 of
+# the command's 16 minutes on a new machine); CI's own `pip install .` below
+# (.ci/run) builds the release wheel a user gets.
+"$py" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall -C build-args="--profile dev" "$root"
 
 step "ruff check, ruff format --check, mypy"
 "$py" -m ruff check "$root"
@@ -112,4 +119,4 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 echo
-echo "all Rust and Python tests passed"
+echo "all Rust and Python tests passed in $((SECONDS - started))s"
