@@ -36,17 +36,18 @@ def t5() -> nn.Module:
     return transformers.T5ForConditionalGeneration(config).train()
 
 
-def step(model: nn.Module, length: int, measured: bool = False) -> int:
+def step(model: nn.Module, length: int, measured: bool = False, batch: int = 4) -> int:
     """A step on a target of ``length`` tokens; its peak by the allocator
     above the start (parameter gradients left out) where ``measured``."""
-    target = torch.randint(0, 256, (4, length), generator=torch.Generator().manual_seed(length))
+    target = torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(length))
+    source = SOURCE[:batch]
     model.zero_grad(set_to_none=True)
     if not measured:
-        model(input_ids=SOURCE, labels=target).loss.backward()
+        model(input_ids=source, labels=target).loss.backward()
         return 0
     with AllocatorTrace() as trace:
         trace.exclude_parameter_gradients(model.parameters())
-        model(input_ids=SOURCE, labels=target).loss.backward()
+        model(input_ids=source, labels=target).loss.backward()
         end = trace.mark()
     return trace.peak(0, end)
 
@@ -61,3 +62,10 @@ def test_a_longer_target_is_planned_for_its_own_length() -> None:
             peak = step(model, length, measured=True)
             assert peak <= BUDGET, (length, peak / BUDGET, plan.explain())
     assert plan.profiles == 2  # the longer target was profiled, not sized from the shorter one
+    with steady_profiles():
+        # Half the batch: every input in its proportions, sized by scaling.
+        step(model, 128, batch=2)
+        step(model, 128, batch=2)
+        peak = step(model, 128, measured=True, batch=2)
+    assert plan.profiles == 2 and plan.peak_memory is not None
+    assert peak <= plan.peak_memory <= BUDGET, (peak, plan.peak_memory)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fractions
 import functools
 import inspect
 import logging
@@ -503,12 +504,12 @@ class _BlockSlot:
 
     def __init__(self, stages: list[int]) -> None:
         self.stages = stages
-        #: (stage, elements of its input) -> (option, context function).
-        self.plans: dict[tuple[int, int], tuple[int, Any]] = {}
-        #: The same for a block called once, by elements alone.
-        self.by_numel: dict[int, tuple[int, Any]] = {}
+        #: (stage, its input's shape or elements) -> (option, context function).
+        self.plans: dict[tuple[int, Any], tuple[int, Any]] = {}
+        #: The same for a block called once, by shape or elements alone.
+        self.by_numel: dict[Any, tuple[int, Any]] = {}
 
-    def set_plans(self, found: dict[tuple[int, int], tuple[int, Any]]) -> None:
+    def set_plans(self, found: dict[tuple[int, Any], tuple[int, Any]]) -> None:
         """Keeps the plans of ``found`` (every block's) that are this block's."""
         self.plans = {(l, n): p for (l, n), p in found.items() if l in self.stages}
         self.by_numel = {n: p for (_, n), p in self.plans.items()} if len(self.stages) == 1 else {}
@@ -521,12 +522,18 @@ class _BlockSlot:
             return expected
         return self.stages[0]
 
-    def in_graph_plan(self, expected: int | None, numel: int) -> tuple[int, Any] | None:
-        """The in-graph plan of this call at ``numel`` input elements, if any.
-        A block called once looks up by elements alone: its stage stays unread."""
+    def in_graph_plan(self, expected: int | None, shape: tuple[int, ...], numel: int) -> tuple[int, Any] | None:
+        """The in-graph plan of this call on an input of ``shape`` (``numel``
+        elements), if any: planned by the shape where the plan knew it (the
+        blocks whose input is the stack's: 1 x 256 tokens are not 4 x 64, whose
+        plan ran them 72% over in round 5), else by elements. A block called
+        once looks up without its stage, which stays unread."""
         if len(self.stages) == 1:
-            return self.by_numel.get(numel)
-        return self.plans.get((self.stage(expected), numel))
+            found = self.by_numel.get(shape)
+            return found if found is not None else self.by_numel.get(numel)
+        l = self.stage(expected)
+        found = self.plans.get((l, shape))
+        return found if found is not None else self.plans.get((l, numel))
 
 
 class _Between(nn.Module):
@@ -775,16 +782,18 @@ class AppliedPlan:
         self._had_instance_forward: list[Any] = []
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._last: tuple[_Entry, int, torch.device] | None = None
+        self._last_shape: tuple[int, ...] | None = None  # the first block's input's, on that step
         self._step: Step | None = None
         #: What this step follows of its blocks' outputs (see _Planned.freed).
         self._lifetimes: OutputLifetimes | None = None
         self._executor: Executor | None = None
         self._measure: _Measure | _TracedMeasure | _Verify | None = None
         self._compiled_steps = 0  # training forwards under torch.compile so far
-        #: Plans that run inside torch.compile's graph: (block, elements of its
-        #: input) -> (its option, that option's checkpoint context function).
+        #: Plans that run inside torch.compile's graph: (block, its input's shape,
+        #: or its elements where the shape is not the stack input's) -> (its
+        #: option, that option's checkpoint context function).
         #: Read by the forwards remat installs while Dynamo traces them.
-        self._in_graph: dict[tuple[int, int], tuple[int, Any]] = {}
+        self._in_graph: dict[tuple[int, Any], tuple[int, Any]] = {}
         #: Each stage's block's slot (see _BlockSlot): what its forward reads.
         self._slots: dict[int, _BlockSlot] = {}
         #: Whether ``_in_graph`` holds a plan: what the forwards and hooks
@@ -1075,8 +1084,10 @@ class AppliedPlan:
                 return original(*args, **kwargs)
             if self._in_graph_on and torch.compiler.is_compiling():
                 # A plan that records every block runs inside the model's graph.
-                numel = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "").numel()
-                planned = slot.in_graph_plan(self._expected, numel) if isinstance(numel, int) else None
+                x = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "")
+                numel, shape = x.numel(), tuple(x.shape)
+                known = isinstance(numel, int) and all(isinstance(n, int) for n in shape)
+                planned = slot.in_graph_plan(self._expected, shape, numel) if known else None
                 if planned is not None:
                     option, context = planned
                     if not option:
@@ -1614,12 +1625,14 @@ class AppliedPlan:
     def _key(self, x: torch.Tensor, compiled: bool) -> tuple[Any, ...]:
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
         key = (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
-        if len(self.stacks) > 1:
+        if len(self.stacks) > 1 and x.numel() > 0:
             # The first stack's input says nothing of the later stacks' (T5's
             # target, CLIP's text): a plan made for other inputs ran them
-            # unprofiled, +58% to +350% over a byte budget (round 5). Each
-            # shape of the model's inputs is a plan of its own.
-            key += (self._input_shapes(),)
+            # unprofiled, +58% to +350% over a byte budget (round 5). Inputs
+            # that keep their proportions to the first stack's (a smaller
+            # batch, every sequence shorter alike) are sized by scaling as a
+            # single stack's; any other is a plan of its own.
+            key += tuple((k, len(s), fractions.Fraction(math.prod(s), x.numel())) for k, s in self._input_shapes())
         return key
 
     def _input_shapes(self) -> tuple[Any, ...]:
@@ -2005,6 +2018,7 @@ class AppliedPlan:
             planned = self._solve(entry, numel, x.device)
             entry.by_numel[numel] = planned
         self._last = (entry, numel, x.device)
+        self._last_shape = tuple(x.shape)
         return planned.executor
 
     def _profile_shorter(self, length: int) -> dict[str, Any] | None:
@@ -2559,7 +2573,7 @@ class AppliedPlan:
         # A compiled plan the executor runs: its next step is measured.
         self._verifying_executor = entry.compiled and not self._verifying
 
-    def _set_in_graph(self, found: dict[tuple[int, int], tuple[int, Any]]) -> None:
+    def _set_in_graph(self, found: dict[tuple[int, Any], tuple[int, Any]]) -> None:
         """The in-graph plans from now on, given to each block's slot too."""
         self._in_graph = found
         self._in_graph_on = bool(found)
@@ -2580,11 +2594,15 @@ class AppliedPlan:
         # One context function per policy: Dynamo guards on the function a
         # block's plan names, so blocks with one option share one graph.
         contexts: dict[str, Any] = {}
+        shape = self._last_shape if self._last_shape is not None and math.prod(self._last_shape) == numel else None
         for l, o in enumerate(planned.in_graph, 1):
             policy = entry.options[l - 1][o] if o else None
             if policy is not None and policy.name not in contexts:
                 contexts[policy.name] = in_graph_context(policy)
-            found[(l, inputs[l - 1] // size)] = (o, None if policy is None else contexts[policy.name])
+            elements = inputs[l - 1] // size
+            # By the step's shape where the block takes the stack's (see _BlockSlot.in_graph_plan).
+            key: Any = shape if shape is not None and elements == numel else elements
+            found[(l, key)] = (o, None if policy is None else contexts[policy.name])
         self._set_in_graph(found)
         self._verifying = True
         self._verified = None
