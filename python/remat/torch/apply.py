@@ -783,6 +783,7 @@ class AppliedPlan:
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._last: tuple[_Entry, int, torch.device] | None = None
         self._last_shape: tuple[int, ...] | None = None  # the first block's input's, on that step
+        self._last_inputs: tuple[Any, ...] | None = None  # the model's inputs' shapes, on that step
         self._step: Step | None = None
         #: What this step follows of its blocks' outputs (see _Planned.freed).
         self._lifetimes: OutputLifetimes | None = None
@@ -800,6 +801,9 @@ class AppliedPlan:
         #: Dynamo traces read (a dict read there is guarded on its contents,
         #: so every new plan compiled every block's wrapper again).
         self._in_graph_on = False
+        #: The shapes of the model's inputs (see _shapes_of) the in-graph plans
+        #: were made for: a step of another shape starts as any step does.
+        self._in_graph_inputs: frozenset[tuple[Any, ...]] = frozenset()
         self._verifying = False  # the next compiled step measures the in-graph plan's peak
         # The side inputs of the pass's blocks so far (see _side_inputs).
         self._side = _SideGradients()
@@ -1002,16 +1006,24 @@ class AppliedPlan:
         def model_starts(module: nn.Module, args: Any, kwargs: Any) -> None:
             # Traced by Dynamo under torch.compile (which then sees True), then
             # one graph break into the eager measurement; none where the plan
-            # runs inside the graph (once its peak is measured).
-            if self._in_graph_on and not self._verifying and torch.compiler.is_compiling():
+            # runs inside the graph (once its peak is measured), for the
+            # shapes of inputs it was planned for: a new shape starts as any
+            # step does (its blocks, whose in-graph plan is not found, go to
+            # the executor, which profiles and plans it).
+            if (
+                self._in_graph_on
+                and not self._verifying
+                and torch.compiler.is_compiling()
+                and _shapes_of(args, kwargs) in self._in_graph_inputs
+            ):
                 return
             starts(torch.compiler.is_compiling(), args, kwargs)
 
         ends = torch.compiler.disable(self._model_ends, recursive=True)
 
         def model_ends(module: nn.Module, args: Any, output: Any) -> None:
-            if self._in_graph_on and not self._verifying and torch.compiler.is_compiling():
-                return
+            if self._in_graph_on and not self._verifying and torch.compiler.is_compiling() and self._expected is None:
+                return  # the step ran inside the graph (model_starts was skipped)
             ends(module, args, output)
 
         self._hooks.append(
@@ -1640,10 +1652,7 @@ class AppliedPlan:
         step, by position and name (() outside a training step's forward)."""
         if self._inputs is None:
             return ()
-        args, kwargs = self._inputs
-        found: list[tuple[Any, ...]] = [(i, tuple(v.shape)) for i, v in enumerate(args) if isinstance(v, torch.Tensor)]
-        found += [(k, tuple(v.shape)) for k, v in sorted(kwargs.items()) if isinstance(v, torch.Tensor)]
-        return tuple(found)
+        return _shapes_of(*self._inputs)
 
     def _variant(self, i: int, policy: NamedPolicy | None) -> Callable[..., Any]:
         """How the executor calls block i + 1's compiled variant for ``policy``
@@ -2019,6 +2028,7 @@ class AppliedPlan:
             entry.by_numel[numel] = planned
         self._last = (entry, numel, x.device)
         self._last_shape = tuple(x.shape)
+        self._last_inputs = self._input_shapes() if self._inputs is not None else None
         return planned.executor
 
     def _profile_shorter(self, length: int) -> dict[str, Any] | None:
@@ -2575,6 +2585,8 @@ class AppliedPlan:
 
     def _set_in_graph(self, found: dict[tuple[int, Any], tuple[int, Any]]) -> None:
         """The in-graph plans from now on, given to each block's slot too."""
+        if not found:
+            self._in_graph_inputs = frozenset()
         self._in_graph = found
         self._in_graph_on = bool(found)
         for slot in {id(s): s for s in self._slots.values()}.values():
@@ -2603,6 +2615,8 @@ class AppliedPlan:
             # By the step's shape where the block takes the stack's (see _BlockSlot.in_graph_plan).
             key: Any = shape if shape is not None and elements == numel else elements
             found[(l, key)] = (o, None if policy is None else contexts[policy.name])
+        if self._last_inputs is not None:
+            self._in_graph_inputs = self._in_graph_inputs | {self._last_inputs}
         self._set_in_graph(found)
         self._verifying = True
         self._verified = None
@@ -4914,3 +4928,11 @@ def _check_head(model: nn.Module, head: LossHead) -> None:
         f"{head.targets!r} (it takes {', '.join(params) or 'none'}); name the argument that holds the targets, "
         f"e.g. LossHead(head, targets={next(iter(params), 'targets')!r})"
     )
+
+
+def _shapes_of(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The shapes of the tensors among a call's arguments, by position and
+    name: which shape of the model's inputs a step is. O(arguments)."""
+    found: list[tuple[Any, ...]] = [(i, tuple(v.shape)) for i, v in enumerate(args) if isinstance(v, torch.Tensor)]
+    found += [(k, tuple(v.shape)) for k, v in sorted(kwargs.items()) if isinstance(v, torch.Tensor)]
+    return tuple(found)
