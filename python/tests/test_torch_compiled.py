@@ -1131,3 +1131,35 @@ def test_a_compiled_plan_the_executor_runs_is_measured_and_solved_again_below_it
     with pytest.warns(RuntimeWarning, match=r"above its budget .* lower memory= by the difference"):
         plan._verified_executor(before.total + 4096)
     assert plan._executor_excess == excess and not plan._verifying_executor
+
+
+@pytest.mark.slow
+def test_a_compiled_step_of_another_shape_with_as_many_tokens_is_planned_for_its_shape(eager_random: None) -> None:
+    """Under torch.compile(model), an in-graph plan made at 2 x 48 tokens was
+    looked up by (block, elements) and ran at 1 x 96 (round 5: +72% at 1 x 256
+    after 4 x 64). The new shape's step starts as any step does: remat
+    profiles it and its executor runs a plan made for it, with the gradients
+    of compiled plain training."""
+    import importlib
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(importlib.import_module("remat.torch.apply"), "_IN_GRAPH_GAIN", 10.0)
+    try:
+        with steady_profiles():
+            model, run, plan = in_graph_plan(llama, "90%", policies=(rt.SAVE_MATMULS, rt.SAVE_INPUT))
+            assert plan._in_graph and plan.profiles == 1, plan.explain()
+            other = IDS.reshape(1, -1)  # as many tokens, another length
+            plain = llama()
+            plain.config.use_cache = False
+            compiled_plain = torch.compile(plain)
+            for seed in (1, 2):
+                for m, r in ((plain, compiled_plain), (model, run)):
+                    m.zero_grad(set_to_none=True)
+                    torch.manual_seed(seed)
+                    r(other, labels=other).loss.backward()
+        assert plan.profiles == 2, plan.explain()  # profiled at its own shape, not run on the other's plan
+        for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+            assert p.grad is not None and q.grad is not None, name
+            close(p.grad, q.grad, name)
+    finally:
+        monkeypatch.undo()
