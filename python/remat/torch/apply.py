@@ -1643,8 +1643,12 @@ class AppliedPlan:
             # unprofiled, +58% to +350% over a byte budget (round 5). Inputs
             # that keep their proportions to the first stack's (a smaller
             # batch, every sequence shorter alike) are sized by scaling as a
-            # single stack's; any other is a plan of its own.
-            key += tuple((k, len(s), fractions.Fraction(math.prod(s), x.numel())) for k, s in self._input_shapes())
+            # single stack's; any other is a plan of its own. Inputs of fewer
+            # than two dimensions (a U-Net's timestep, class labels) say
+            # nothing of a length: left out.
+            key += tuple(
+                (k, len(s), fractions.Fraction(math.prod(s), x.numel())) for k, s in self._input_shapes() if len(s) >= 2
+            )
         return key
 
     def _input_shapes(self) -> tuple[Any, ...]:
