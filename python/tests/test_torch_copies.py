@@ -13,25 +13,16 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch_models
 from torch import nn
 
 import remat.torch as rt
 
-torch.set_num_threads(1)
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
 def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        num_hidden_layers=4,
-        hidden_size=32,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=512,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
+    return torch_models.llama(hidden_size=32, intermediate_size=64, attention_dropout=0.0)
 
 
 IDS = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(1))

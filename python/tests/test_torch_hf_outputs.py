@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch_models
 from torch import nn
 
 import remat.torch as rt
@@ -38,17 +39,10 @@ def mixtral() -> nn.Module:
 
 
 def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        num_hidden_layers=LAYERS,
-        hidden_size=32,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=256,
-        attn_implementation="eager",  # SDPA returns no attention maps
+    # Eager attention: SDPA returns no attention maps.
+    return torch_models.llama(
+        hidden_size=32, intermediate_size=64, vocab_size=256, attention_dropout=0.0, attn_implementation="eager"
     )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
 
 
 @pytest.mark.parametrize(

@@ -6,41 +6,29 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch_models
 from torch import nn
 from torch_models import steady_profiles
 
 import remat.torch as rt
-from remat.torch.memory import AllocatorTrace
 
-torch.set_num_threads(1)
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
 def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        num_hidden_layers=4,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=160,
-        vocab_size=512,
-        attn_implementation="eager",  # T x T scores and a T x T mask: what grows faster than the tokens
+    # Eager attention: T x T scores and a T x T mask, what grows faster than the tokens.
+    return torch_models.llama(
+        intermediate_size=160, attention_dropout=0.0, max_position_embeddings=512, attn_implementation="eager"
     )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
 
 
 def step(model: nn.Module, batch: int, length: int, measured: bool = False) -> int:
     ids = torch.randint(0, 512, (batch, length), generator=torch.Generator().manual_seed(length))
+    if measured:
+        return torch_models.allocator_step(model, ids)
     model.zero_grad(set_to_none=True)
-    if not measured:
-        model(ids, labels=ids).loss.backward()
-        return 0
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(model.parameters())
-        model(ids, labels=ids).loss.backward()
-        end = trace.mark()
-    return trace.peak(0, end)
+    model(ids, labels=ids).loss.backward()
+    return 0
 
 
 def test_as_many_tokens_at_another_length_are_predicted_for_that_length() -> None:

@@ -116,22 +116,23 @@ def gpt2() -> nn.Module:
     return transformers.GPT2LMHeadModel(config).train()
 
 
-def llama() -> nn.Module:
-    """A 4-block Llama from its config (random weights, attention dropout), in train mode."""
+def llama(**config: Any) -> nn.Module:
+    """A 4-block Llama from its config (random weights, attention dropout), in
+    train mode; ``config`` overrides any ``LlamaConfig`` field."""
     import transformers
 
-    config = transformers.LlamaConfig(
-        num_hidden_layers=4,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-        max_position_embeddings=128,
-        attention_dropout=0.1,
-    )
+    fields: dict[str, Any] = {
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 128,
+        "attention_dropout": 0.1,
+    }
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).train()
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**fields, **config})).train()
 
 
 IDS = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
