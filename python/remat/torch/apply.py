@@ -100,27 +100,10 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
     shared = _shared_layers(model)
     if shared is not None:
         return shared
-    found: list[tuple[int, int, str, list[tuple[str, nn.Module]]]] = []
-
-    def consider(desc: str, blocks: list[tuple[str, nn.Module]]) -> None:
-        if len(blocks) < 2:
-            return
-        params = sum(p.numel() for _, b in blocks for p in b.parameters())
-        found.append((len(blocks), params, desc, blocks))
-
-    for name, module in model.named_modules():
-        prefix = f"{name}." if name else ""
-        if isinstance(module, (nn.ModuleList, nn.Sequential)):
-            consider(name or "(the model)", [(f"{prefix}{n}", c) for n, c in module.named_children()])
-        run: list[tuple[str, nn.Sequential]] = []
-        for n, child in [*module.named_children(), ("", None)]:
-            if isinstance(child, nn.Sequential) and len(child) > 0:
-                run.append((n, child))
-                continue
-            if len(run) > 1:
-                blocks = [(f"{prefix}{rn}.{cn}", c) for rn, seq in run for cn, c in seq.named_children()]
-                consider(f"{prefix}{run[0][0]}..{prefix}{run[-1][0]}", blocks)
-            run = []
+    found = [
+        (len(blocks), sum(p.numel() for _, b in blocks for p in b.parameters()), desc, blocks)
+        for desc, blocks in candidate_stacks(model)
+    ]
     fullest = max((params for _, params, _, _ in found), default=0)
     held = [c for c in found if 2 * c[1] >= fullest]
 
@@ -146,6 +129,47 @@ def find_blocks(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]]:
             "modules); name it with blocks=, e.g. blocks=model.layers"
         )
     return best[2], best[3]
+
+
+def candidate_stacks(model: nn.Module) -> list[tuple[str, list[tuple[str, nn.Module]]]]:
+    """Every stack :func:`find_blocks` considers, in the order of
+    ``named_modules``: the children of each ``nn.ModuleList`` or
+    ``nn.Sequential`` of two or more, and the children of each run of
+    consecutive ``nn.Sequential`` siblings. O(number of modules)."""
+    found: list[tuple[str, list[tuple[str, nn.Module]]]] = []
+
+    def consider(desc: str, blocks: list[tuple[str, nn.Module]]) -> None:
+        if len(blocks) >= 2:
+            found.append((desc, blocks))
+
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(module, (nn.ModuleList, nn.Sequential)):
+            consider(name or "(the model)", [(f"{prefix}{n}", c) for n, c in module.named_children()])
+        run: list[tuple[str, nn.Sequential]] = []
+        for n, child in [*module.named_children(), ("", None)]:
+            if isinstance(child, nn.Sequential) and len(child) > 0:
+                run.append((n, child))
+                continue
+            if len(run) > 1:
+                blocks = [(f"{prefix}{rn}.{cn}", c) for rn, seq in run for cn, c in seq.named_children()]
+                consider(f"{prefix}{run[0][0]}..{prefix}{run[-1][0]}", blocks)
+            run = []
+    return found
+
+
+def _disjoint_stacks(
+    model: nn.Module, chosen: list[tuple[str, nn.Module]]
+) -> list[tuple[str, list[tuple[str, nn.Module]]]]:
+    """The candidate stacks that share no module with ``chosen`` (neither
+    inside its blocks nor holding them): the stacks a first step may find to
+    keep more for the backward (VGG's convolutions against its classifier)."""
+    inside = {id(m) for _, b in chosen for m in b.modules()}
+    return [
+        (where, blocks)
+        for where, blocks in candidate_stacks(model)
+        if not any(id(m) in inside for _, b in blocks for m in b.modules())
+    ]
 
 
 def _shared_layers(model: nn.Module) -> tuple[str, list[tuple[str, nn.Module]]] | None:
@@ -721,7 +745,31 @@ class AppliedPlan:
         offload: bool = False,
         head: LossHead | None = None,
         stacks: Sequence[tuple[str, int]] | None = None,
+        alternatives: Sequence[tuple[str, list[tuple[str, nn.Module]]]] = (),
     ) -> None:
+        #: What a plan on another stack is made with (see _choose_stack).
+        self._init_kwargs: dict[str, Any] = {
+            "algorithm": algorithm,
+            "slots": slots,
+            "exact_memory": exact_memory,
+            "repeat": repeat,
+            "preserve_rng": preserve_rng,
+            "optimizer_state_bytes": optimizer_state_bytes,
+            "scale_shapes": scale_shapes,
+            "policies": policies,
+            "in_flight": in_flight,
+            "compiled_policies": compiled_policies,
+            "compile": compile,
+            "chunked_loss": chunked_loss,
+            "offload": offload,
+            "head": head,
+        }
+        #: Stacks found beside this one that share no module with it: the first
+        #: training step measures what each keeps for the backward (see
+        #: _choose_stack). Empty where blocks= named the stack.
+        self._alternatives = list(alternatives)
+        #: Why the plan is on this stack, where a first step chose it.
+        self._stack_note: str | None = None
         self.model = model
         self.blocks = blocks
         self.where = where
@@ -1355,6 +1403,10 @@ class AppliedPlan:
             m.gradient_checkpointing = False
 
     def _model_starts(self, compiling: bool, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> None:
+        if self._alternatives and torch.is_grad_enabled() and not compiling and not self._entries:
+            alternatives, self._alternatives = self._alternatives, []
+            if self._choose_stack(alternatives, tuple(args), dict(kwargs or {})):
+                return self._model_starts(compiling, args, kwargs)  # the new stack's plan, from this step on
         self._expected = 1
         # Kept for this forward only (see _capture): the model's own inputs.
         self._inputs = (tuple(args), dict(kwargs or {})) if torch.is_grad_enabled() else None
@@ -1902,6 +1954,84 @@ class AppliedPlan:
             random.setstate(python_state)
             _set_numpy_random_state(numpy_state)
         return found
+
+    def _choose_stack(
+        self,
+        alternatives: list[tuple[str, list[tuple[str, nn.Module]]]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> bool:
+        """On the first training step, before anything is planned: the bytes
+        each stack's blocks save for the backward, seen on one more forward of
+        the model on this step's inputs (every saved tensor dropped as it is
+        saved, so it holds what a forward without gradients holds; buffers,
+        ``.grad`` and random generators put back). Where another stack keeps
+        more than this one (VGG's ``features`` against its ``classifier``,
+        chosen by parameters), this plan moves there: True. O(one forward)."""
+        stacks = [(self.where, [(n, m) for n, m in zip(self.names, self.modules) if not isinstance(m, _Between)])]
+        stacks += alternatives
+        saved = [0] * len(stacks)
+        seen: set[tuple[int, int]] = set()
+        current: list[int] = []  # the stacks whose block runs (a hook returns None: it changes nothing)
+
+        def enters(i: int) -> Callable[..., None]:
+            return lambda _m, _a: current.append(i)
+
+        def leaves(_m: nn.Module, _a: Any, _o: Any) -> None:
+            if current:
+                current.pop()
+
+        hooks = []
+        for i, (_, blocks) in enumerate(stacks):
+            for _, block in blocks:
+                hooks.append(block.register_forward_pre_hook(enters(i)))
+                hooks.append(block.register_forward_hook(leaves))
+
+        # Parameters and buffers are held whatever a plan does: not what a block keeps.
+        held = {t.untyped_storage().data_ptr() for t in [*self.model.parameters(), *self.model.buffers()]}
+
+        def pack(t: torch.Tensor) -> None:
+            if current:
+                key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                if key[0] not in held and key not in seen:  # a storage saved twice (in place) counts once
+                    seen.add(key)
+                    saved[current[-1]] += key[1]
+
+        devices = sorted({t.device for t in self.model.parameters() if t.device.type == "cuda"}, key=str)
+        numpy_state, python_state = _numpy_random_state(), random.getstate()
+        outer, self._rerunning = self._rerunning, True  # remat's forwards stand aside
+        try:
+            with (
+                preserved_state([self.model], devices),
+                _fsdp_state_kept(self.model),
+                outputs_not_captured(),
+                torch.autograd.graph.saved_tensors_hooks(pack, _never),
+            ):
+                self.model.forward(*args, **kwargs)
+        except Exception as e:  # the stack stays as found
+            _log.debug("%s: no stack chosen by saved bytes (%s)", type(self.model).__name__, e)
+            return False
+        finally:
+            self._rerunning = outer
+            for h in hooks:
+                h.remove()
+            random.setstate(python_state)
+            _set_numpy_random_state(numpy_state)
+        best = max(range(len(stacks)), key=lambda i: (saved[i], -i))
+        if best == 0:
+            return False
+        where, blocks = stacks[best]
+        note = (
+            f"{where} keeps {_fmt(saved[best])} for the backward on the first step, {stacks[0][0]} "
+            f"{_fmt(saved[0])} (found first by its parameters)"
+        )
+        _log.info("remat: %s: planning %s: %s", type(self.model).__name__, where, note)
+        self.remove()
+        self.__init__(  # type: ignore[misc]
+            self.model, blocks, where, self.memory, **self._init_kwargs, stacks=[(where, len(blocks))]
+        )
+        self._stack_note = note
+        return True
 
     def _input_elements(self) -> int:
         """Elements of the tensors the model's forward was given on this step
@@ -2836,6 +2966,8 @@ class AppliedPlan:
         its predicted peak and time against storing everything."""
         c = self._current()
         head = f"remat on {type(self.model).__name__}: {len(self.blocks)} blocks of {self.where}"
+        if self._stack_note is not None:
+            head += f" ({self._stack_note})"
         if c is None:
             if self._infeasible is not None:
                 return f"{head}; no plan fits the figures the first step measured: {self._infeasible}"
@@ -4902,6 +5034,8 @@ def apply(
         offload=offload,
         head=head,
         stacks=[(w, len(bs)) for w, bs in stacks],
+        # Found by parameters: the first step may find another that keeps more.
+        alternatives=_disjoint_stacks(model, found) if blocks is None and len(stacks) == 1 else (),
     )
     if example_inputs is not None:
         try:
