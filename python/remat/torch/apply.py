@@ -531,12 +531,12 @@ class _BlockSlot:
         #: (stage, its input's shape or elements) -> (option, context function).
         self.plans: dict[tuple[int, Any], tuple[int, Any]] = {}
         #: The same for a block called once, by shape or elements alone.
-        self.by_numel: dict[Any, tuple[int, Any]] = {}
+        self.by_size: dict[Any, tuple[int, Any]] = {}
 
     def set_plans(self, found: dict[tuple[int, Any], tuple[int, Any]]) -> None:
         """Keeps the plans of ``found`` (every block's) that are this block's."""
         self.plans = {(l, n): p for (l, n), p in found.items() if l in self.stages}
-        self.by_numel = {n: p for (_, n), p in self.plans.items()} if len(self.stages) == 1 else {}
+        self.by_size = {n: p for (_, n), p in self.plans.items()} if len(self.stages) == 1 else {}
 
     def stage(self, expected: int | None) -> int:
         """The stage this call of the block is: the one the pass expects next
@@ -553,8 +553,8 @@ class _BlockSlot:
         plan ran them 72% over in round 5), else by elements. A block called
         once looks up without its stage, which stays unread."""
         if len(self.stages) == 1:
-            found = self.by_numel.get(shape)
-            return found if found is not None else self.by_numel.get(numel)
+            found = self.by_size.get(shape)
+            return found if found is not None else self.by_size.get(numel)
         l = self.stage(expected)
         found = self.plans.get((l, shape))
         return found if found is not None else self.plans.get((l, numel))
@@ -1015,11 +1015,14 @@ class AppliedPlan:
         installed = self._installed.get(id(module))
         return installed is not None and module.__dict__.get("forward") is installed
 
-    def _leave_out_of_copies(self, module: nn.Module, i: int | None) -> None:
-        """Copies and pickles of ``module`` leave out this plan's forward
-        (block ``i``'s; the model's with ``i`` None) and hooks (see copies.py)."""
+    def _leave_out_of_copies(self, module: nn.Module, i: int | None, forward: bool = True) -> None:
+        """Copies and pickles of ``module`` leave out this plan's hooks and,
+        with ``forward``, its forward (block ``i``'s; the model's with ``i``
+        None) (see copies.py)."""
 
         def installed() -> dict[str, Any]:
+            if not forward:
+                return {}
             if i is not None:
                 return {"forward": self._had_instance_forward[i]} if self._ours(module) else {}
             return {"forward": self._had_model_forward} if self._head_forward else {}
@@ -1082,8 +1085,7 @@ class AppliedPlan:
         )
         self._leave_out_of_copies(self.model, None)
         if self._lm_head is not None:
-            leave_out_of_copies(self._lm_head.head, dict, lambda: {h.id for h in self._hooks})
-            self._copied_out.append(self._lm_head.head)
+            self._leave_out_of_copies(self._lm_head.head, None, forward=False)  # its hooks only
             # The loss options are measured from hooks on a step the model's
             # own forward runs; its forward is replaced only once a plan
             # computes the loss in chunks (see _chunked_forward).
@@ -1129,8 +1131,8 @@ class AppliedPlan:
         # for every block (past ``recompile_limit``, 8, the rest ran eagerly:
         # transformers 5.25's Llama, guarded on ``stages[0]``): the block's
         # index is read only inside the executor (``_call``), and the in-graph
-        # plan through the block's slot, by elements, so that blocks with
-        # one option share one graph.
+        # plan through the block's slot, by the input's shape (or elements),
+        # so that blocks with one option share one graph.
         scheduled = torch.compiler.disable(self._call, recursive=True)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
