@@ -173,6 +173,25 @@ def test_a_blocks_hooks_fire_once_per_run_of_it() -> None:
     assert sum(counts["inner"]) > len(ours.blocks), counts  # the step ran some block again
 
 
+def test_a_forward_hook_that_computes_on_the_output_runs_as_plainly() -> None:
+    """A forward hook that computes on a block's output with gradients on (a
+    norm for logging) saves tensors of its own; a recomputation runs the hook
+    again, as ``torch.utils.checkpoint`` does, and what it saves is not the
+    block's (round 5: "saved a different tensor for backward when recomputed"
+    on every step)."""
+    plain, ours = make(), make()
+    plan = applied(ours)
+    seen: dict[str, list[float]] = {"plain": [], "ours": []}
+    for key, m in (("plain", plain), ("ours", ours)):
+        for b in m.blocks:
+            b.register_forward_hook(lambda _m, _i, out, key=key: seen[key].append(out[0].norm().item()))
+        run(m, lambda m, x: m(x).square().sum().backward())
+    assert recomputes(plan)
+    assert_same(grads(plain), grads(ours))
+    assert len(seen["ours"]) > len(seen["plain"]) == len(ours.blocks)  # and again for each block run again
+    assert set(seen["plain"]) <= set(seen["ours"])
+
+
 def test_a_weight_shared_by_blocks_gets_one_hook_call_with_the_sum() -> None:
     plain, ours = make(), make()
     for m in (plain, ours):

@@ -519,6 +519,10 @@ class _BridgeFigures:
     backward: int = 0  # its backward's transient (0 until measured)
 
 
+def _as_is(t: Any) -> Any:
+    return t
+
+
 class _BlockSlot:
     """What the forward remat installs on one block reads: the block's stages
     (several where the model calls it several times in a forward) and its
@@ -897,6 +901,8 @@ class AppliedPlan:
         self._installed: dict[int, Callable[..., Any]] = {}
         self._copied_out: list[nn.Module] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        # The executor's saved-tensor hooks of the rerun in progress (see _rerun).
+        self._rerun_recording: tuple[Callable[[torch.Tensor], Any], Callable[[Any], torch.Tensor]] | None = None
         #: The model's inputs in the forward now running (see _capture), and
         #: while _capture runs, each block's call found so far.
         self._inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
@@ -1139,11 +1145,17 @@ class AppliedPlan:
             if self._capturing is not None:
                 return self._captured(slot.stages, original, args, kwargs)
             if self._rerunning or not torch.is_grad_enabled():
-                body = self._body
-                if body is not None:  # a compiled recomputation (see _variant)
-                    self._body = None
-                    return body(*args, **kwargs)
-                return original(*args, **kwargs)
+                run = original
+                if self._body is not None:  # a compiled recomputation (see _variant)
+                    run, self._body = self._body, None
+                recording, self._rerun_recording = self._rerun_recording, None
+                if recording is None:
+                    return run(*args, **kwargs)
+                try:
+                    with torch.autograd.graph.saved_tensors_hooks(*recording):
+                        return run(*args, **kwargs)
+                finally:
+                    self._rerun_recording = recording
             if self._in_graph_on and torch.compiler.is_compiling():
                 # A plan that records every block runs inside the model's graph.
                 x = carried_output(args[0] if args else next(iter(kwargs.values())), lambda: "")
@@ -1176,11 +1188,28 @@ class AppliedPlan:
         def call(*args: Any, **kwargs: Any) -> Any:
             outer, self._rerunning = self._rerunning, True
             try:
-                return module(*args, **kwargs)
+                return self._through_module(module, args, kwargs)
             finally:
                 self._rerunning = outer
 
         return call
+
+    def _through_module(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Calls ``module`` (its hooks, then remat's forward, standing aside)
+        with the saved-tensor hooks in force handed to the block's forward
+        alone: what the executor records is what the forward saves, as in the
+        block's first run (the model's call, whose hooks ran outside that
+        forward). A hook computing on the output (a norm to log) saved tensors
+        the first run never did (round 5)."""
+        recording = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        outer, self._rerun_recording = self._rerun_recording, recording
+        try:
+            if recording is None:
+                return module(*args, **kwargs)
+            with torch.autograd.graph.saved_tensors_hooks(_as_is, _as_is):
+                return module(*args, **kwargs)
+        finally:
+            self._rerun_recording = outer
 
     def remove(self) -> None:
         """Puts every block's ``forward`` back; the model is as before :func:`apply`."""
@@ -1734,7 +1763,7 @@ class AppliedPlan:
                     # (see _make_forward), which runs this body.
                     self._body = functools.partial(fn, module)
                     try:
-                        return module(*args, **kwargs)
+                        return self._through_module(module, args, kwargs)
                     finally:
                         self._body = None
                 finally:
