@@ -7,6 +7,7 @@ or pins the error autograd itself raises."""
 from __future__ import annotations
 
 from collections.abc import Callable
+import warnings
 from typing import Any
 
 import pytest
@@ -249,7 +250,8 @@ def test_retain_graph_and_a_second_backward() -> None:
         loss.backward()
 
     run(plain, twice)
-    run(ours, twice)
+    with pytest.warns(rt.UnplannedStepWarning, match="a second backward through one forward in blocks"):
+        run(ours, twice)
     assert_same(grads(plain), grads(ours))
 
 
@@ -263,7 +265,8 @@ def test_two_losses_through_one_forward() -> None:
         out.abs().sum().backward()
 
     run(plain, two)
-    run(ours, two)
+    with pytest.warns(rt.UnplannedStepWarning, match="a second backward through one forward"):
+        run(ours, two)
     assert_same(grads(plain), grads(ours))
 
 
@@ -278,7 +281,9 @@ def test_create_graph_gives_a_gradient_penalty_with_its_graph() -> None:
         p.backward()
         return p.detach()
 
-    a, b = run(plain, penalty), run(ours, penalty)
+    a = run(plain, penalty)
+    with pytest.warns(rt.UnplannedStepWarning, match="create_graph=True in blocks"):
+        b = run(ours, penalty)
     assert torch.equal(a, b)
     assert_same(grads(plain), grads(ours))
 
@@ -293,8 +298,35 @@ def test_two_forwards_in_flight_then_one_backward() -> None:
         (a + b).backward()
 
     run(plain, accumulate)
-    run(ours, accumulate)
+    with pytest.warns(
+        rt.UnplannedStepWarning, match=r"more forwards in flight than planned in blocks.*residue, [0-9.]+ MiB"
+    ):
+        run(ours, accumulate)
     assert_same(grads(plain), grads(ours))
+
+
+def test_a_step_unlike_the_planned_one_is_said_once_and_planned_steps_never() -> None:
+    """Steps of the planned kind warn of nothing, a forward whose graph is
+    dropped unused (a loss computed for logging) included; a step of another
+    kind warns once per plan, not at every step (round 5: two forwards then
+    one backward held 1.99x the planned peak, silently)."""
+    ours = make()
+    applied(ours)
+
+    def accumulate(m: nn.Module, x: torch.Tensor) -> None:
+        (m(x).square().sum() + m(x * 2).square().sum()).backward()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.UnplannedStepWarning)
+        for _ in range(2):
+            run(ours, lambda m, x: m(x).sum())  # no backward: its graph goes
+            run(ours, lambda m, x: m(x).square().sum().backward())
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            run(ours, accumulate)
+    assert [w.category for w in said] == [rt.UnplannedStepWarning]
+    assert rt.StepKind.TWO_FORWARDS.value in str(said[0].message)
 
 
 def test_side_input_that_requires_grad_gets_its_gradient() -> None:

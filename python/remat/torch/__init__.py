@@ -69,6 +69,7 @@ from .policies import (
     policy,
 )
 from .profile import profile, stages_of
+from .unplanned import StepKind, UnplannedStepWarning
 
 __all__ = [
     "ATTENTION_OPS",
@@ -91,6 +92,8 @@ __all__ = [
     "Policy",
     "RematSolverError",
     "StagePlan",
+    "StepKind",
+    "UnplannedStepWarning",
     "apply",
     "apply_stage",
     "chunked_cross_entropy",

@@ -71,6 +71,7 @@ from .offload import Bandwidth, bandwidth, with_offload
 from .policies import COMPILED_DEFAULT_POLICIES, DEFAULT_POLICIES, NamedPolicy, Policy, resolve_policies
 from .profile import SIZE_FIELDS, Profiled, _Meter, _signature, preserved_state, profile_calls
 from .stages import Call, carried_output, tensors_in
+from .unplanned import StepWatch
 
 __all__ = ["AppliedPlan", "apply", "find_blocks", "find_stacks"]
 
@@ -901,6 +902,9 @@ class AppliedPlan:
         self._installed: dict[int, Callable[..., Any]] = {}
         self._copied_out: list[nn.Module] = []
         self._rerunning = False  # a rerun calls the block itself, which must not schedule again
+        #: Steps unlike the planned one (two forwards in flight, a retained
+        #: graph, create_graph), said once each.
+        self._watch = StepWatch(self.where, self._residue_and_peak, self.in_flight)
         # The executor's saved-tensor hooks of the rerun in progress (see _rerun).
         self._rerun_recording: tuple[Callable[[torch.Tensor], Any], Callable[[Any], torch.Tensor]] | None = None
         #: The model's inputs in the forward now running (see _capture), and
@@ -1805,6 +1809,7 @@ class AppliedPlan:
                 self._end_measure()  # no step follows: leave no LiveBytes behind
                 raise
             self._executor = ex
+            self._watch.forward_starts()
             self._step = ex.begin()
             self._lifetimes = None
             if self._last is not None:
@@ -1863,9 +1868,19 @@ class AppliedPlan:
         self._last_carried = carried_output(y, lambda: "") if l < len(self.modules) else None
         if l == len(self.modules):
             self._step = None
+            self._watch.forward_ends(out)
             if isinstance(self._measure, (_Measure, _TracedMeasure)):
                 self._measure.stack_ends(y, call.carried)
         return y
+
+    def _residue_and_peak(self) -> tuple[int | None, int | None]:
+        """What one forward of the current plan keeps for its backward, and
+        its step's predicted peak (for :class:`StepWatch`'s messages). O(the
+        schedule's replay)."""
+        c = self._current()
+        if c is None:
+            return None, None
+        return int(remat.simulate(c.chain, c.schedule).residue), self.peak_memory
 
     def _check_input(self, l: int, x: torch.Tensor, ex: Executor) -> None:
         """Whether block ``l`` gets the block before's output (the profile saw
