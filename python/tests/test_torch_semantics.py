@@ -6,8 +6,10 @@ or pins the error autograd itself raises."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import re
 import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -84,6 +86,18 @@ def recomputes(plan: rt.AppliedPlan) -> bool:
     L = len(plan.modules)
     ops = plan.schedule.operations_with_options
     return sum(1 for k, l, _ in ops if k != "B" and l <= L) > L or any(o for _, _, o in ops)
+
+
+@contextlib.contextmanager
+def said_once(match: str) -> Iterator[None]:
+    """The block warns once, with an :class:`~remat.torch.UnplannedStepWarning`
+    matching ``match``, where it ends without an error (compiled blocks
+    refuse some of these steps, test_torch_compiled.py)."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        yield
+    found = [str(w.message) for w in said if issubclass(w.category, rt.UnplannedStepWarning)]
+    assert len(found) == 1 and re.search(match, found[0]), found
 
 
 def grads(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -250,7 +264,7 @@ def test_retain_graph_and_a_second_backward() -> None:
         loss.backward()
 
     run(plain, twice)
-    with pytest.warns(rt.UnplannedStepWarning, match="a second backward through one forward in blocks"):
+    with said_once("a second backward through one forward in blocks"):
         run(ours, twice)
     assert_same(grads(plain), grads(ours))
 
@@ -265,7 +279,7 @@ def test_two_losses_through_one_forward() -> None:
         out.abs().sum().backward()
 
     run(plain, two)
-    with pytest.warns(rt.UnplannedStepWarning, match="a second backward through one forward"):
+    with said_once("a second backward through one forward"):
         run(ours, two)
     assert_same(grads(plain), grads(ours))
 
@@ -282,7 +296,7 @@ def test_create_graph_gives_a_gradient_penalty_with_its_graph() -> None:
         return p.detach()
 
     a = run(plain, penalty)
-    with pytest.warns(rt.UnplannedStepWarning, match="create_graph=True in blocks"):
+    with said_once("create_graph=True in blocks"):
         b = run(ours, penalty)
     assert torch.equal(a, b)
     assert_same(grads(plain), grads(ours))
@@ -298,9 +312,7 @@ def test_two_forwards_in_flight_then_one_backward() -> None:
         (a + b).backward()
 
     run(plain, accumulate)
-    with pytest.warns(
-        rt.UnplannedStepWarning, match=r"more forwards in flight than planned in blocks.*residue, [0-9.]+ MiB"
-    ):
+    with said_once(r"more forwards in flight than planned in blocks.*residue, [0-9.]+ MiB"):
         run(ours, accumulate)
     assert_same(grads(plain), grads(ours))
 
@@ -311,7 +323,7 @@ def test_a_step_unlike_the_planned_one_is_said_once_and_planned_steps_never() ->
     kind warns once per plan, not at every step (round 5: two forwards then
     one backward held 1.99x the planned peak, silently)."""
     ours = make()
-    applied(ours)
+    applied(ours, memory="60%")  # room for the steady steps of compiled blocks, test_torch_compiled.py
 
     def accumulate(m: nn.Module, x: torch.Tensor) -> None:
         (m(x).square().sum() + m(x * 2).square().sum()).backward()
@@ -319,8 +331,8 @@ def test_a_step_unlike_the_planned_one_is_said_once_and_planned_steps_never() ->
     with warnings.catch_warnings():
         warnings.simplefilter("error", rt.UnplannedStepWarning)
         for _ in range(2):
-            run(ours, lambda m, x: m(x).sum())  # no backward: its graph goes
             run(ours, lambda m, x: m(x).square().sum().backward())
+            run(ours, lambda m, x: m(x).sum())  # no backward: its graph goes
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         for _ in range(3):

@@ -152,7 +152,7 @@ def lm_step(model: nn.Module, ids: torch.Tensor = IDS) -> tuple[torch.Tensor, in
     return value, live.peak
 
 
-def allocator_step(model: nn.Module, ids: torch.Tensor = IDS) -> int:
+def allocator_step(model: nn.Module, ids: torch.Tensor = IDS, attention_mask: torch.Tensor | None = None) -> int:
     """One step from a fixed RNG state, its peak measured by the allocator
     (``torch.profiler`` memory events, parameter gradients excluded): what
     compiled code and kernels allocate counts too."""
@@ -162,7 +162,8 @@ def allocator_step(model: nn.Module, ids: torch.Tensor = IDS) -> int:
     torch.manual_seed(7)
     with AllocatorTrace() as trace:
         trace.exclude_parameter_gradients(model.parameters())
-        model(input_ids=ids, labels=ids).loss.backward()
+        masked = {} if attention_mask is None else {"attention_mask": attention_mask}
+        model(input_ids=ids, labels=ids, **masked).loss.backward()
         end = trace.mark()
     return trace.peak(0, end)
 

@@ -1721,9 +1721,15 @@ class AppliedPlan:
             "(name the right stack with apply(..., blocks=...))"
         )
 
-    def _key(self, x: torch.Tensor, compiled: bool) -> tuple[Any, ...]:
+    def _key(self, call: Call, compiled: bool) -> tuple[Any, ...]:
+        x = call.carried
         shape: tuple[int, ...] = tuple(x.shape) if not self.scale_shapes else (x.dim(),)
         key = (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
+        # Which side inputs the blocks get, and their kinds: a padding mask
+        # that appears after unpadded batches of the same shape takes SDPA
+        # off its causal path and materialises a mask (4% above the
+        # unpadded step's prediction, round 5), so it is a plan of its own.
+        key += tuple((where, t.dim(), t.dtype) for where, t in call.side_items())
         if len(self.stacks) > 1 and x.numel() > 0:
             # The first stack's input says nothing of the later stacks' (T5's
             # target, CLIP's text): a plan made for other inputs ran them
@@ -2145,7 +2151,7 @@ class AppliedPlan:
 
     def _prepare(self, call: Call, compiled: bool, in_graph: bool = False) -> Executor:
         x = call.carried
-        key = (*self._key(x, compiled), in_graph)
+        key = (*self._key(call, compiled), in_graph)
         entry = self._entries.get(key)
         if entry is not None and _grown(x.shape, entry.shape):
             # A dimension past the batch grew (a longer sequence, a larger
