@@ -1364,6 +1364,73 @@ def test_a_layer_called_n_times_counts_its_summed_gradient(deterministic: Any) -
         assert abs(peak - plan.peak_memory) <= 0.01 * plan.peak_memory, (memory, peak, plan.peak_memory)
 
 
+class _TiedBlock(nn.Module):
+    def __init__(self, shared: nn.Linear) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(256, 512)
+        self.fc2 = shared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.tanh(self.fc1(x)))
+
+
+class _Tied(nn.Module):
+    """Six blocks of their own sharing one layer (``fc2``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(512, 256)
+        self.inp = nn.Linear(8, 256)
+        self.blocks = nn.ModuleList(_TiedBlock(shared) for _ in range(6))
+        self.head = nn.Linear(256, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(h)
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        "75%",
+        pytest.param(
+            "60%",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: 4% over its budget, 256 KiB (an output's or half the shared weight's bytes) unexplained",
+            ),
+        ),
+    ],
+)
+def test_blocks_sharing_a_layer_count_its_summed_gradient(memory: str) -> None:
+    """Blocks of their own sharing a layer: its gradients are summed from the
+    last block's backward to the first's, beside the plan's own transients
+    (round 5: 1.16x the budget at 60%, 1.10x at 75%). Plans on fixed times;
+    peaks by the allocator."""
+    from remat.torch.memory import AllocatorTrace
+
+    torch.manual_seed(0)
+    model = _Tied()
+    x = torch.randn(256, 8, generator=torch.Generator().manual_seed(1))
+
+    def peak() -> int:
+        model.zero_grad(set_to_none=True)
+        with AllocatorTrace() as trace:
+            trace.exclude_parameter_gradients(model.parameters())
+            model(x).square().mean().backward()
+            end = trace.mark()
+        return trace.peak(0, end)
+
+    with steady_profiles():
+        plan = rt.apply(model, memory=memory)
+        for _ in range(3):
+            peak()
+        measured = peak()
+    assert plan.budget is not None and measured <= plan.budget, measured / plan.budget
+
+
 def test_a_small_stack_is_found_over_the_layers_inside_one_of_its_blocks() -> None:
     """A two-block T5 decoder: its first block's three layers hold more than
     half its parameters and are more, but they lie inside one block of a stack
