@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, Rust and Python, in one command on a fresh machine:
 #
-#   tools/test-all.sh                # everything but the cases marked slow
+#   tools/test-all.sh                # everything but the cases marked slow (Rust: ::slow::)
 #   tools/test-all.sh --python-only  # skip `cargo test` (still builds the CLI the tests compare with)
 #   tools/test-all.sh --slow         # also the cases marked slow (CI runs them: .ci/run)
 #   tools/test-all.sh -k compile     # arguments after the options go to pytest
 #
 # 1. `cargo test` (the library, the command line, the examples of the README
-#    and of docs/guide.md);
+#    and of docs/guide.md), less the cases in modules named `slow` unless
+#    --slow is given;
 # 2. a virtualenv ($REMAT_VENV, default .venv) with the versions
 #    python/constraints.txt pins of maturin, pytest, ruff, mypy, torch,
 #    transformers, accelerate, torchvision, timm and diffusers, installed from
@@ -54,8 +55,10 @@ if $python_only; then
     step "cargo build --bin remat"
     cargo build --locked --bin remat
 else
-    step "cargo test"
-    cargo test --locked
+    # The Rust cases of half a minute or more sit in modules named `slow`
+    # (without its five, the suite ran 146 s here instead of 285, two cores).
+    step "cargo test${slow:+ (less ::slow::)}"
+    cargo test --locked -- ${slow:+--skip ::slow::}
 fi
 
 step "Python environment ($venv)"

@@ -33,7 +33,6 @@ struct Counts {
     feasible_where_persistent_is_not: usize,
 }
 
-#[test]
 fn floating_is_the_nested_optimum_and_never_worse_than_persistent() {
     let mut rng = Rng::new(2027);
     let mut c = Counts::default();
@@ -119,4 +118,14 @@ fn floating_is_the_nested_optimum_and_never_worse_than_persistent() {
     // whose optimum is not nested exist, but none is among these).
     assert_eq!((c.slower_than_exhaustive, c.infeasible_but_exhaustive_feasible), (0, 0), "{c:?}");
     assert!(c.better_than_persistent > 0, "the sample exercises the non-persistent transitions");
+}
+
+/// This file's case of half a minute or more: the README's test command
+/// leaves it out (`cargo test -- --skip ::slow::`), CI runs it after
+/// (`.ci/run`), as `tools/test-all.sh --slow` does.
+mod slow {
+    #[test]
+    fn floating_is_the_nested_optimum_and_never_worse_than_persistent() {
+        super::floating_is_the_nested_optimum_and_never_worse_than_persistent();
+    }
 }

@@ -38,7 +38,6 @@ fn repeated_chain(rng: &mut Rng, max_copies: u64, max_stages: usize) -> Chain {
 /// Shared fronts against plain fronts and the one-byte slot DP at every
 /// budget from 0 to above store-all's peak: the same makespan bit for bit,
 /// the same schedule, and a replay within the budget at that makespan.
-#[test]
 fn shared_fronts_equal_plain_fronts_and_the_one_byte_slot_dp() {
     let mut rng = Rng::new(2501);
     let (mut chains, mut shared_fewer, mut feasible) = (0, 0, 0);
@@ -241,5 +240,15 @@ fn resnet1001_shared_equals_plain() {
         if name.starts_with("resnet1001") {
             assert_same_on(&name, &chain);
         }
+    }
+}
+
+/// This file's case of half a minute or more: the README's test command
+/// leaves it out (`cargo test -- --skip ::slow::`), CI runs it after
+/// (`.ci/run`), as `tools/test-all.sh --slow` does.
+mod slow {
+    #[test]
+    fn shared_fronts_equal_plain_fronts_and_the_one_byte_slot_dp() {
+        super::shared_fronts_equal_plain_fronts_and_the_one_byte_slot_dp();
     }
 }
