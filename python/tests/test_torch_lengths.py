@@ -8,10 +8,9 @@ import pytest
 import torch
 import torch_models
 from torch import nn
-from torch_models import steady_profiles
+from torch_models import allocator_peak, steady_profiles
 
 import remat.torch as rt
-from remat.torch.memory import AllocatorTrace
 
 pytest.importorskip("transformers")
 
@@ -95,22 +94,14 @@ def test_sequence_first_blocks_are_planned_for_each_length() -> None:
     torch.manual_seed(0)
     model = SequenceFirst()
 
-    def peak(ids: torch.Tensor) -> int:
-        model.zero_grad(set_to_none=True)
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(model.parameters())
-            model(ids).square().mean().backward()
-            end = trace.mark()
-        return trace.peak(0, end)
-
     with steady_profiles():
         plan = rt.apply(model, memory=7 * 2**20)
         for batch, length in ((8, 32), (4, 64), (1, 256)):
             ids = torch.randint(0, 100, (batch, length), generator=torch.Generator().manual_seed(length))
-            first = peak(ids)
+            first = allocator_peak(model, ids)
             assert plan.budget is not None and first <= plan.budget, (length, first / plan.budget)
-            peak(ids)
-            steady = peak(ids)
+            allocator_peak(model, ids)
+            steady = allocator_peak(model, ids)
             assert plan.peak_memory is not None
             assert steady <= plan.peak_memory <= plan.budget, (length, steady / plan.peak_memory)
             assert plan.peak_memory - steady <= 0.02 * plan.peak_memory, (length, steady / plan.peak_memory)

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 from torch import nn
-from torch_models import steady_profiles
+from torch_models import allocator_peak, steady_profiles
 
 import remat
 import remat.torch as rt
@@ -156,17 +156,6 @@ class _Joins(nn.Module):
         return self.head(h).square().mean()
 
 
-def _allocator_peak(m: nn.Module, x: torch.Tensor) -> int:
-    from remat.torch.memory import AllocatorTrace
-
-    m.zero_grad(set_to_none=True)
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(m.parameters())
-        m(x).backward()
-        end = trace.mark()
-    return trace.peak(0, end)
-
-
 @pytest.mark.parametrize("memory", ["100%", "60%"])
 def test_outputs_nothing_keeps_are_not_counted_once_a_step_has_seen_them_freed(memory: str) -> None:
     """Blocks whose outputs nothing keeps once the next block has run: the
@@ -184,7 +173,7 @@ def test_outputs_nothing_keeps_are_not_counted_once_a_step_has_seen_them_freed(m
             m.zero_grad(set_to_none=True)
             m(x).backward()
             first = first or plan.peak_memory
-        peak = _allocator_peak(m, x)
+        peak = allocator_peak(m, x, lambda y: y)
     assert plan.peak_memory is not None and first is not None
     assert peak <= plan.peak_memory <= first, (peak, plan.peak_memory, first)
     assert plan.peak_memory - peak <= 0.01 * plan.peak_memory, (peak, plan.peak_memory, first)
@@ -223,7 +212,7 @@ def test_outputs_a_recording_keeps_are_counted_as_before(memory: str) -> None:
         for _ in range(3):
             m.zero_grad(set_to_none=True)
             m(x).backward()
-        peak = _allocator_peak(m, x)
+        peak = allocator_peak(m, x, lambda y: y)
     c = plan._current()
     assert c is not None and c.freed is not None and plan.peak_memory is not None
     ops = [(k, l) for k, l, _ in c.schedule.operations_with_options]

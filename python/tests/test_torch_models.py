@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import IDS, allocator_step, assert_same_gradients, gpt2, llama, lm_step, steady_profiles
+from torch_models import (
+    IDS,
+    allocator_peak,
+    allocator_step,
+    assert_same_gradients,
+    gpt2,
+    llama,
+    lm_step,
+    steady_profiles,
+)
 
 import remat
 import remat.torch as rt
@@ -1409,25 +1418,14 @@ def test_blocks_sharing_a_layer_count_its_summed_gradient(memory: str) -> None:
     last block's backward to the first's, beside the plan's own transients
     (round 5: 1.16x the budget at 60%, 1.10x at 75%). Plans on fixed times;
     peaks by the allocator."""
-    from remat.torch.memory import AllocatorTrace
-
     torch.manual_seed(0)
     model = _Tied()
     x = torch.randn(256, 8, generator=torch.Generator().manual_seed(1))
-
-    def peak() -> int:
-        model.zero_grad(set_to_none=True)
-        with AllocatorTrace() as trace:
-            trace.exclude_parameter_gradients(model.parameters())
-            model(x).square().mean().backward()
-            end = trace.mark()
-        return trace.peak(0, end)
-
     with steady_profiles():
         plan = rt.apply(model, memory=memory)
         for _ in range(3):
-            peak()
-        measured = peak()
+            allocator_peak(model, x)
+        measured = allocator_peak(model, x)
     assert plan.budget is not None and measured <= plan.budget, measured / plan.budget
 
 
@@ -1448,19 +1446,6 @@ def _live_peak(model: nn.Module, x: torch.Tensor) -> int:
         live.exclude_parameter_gradients(model.parameters())
         model(x).square().mean().backward()
     return live.peak
-
-
-def _allocated_peak(model: nn.Module, x: torch.Tensor) -> int:
-    """A step's peak by the allocator (workspaces included), parameter
-    gradients excluded (the census')."""
-    from remat.torch.memory import AllocatorTrace
-
-    model.zero_grad(set_to_none=True)
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(model.parameters())
-        model(x).square().mean().backward()
-        end = trace.mark()
-    return trace.peak(0, end)
 
 
 def _at_half_the_batch(model: nn.Module, x: torch.Tensor, peak_of: Callable[[nn.Module, torch.Tensor], int]) -> int:
@@ -1527,7 +1512,7 @@ def test_a_resnet_at_half_its_batch_holds_its_budget() -> None:
         for _ in range(3):
             model.zero_grad(set_to_none=True)
             model(x).square().mean().backward()
-        peak = _at_half_the_batch(model, x, _allocated_peak)
+        peak = _at_half_the_batch(model, x, allocator_peak)
     current = plan._current()
     assert plan.profiles == 1 and current is not None and plan.peak_memory is not None
     assert plan._captured_first is None  # no block input kept from the capture (a whole activation)
@@ -1589,19 +1574,6 @@ def test_a_smaller_batch_that_a_share_cannot_fit_runs_within_the_larger_ones_bud
     assert peak <= larger.total, (peak, larger.total)
 
 
-def _allocator_peak(m: nn.Module, x: torch.Tensor) -> int:
-    """The peak of a step of ``m`` (whose forward returns the loss) on ``x``,
-    by the allocator, parameter gradients excluded."""
-    from remat.torch.memory import AllocatorTrace
-
-    with AllocatorTrace() as trace:
-        trace.exclude_parameter_gradients(m.parameters())
-        m.zero_grad(set_to_none=True)
-        m(x).backward()
-        end = trace.mark()
-    return trace.peak(0, end)
-
-
 class _Reads(nn.Module):
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -1652,7 +1624,7 @@ def test_a_side_input_read_twice_or_in_chunks_is_never_predicted_low(chunks: boo
             for _ in range(3):
                 m.zero_grad(set_to_none=True)
                 m(x).backward()
-            peak = _allocator_peak(m, x)
+            peak = allocator_peak(m, x, lambda y: y)
             assert plan.peak_memory is not None
             assert peak <= plan.peak_memory, (memory, peak, plan.peak_memory)
 
@@ -1712,7 +1684,7 @@ def test_a_side_input_made_before_the_stack_is_not_counted_again_where_a_later_b
         for _ in range(3):
             m.zero_grad(set_to_none=True)
             m(x).backward()
-        peak = _allocator_peak(m, x)
+        peak = allocator_peak(m, x, lambda y: y)
     assert plan.peak_memory is not None
     note = plan.explain()
     kept = f"side inputs made inside a stack that remat keeps to run blocks again {remat.format_size(mask)}"
@@ -1767,7 +1739,7 @@ def test_a_new_shapes_parts_outside_the_stack_are_measured_on_its_first_step() -
         for x in (long, long, long, short, short):
             m.zero_grad(set_to_none=True)
             m(x).backward()
-        peak = _allocator_peak(m, short)
+        peak = allocator_peak(m, short, lambda y: y)
     assert plan.peak_memory is not None and plan.profiles == 1
     assert peak <= plan.peak_memory, (peak, plan.peak_memory)
     assert plan.peak_memory - peak <= 0.01 * plan.peak_memory, (peak, plan.peak_memory)

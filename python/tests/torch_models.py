@@ -168,6 +168,22 @@ def allocator_step(model: nn.Module, ids: torch.Tensor = IDS, attention_mask: to
     return trace.peak(0, end)
 
 
+def allocator_peak(
+    model: nn.Module, x: torch.Tensor, loss: Callable[[Any], torch.Tensor] = lambda y: y.square().mean()
+) -> int:
+    """One step of ``model`` on ``x`` (its loss ``loss`` of the output; pass
+    ``lambda y: y`` for a forward that returns its loss), its peak measured by
+    the allocator, parameter gradients excluded."""
+    from remat.torch.memory import AllocatorTrace
+
+    model.zero_grad(set_to_none=True)
+    with AllocatorTrace() as trace:
+        trace.exclude_parameter_gradients(model.parameters())
+        loss(model(x)).backward()
+        end = trace.mark()
+    return trace.peak(0, end)
+
+
 def assert_same_gradients(a: nn.Module, b: nn.Module) -> None:
     """Every parameter of ``a`` and ``b`` has a gradient, bit for bit the same."""
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
