@@ -832,6 +832,8 @@ class AppliedPlan:
         #: none does): dimension 0 is not the batch, so no shape is sized by
         #: scaling another's (see _sequence_first).
         self._sequence_first = _sequence_first(self.modules)
+        #: Whether a shape's sizes may be scaled from another's profile.
+        self._scaled_shapes = self.scale_shapes and self._sequence_first is None
         #: What each of them was measured to hold (see _Measure.bridge_ends).
         self._bridge_figures: dict[int, _BridgeFigures] = {}
         self._originals: list[Callable[..., Any]] = []
@@ -1733,8 +1735,7 @@ class AppliedPlan:
 
     def _key(self, call: Call, compiled: bool) -> tuple[Any, ...]:
         x = call.carried
-        scaled = self.scale_shapes and self._sequence_first is None
-        shape: tuple[int, ...] = (x.dim(),) if scaled else tuple(x.shape)
+        shape: tuple[int, ...] = (x.dim(),) if self._scaled_shapes else tuple(x.shape)
         key = (shape, x.dtype, x.device, self.model.training, autocast_enabled(x.device.type), compiled)
         # Which side inputs the blocks get, and their kinds: a padding mask
         # that appears after unpadded batches of the same shape takes SDPA
@@ -2201,13 +2202,7 @@ class AppliedPlan:
             entry.derived = set(self._captured_derived) if calls is not None else set()
             if self._outside is not None:
                 entry.outside = self._outside.scaled(entry.numel)
-            if (
-                not compiled
-                and self.scale_shapes
-                and self._sequence_first is None
-                and x.dim() == 3
-                and x.shape[1] >= _SHORTEST_FITTED
-            ):
+            if not compiled and self._scaled_shapes and x.dim() == 3 and x.shape[1] >= _SHORTEST_FITTED:
                 entry.shorter = self._profile_shorter(int(x.shape[1]))
             self._entries[key] = entry
         numel = x.numel()
